@@ -1,0 +1,192 @@
+//! The `ModelRoute` resource: one model name that clients call, served by 1..8
+//! candidate upstream paths of that same model.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::schema::{DURATION_MESSAGE, DURATION_RULE, MONEY_MESSAGE, MONEY_RULE, conditions_schema};
+use crate::upstream::CircuitState;
+
+/// A model name and the candidate upstreams that can serve it.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "sluice.dev",
+    version = "v1alpha1",
+    kind = "ModelRoute",
+    namespaced,
+    status = "ModelRouteStatus",
+    shortname = "mr",
+    category = "sluice",
+    derive = "PartialEq",
+    cel,
+    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model"),
+    printcolumn(name = "Gateway", type_ = "string", json_path = ".spec.gateway"),
+    printcolumn(name = "Candidates", type_ = "integer", json_path = ".status.candidateCount"),
+    printcolumn(name = "Availability", type_ = "string", json_path = ".status.availability5m"),
+    printcolumn(name = "Failovers", type_ = "integer", json_path = ".status.failovers5m"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelRouteSpec {
+    /// The name clients send in `"model"`.
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$')").message(crate::schema::msg::MODEL))]
+    pub model: String,
+    /// Gateway group serving this route; default `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$')").message(crate::schema::msg::GATEWAY))]
+    pub gateway: Option<String>,
+    /// Hard cap over all attempts; default `540s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub deadline: Option<String>,
+    /// How the first candidate is chosen; default `ordered`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<Selection>,
+    /// Candidate upstream paths, 1..8, upstream names unique.
+    #[schemars(length(min = 1, max = 8))]
+    #[x_kube(validation = Rule::new("self.all(c, self.exists_one(d, d.upstream == c.upstream))").message(crate::schema::msg::CANDIDATES_UNIQUE))]
+    pub candidates: Vec<Candidate>,
+    /// When to move to the next candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverSpec>,
+    /// Backoff between walks over the candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<BackoffSpec>,
+    /// `max_tokens` used for reservations (and sent upstream) when a request sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    pub default_max_tokens: Option<u32>,
+}
+
+/// How the first candidate is picked.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Selection {
+    /// Descending effective weight; ties in spec order.
+    #[default]
+    Ordered,
+    /// First pick at random in proportion to effective weight.
+    Weighted,
+}
+
+/// One upstream path for this model.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Candidate {
+    /// Name of an Upstream in the same namespace.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$')").message(crate::schema::msg::UPSTREAM_NAME))]
+    pub upstream: String,
+    /// Model id at that upstream; default `spec.model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub model: Option<String>,
+    /// Relative weight, 1..1000; default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub weight: Option<u32>,
+    /// USD per 1M tokens at this candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+}
+
+/// Price in USD per million tokens, as decimal strings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Price {
+    /// USD per 1M input tokens, e.g. `"15.00"`.
+    #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
+    pub input: String,
+    /// USD per 1M output tokens, e.g. `"75.00"`.
+    #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
+    pub output: String,
+}
+
+/// Failover policy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailoverSpec {
+    /// Upstream statuses that move to the next candidate; default 408, 429, 500, 502, 503, 504.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16))]
+    #[x_kube(validation = Rule::new("self.all(s, s == 408 || s == 429 || (s >= 500 && s <= 599))").message(crate::schema::msg::RETRY_ON))]
+    pub retry_on: Option<Vec<u16>>,
+    /// What a first-byte timeout does: `failover` (default) or `hedge`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_first_byte_timeout: Option<FirstByteAction>,
+}
+
+/// Action on a first-byte timeout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FirstByteAction {
+    /// Abort the attempt and go to the next candidate.
+    #[default]
+    Failover,
+    /// Keep the attempt, start the next one, keep whichever answers first.
+    Hedge,
+}
+
+/// Backoff between walks when every candidate failed retryably.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackoffSpec {
+    /// Walks over the candidates at most; default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 20))]
+    pub max_attempts: Option<u32>,
+    /// First backoff step; default `250ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub base: Option<String>,
+    /// Total waiting allowed; default `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub max_total: Option<String>,
+}
+
+/// Observed state of a route.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRouteStatus {
+    /// Generation the status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `ResolvedRefs`, `Ready`, `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Candidates that resolved to an Upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_count: Option<u32>,
+    /// Per-candidate health.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<CandidateStatus>,
+    /// Requests over the last 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests5m: Option<u64>,
+    /// Requests that failed over at least once, last 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failovers5m: Option<u64>,
+    /// Percent of requests answered without a 5xx, last 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability5m: Option<String>,
+}
+
+/// Health of one candidate as seen by the gateways.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateStatus {
+    /// Upstream name.
+    pub upstream: String,
+    /// Configured weight × recent success ratio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_weight: Option<String>,
+    /// Percent of attempts that succeeded, last 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_rate: Option<String>,
+    /// Worst circuit state reported by any pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<CircuitState>,
+}

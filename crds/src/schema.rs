@@ -1,0 +1,62 @@
+//! Schema fragments and CEL rules shared by the three kinds.
+
+use schemars::{Schema, generate::SchemaGenerator, json_schema};
+
+/// One or more `<int><unit>` groups, units ms, s, m, h; not zero.
+pub const DURATION_RULE: &str =
+    "self.matches('^([0-9]+(ms|s|m|h))+$') && !self.matches('^(0+(ms|s|m|h))+$')";
+/// Message for [`DURATION_RULE`].
+pub const DURATION_MESSAGE: &str = "must be a positive duration such as 50ms, 2s, 1m30s or 1h";
+/// [`DURATION_RULE`] or the word `auto`.
+pub const DURATION_OR_AUTO_RULE: &str =
+    "self == 'auto' || (self.matches('^([0-9]+(ms|s|m|h))+$') && !self.matches('^(0+(ms|s|m|h))+$'))";
+/// A non-negative USD amount with at most 9 decimals.
+pub const MONEY_RULE: &str = "self.matches('^[0-9]{1,7}(\\\\.[0-9]{1,9})?$')";
+/// Message for [`MONEY_RULE`].
+pub const MONEY_MESSAGE: &str = "price must be a decimal string of USD per 1M tokens, e.g. \"15.00\"";
+
+/// `conditions` as a map list keyed by `type`, so server-side apply merges per condition.
+pub fn conditions_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "type": "object",
+            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
+            "properties": {
+                "type": {"type": "string"},
+                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                "observedGeneration": {"type": "integer", "format": "int64"},
+                "lastTransitionTime": {"type": "string", "format": "date-time"},
+                "reason": {"type": "string"},
+                "message": {"type": "string"}
+            }
+        }
+    })
+}
+
+/// Messages shared by the CEL rules in the CRD schema and by `validate`, so that
+/// `kubectl apply` and file mode refuse a manifest with the same words.
+pub mod msg {
+    pub const BASE_URL: &str = "baseUrl must be an http:// or https:// URL with a host";
+    pub const HEADER: &str = "header must be an HTTP header name";
+    pub const FIRST_BYTE: &str = "firstByte must be a duration such as 50ms or 2s, or auto";
+    pub const PROBE_PATH: &str = "probe.path must start with /";
+    pub const MODEL: &str = "model must be 1-128 characters of letters, digits and . _ : / @ -";
+    pub const GATEWAY: &str = "gateway must be a DNS label of at most 40 characters";
+    pub const CANDIDATES_UNIQUE: &str = "candidates must name each upstream at most once";
+    pub const UPSTREAM_NAME: &str = "upstream must be the name of an Upstream (a DNS subdomain)";
+    pub const RETRY_ON: &str =
+        "retryOn may only list 408, 429 and 5xx statuses: other 4xx are client errors and are passed through";
+    pub const TIMESLICE_REQUIRED: &str = "timeslice is required when method is timeslices";
+    pub const ROUTES_UNIQUE: &str = "routes must not repeat a route";
+    pub const OBJECTIVE: &str = "objective must be a decimal string strictly between 50 and 100, e.g. \"99.95\"";
+    pub const WINDOW: &str = "window must be whole hours or days between 1h and 90d, e.g. 30d";
+    pub const TIMESLICE: &str = "timeslice must be between 1s and 59m, shorter than the window, e.g. 1m";
+    pub const ALERT_NAME: &str = "alert name must be a lowercase word such as page or ticket";
+    pub const ALERT_WINDOWS: &str = "shortWindow must be shorter than longWindow";
+    pub const LONG_WINDOW: &str = "longWindow must be a duration in m, h or d, e.g. 1h";
+    pub const SHORT_WINDOW: &str = "shortWindow must be a duration in m, h or d, e.g. 5m";
+    pub const BURN_RATE: &str = "burnRate must be a positive decimal string, e.g. \"14.4\"";
+}

@@ -1,0 +1,199 @@
+//! The `Upstream` resource: one provider endpoint that candidates point at.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::schema::conditions_schema;
+
+/// One provider endpoint, e.g. Anthropic's OpenAI-compatible API in us-east-1.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "sluice.dev",
+    version = "v1alpha1",
+    kind = "Upstream",
+    namespaced,
+    status = "UpstreamStatus",
+    shortname = "ups",
+    category = "sluice",
+    derive = "PartialEq",
+    cel,
+    printcolumn(name = "Protocol", type_ = "string", json_path = ".spec.protocol"),
+    printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
+    printcolumn(name = "Success", type_ = "string", json_path = ".status.successRate"),
+    printcolumn(name = "TTFB-P99", type_ = "string", json_path = ".status.ttfbP99"),
+    printcolumn(name = "Circuit", type_ = "string", json_path = ".status.circuit"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpstreamSpec {
+    /// Wire format spoken by the upstream. `openai` is the OpenAI-compatible HTTP API.
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// Base URL; requests go to `{baseUrl}/chat/completions` and so on.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#\\\\s]+')").message(crate::schema::msg::BASE_URL))]
+    pub base_url: String,
+    /// Free-form region label, shown by `kubectl get upstreams`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub region: Option<String>,
+    /// Credentials sent with every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<UpstreamAuth>,
+    /// Connect, first-byte and idle timeouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<UpstreamTimeouts>,
+    /// Above this many in-flight requests the candidate counts as saturated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub max_concurrent_requests: Option<u32>,
+    /// Circuit breaker thresholds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<CircuitBreakerSpec>,
+    /// Optional synthetic health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeSpec>,
+}
+
+/// Wire protocol of an upstream.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// OpenAI-compatible HTTP API.
+    #[default]
+    Openai,
+}
+
+/// Where the upstream's API key lives and how it is sent.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpstreamAuth {
+    /// The Secret (same namespace) and key holding the API key.
+    pub secret_ref: SecretKeyRef,
+    /// Header that carries the key; default `authorization`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9-]+$')").message(crate::schema::msg::HEADER))]
+    pub header: Option<String>,
+    /// Prefix before the key; default `Bearer`; `""` sends the bare key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
+}
+
+/// A key in a Secret of the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretKeyRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key inside the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// Timeouts for one upstream.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpstreamTimeouts {
+    /// TCP+TLS connect timeout; default `2s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::schema::DURATION_RULE).message(crate::schema::DURATION_MESSAGE))]
+    pub connect: Option<String>,
+    /// First-byte watchdog: a duration or `auto`; default `auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::schema::DURATION_OR_AUTO_RULE).message(crate::schema::msg::FIRST_BYTE))]
+    pub first_byte: Option<String>,
+    /// Longest gap allowed between stream chunks; default `60s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::schema::DURATION_RULE).message(crate::schema::DURATION_MESSAGE))]
+    pub idle: Option<String>,
+}
+
+/// Circuit breaker thresholds; every field optional.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CircuitBreakerSpec {
+    /// Failure percentage over the window that opens the circuit; default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_rate_percent: Option<u32>,
+    /// Attempts needed in the window before the rate is judged; default 20.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub minimum_requests: Option<u32>,
+    /// How long the circuit stays open before half-open trials; default `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::schema::DURATION_RULE).message(crate::schema::DURATION_MESSAGE))]
+    pub open_for: Option<String>,
+    /// Trial requests let through while half-open; default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub half_open_requests: Option<u32>,
+}
+
+/// Synthetic health check of the upstream.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProbeSpec {
+    /// Interval between probes; default `90s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::schema::DURATION_RULE).message(crate::schema::DURATION_MESSAGE))]
+    pub interval: Option<String>,
+    /// Path under baseUrl; default `/models`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('/')").message(crate::schema::msg::PROBE_PATH))]
+    pub path: Option<String>,
+}
+
+/// Observed state, written by the operator from the ledger.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamStatus {
+    /// Generation the status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Percent of attempts that succeeded over the last 5 minutes, all gateway pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_rate: Option<String>,
+    /// Attempts over the last 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests5m: Option<u64>,
+    /// Median first-byte time, e.g. `180ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfb_p50: Option<String>,
+    /// 99th percentile first-byte time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfb_p99: Option<String>,
+    /// Worst circuit state reported by any gateway pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<CircuitState>,
+    /// Most recent failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<LastFailure>,
+}
+
+/// Circuit breaker state.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum CircuitState {
+    /// Traffic flows.
+    #[default]
+    Closed,
+    /// Trial requests only.
+    HalfOpen,
+    /// Skipped while other candidates are available.
+    Open,
+}
+
+/// The most recent failure seen on an upstream.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastFailure {
+    /// Outcome label, e.g. `http_5xx`.
+    pub reason: String,
+    /// RFC 3339 time.
+    pub time: String,
+}

@@ -1,0 +1,214 @@
+//! Field validation for file mode, mirroring the CRD schema (bounds and CEL rules) with
+//! the same messages, so a manifest refused by `kubectl apply` is refused here too.
+//!
+//! Each function returns every problem at once as `(field path, message)` pairs.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::duration;
+use crate::error_budget::{BudgetMethod, ErrorBudgetSpec};
+use crate::model_route::ModelRouteSpec;
+use crate::schema::{DURATION_MESSAGE, MONEY_MESSAGE, msg};
+use crate::upstream::UpstreamSpec;
+
+/// A field path and what is wrong with it.
+pub type FieldError = (String, String);
+
+// The patterns below are the ones in the CEL rules of the CRD types; the CEL fixture
+// tests run every fixture through both, so a drift between them fails a test.
+macro_rules! pattern {
+    ($name:ident, $re:expr) => {
+        static $name: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new($re).ok());
+    };
+}
+pattern!(BASE_URL, r"^https?://[^/?#\s]+");
+pattern!(HEADER, r"^[A-Za-z0-9-]+$");
+pattern!(DURATION, r"^([0-9]+(ms|s|m|h))+$");
+pattern!(ZERO_DURATION, r"^(0+(ms|s|m|h))+$");
+pattern!(MODEL, r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$");
+pattern!(GATEWAY, r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$");
+pattern!(UPSTREAM_NAME, r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$");
+pattern!(MONEY, r"^[0-9]{1,7}(\.[0-9]{1,9})?$");
+pattern!(OBJECTIVE, r"^[0-9]{1,2}(\.[0-9]{1,6})?$");
+pattern!(WINDOW_DAYS, r"^([1-9]|[1-8][0-9]|90)d$");
+pattern!(WINDOW_HOURS, r"^([1-9][0-9]{0,2}|1[0-9]{3}|20[0-9]{2}|21[0-5][0-9]|2160)h$");
+pattern!(TIMESLICE_S, r"^([1-9][0-9]{0,2}|[1-2][0-9]{3}|3[0-5][0-9]{2})s$");
+pattern!(TIMESLICE_M, r"^([1-9]|[1-5][0-9])m$");
+pattern!(ALERT_NAME, r"^[a-z][a-z0-9-]{0,30}$");
+pattern!(ALERT_WINDOW, r"^[1-9][0-9]{0,4}(m|h|d)$");
+pattern!(BURN_RATE, r"^[0-9]{1,4}(\.[0-9]{1,3})?$");
+
+fn matches(re: &LazyLock<Option<Regex>>, text: &str) -> bool {
+    re.as_ref().is_some_and(|r| r.is_match(text))
+}
+
+/// The checks of one resource, accumulating problems.
+#[derive(Default)]
+struct Checks(Vec<FieldError>);
+
+impl Checks {
+    fn fail(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push((field.into(), message.into()));
+    }
+
+    fn rule(&mut self, ok: bool, field: impl Into<String>, message: &str) {
+        if !ok {
+            self.fail(field, message);
+        }
+    }
+
+    fn range(&mut self, value: Option<u32>, field: &str, min: u32, max: u32) {
+        if let Some(v) = value
+            && !(min..=max).contains(&v)
+        {
+            self.fail(field, format!("must be between {min} and {max}, got {v}"));
+        }
+    }
+
+    fn len(&mut self, len: usize, field: &str, min: usize, max: usize, what: &str) {
+        if len < min {
+            self.fail(field, format!("must list at least {min} {what}"));
+        } else if len > max {
+            self.fail(field, format!("must list at most {max} {what}, got {len}"));
+        }
+    }
+
+    fn duration(&mut self, value: Option<&str>, field: &str) {
+        if let Some(v) = value {
+            self.rule(is_schema_duration(v), field, DURATION_MESSAGE);
+        }
+    }
+}
+
+/// The CRD's duration rule: `<int><unit>` groups in ms, s, m, h, not zero.
+pub fn is_schema_duration(text: &str) -> bool {
+    matches(&DURATION, text) && !matches(&ZERO_DURATION, text)
+}
+
+/// Validates an Upstream spec.
+pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
+    let mut c = Checks::default();
+    c.rule(matches(&BASE_URL, &spec.base_url), "spec.baseUrl", msg::BASE_URL);
+    if let Some(region) = &spec.region
+        && region.len() > 63
+    {
+        c.fail("spec.region", "must be at most 63 characters");
+    }
+    if let Some(auth) = &spec.auth {
+        if let Some(header) = &auth.header {
+            c.rule(matches(&HEADER, header), "spec.auth.header", msg::HEADER);
+        }
+        c.rule(!auth.secret_ref.name.is_empty(), "spec.auth.secretRef.name", "must not be empty");
+        c.rule(!auth.secret_ref.key.is_empty(), "spec.auth.secretRef.key", "must not be empty");
+    }
+    if let Some(t) = &spec.timeouts {
+        c.duration(t.connect.as_deref(), "spec.timeouts.connect");
+        c.duration(t.idle.as_deref(), "spec.timeouts.idle");
+        if let Some(fb) = &t.first_byte {
+            c.rule(fb == "auto" || is_schema_duration(fb), "spec.timeouts.firstByte", msg::FIRST_BYTE);
+        }
+    }
+    c.range(spec.max_concurrent_requests, "spec.maxConcurrentRequests", 1, 1_000_000);
+    if let Some(cb) = &spec.circuit_breaker {
+        c.range(cb.failure_rate_percent, "spec.circuitBreaker.failureRatePercent", 1, 100);
+        c.range(cb.minimum_requests, "spec.circuitBreaker.minimumRequests", 1, 10_000);
+        c.range(cb.half_open_requests, "spec.circuitBreaker.halfOpenRequests", 1, 100);
+        c.duration(cb.open_for.as_deref(), "spec.circuitBreaker.openFor");
+    }
+    if let Some(p) = &spec.probe {
+        c.duration(p.interval.as_deref(), "spec.probe.interval");
+        if let Some(path) = &p.path {
+            c.rule(path.starts_with('/'), "spec.probe.path", msg::PROBE_PATH);
+        }
+    }
+    c.0
+}
+
+/// Validates a ModelRoute spec.
+pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
+    let mut c = Checks::default();
+    c.rule(matches(&MODEL, &spec.model), "spec.model", msg::MODEL);
+    if let Some(g) = &spec.gateway {
+        c.rule(matches(&GATEWAY, g), "spec.gateway", msg::GATEWAY);
+    }
+    c.duration(spec.deadline.as_deref(), "spec.deadline");
+    c.len(spec.candidates.len(), "spec.candidates", 1, 8, "candidates");
+    let unique = spec
+        .candidates
+        .iter()
+        .all(|a| spec.candidates.iter().filter(|b| b.upstream == a.upstream).count() == 1);
+    c.rule(unique, "spec.candidates", msg::CANDIDATES_UNIQUE);
+    for (i, cand) in spec.candidates.iter().enumerate() {
+        let at = format!("spec.candidates[{i}]");
+        c.rule(matches(&UPSTREAM_NAME, &cand.upstream), format!("{at}.upstream"), msg::UPSTREAM_NAME);
+        if let Some(m) = &cand.model
+            && (m.is_empty() || m.len() > 256)
+        {
+            c.fail(format!("{at}.model"), "must be 1 to 256 characters");
+        }
+        c.range(cand.weight, &format!("{at}.weight"), 1, 1000);
+        if let Some(p) = &cand.price {
+            c.rule(matches(&MONEY, &p.input), format!("{at}.price.input"), MONEY_MESSAGE);
+            c.rule(matches(&MONEY, &p.output), format!("{at}.price.output"), MONEY_MESSAGE);
+        }
+    }
+    if let Some(f) = &spec.failover
+        && let Some(retry_on) = &f.retry_on
+    {
+        c.len(retry_on.len(), "spec.failover.retryOn", 1, 16, "statuses");
+        let ok = retry_on.iter().all(|&s| s == 408 || s == 429 || (500..=599).contains(&s));
+        c.rule(ok, "spec.failover.retryOn", msg::RETRY_ON);
+    }
+    if let Some(b) = &spec.backoff {
+        c.range(b.max_attempts, "spec.backoff.maxAttempts", 1, 20);
+        c.duration(b.base.as_deref(), "spec.backoff.base");
+        c.duration(b.max_total.as_deref(), "spec.backoff.maxTotal");
+    }
+    c.range(spec.default_max_tokens, "spec.defaultMaxTokens", 1, 10_000_000);
+    c.0
+}
+
+/// Validates an ErrorBudget spec.
+pub fn error_budget(spec: &ErrorBudgetSpec) -> Vec<FieldError> {
+    let mut c = Checks::default();
+    c.len(spec.routes.len(), "spec.routes", 1, 64, "routes");
+    let unique = spec.routes.iter().all(|a| spec.routes.iter().filter(|b| *b == a).count() == 1);
+    c.rule(unique, "spec.routes", msg::ROUTES_UNIQUE);
+    let objective_ok = matches(&OBJECTIVE, &spec.objective)
+        && spec.objective.parse::<f64>().is_ok_and(|v| v > 50.0 && v < 100.0);
+    c.rule(objective_ok, "spec.objective", msg::OBJECTIVE);
+    let window_ok = matches(&WINDOW_DAYS, &spec.window) || matches(&WINDOW_HOURS, &spec.window);
+    c.rule(window_ok, "spec.window", msg::WINDOW);
+    match &spec.timeslice {
+        Some(ts) => {
+            let ok = matches(&TIMESLICE_S, ts) || matches(&TIMESLICE_M, ts);
+            c.rule(ok, "spec.timeslice", msg::TIMESLICE);
+        }
+        None => c.rule(spec.method != BudgetMethod::Timeslices, "spec", msg::TIMESLICE_REQUIRED),
+    }
+    if let Some(l) = &spec.latency {
+        c.duration(Some(&l.threshold), "spec.latency.threshold");
+        c.range(l.percentile, "spec.latency.percentile", 50, 99);
+    }
+    if let Some(alerts) = &spec.alerts {
+        c.len(alerts.len(), "spec.alerts", 1, 8, "alerts");
+        for (i, a) in alerts.iter().enumerate() {
+            let at = format!("spec.alerts[{i}]");
+            c.rule(matches(&ALERT_NAME, &a.name), format!("{at}.name"), msg::ALERT_NAME);
+            c.rule(matches(&ALERT_WINDOW, &a.long_window), format!("{at}.longWindow"), msg::LONG_WINDOW);
+            c.rule(matches(&ALERT_WINDOW, &a.short_window), format!("{at}.shortWindow"), msg::SHORT_WINDOW);
+            let burn_ok =
+                matches(&BURN_RATE, &a.burn_rate) && a.burn_rate.parse::<f64>().is_ok_and(|v| v > 0.0);
+            c.rule(burn_ok, format!("{at}.burnRate"), msg::BURN_RATE);
+            // The schema can only compare the strings; here the durations themselves.
+            let shorter = match (duration::parse(&a.short_window), duration::parse(&a.long_window)) {
+                (Ok(s), Ok(l)) => s < l,
+                _ => true, // already reported above
+            };
+            c.rule(a.long_window != a.short_window && shorter, at, msg::ALERT_WINDOWS);
+        }
+    }
+    c.0
+}
