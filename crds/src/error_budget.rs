@@ -32,7 +32,8 @@ use crate::schema::{DURATION_MESSAGE, DURATION_RULE, conditions_schema};
 #[x_kube(validation = Rule::new("!has(self.method) || self.method != 'timeslices' || has(self.timeslice)").message(crate::schema::msg::TIMESLICE_REQUIRED))]
 pub struct ErrorBudgetSpec {
     /// ModelRoute names in this namespace, 1..64.
-    #[schemars(length(min = 1, max = 64))]
+    // Bounded items keep the apiserver's cost estimate of the uniqueness rule in budget.
+    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 253)))]
     #[x_kube(validation = Rule::new("self.all(r, self.exists_one(s, s == r))").message(crate::schema::msg::ROUTES_UNIQUE))]
     pub routes: Vec<String>,
     /// Target percentage of good events, a decimal string with 50 < x < 100.
@@ -89,23 +90,37 @@ pub struct LatencySpec {
 /// A multi-window burn-rate alert.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("self.longWindow != self.shortWindow").message(crate::schema::msg::ALERT_WINDOWS))]
+#[x_kube(validation = Rule::new(ALERT_ORDER_RULE).message(crate::schema::msg::ALERT_WINDOWS))]
 pub struct BurnAlert {
     /// Alert name, e.g. `page` or `ticket`.
+    // The `maxLength`s below only restate the patterns' bounds: they keep the apiserver's
+    // cost estimate of the rules (up to 8 alerts) small.
+    #[schemars(length(max = 31))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z][a-z0-9-]{0,30}$')").message(crate::schema::msg::ALERT_NAME))]
     pub name: String,
     /// Long window, e.g. `1h`.
+    #[schemars(length(max = 6))]
     #[x_kube(validation = Rule::new(ALERT_WINDOW_RULE).message(crate::schema::msg::LONG_WINDOW))]
     pub long_window: String,
     /// Short window, e.g. `5m`.
+    #[schemars(length(max = 6))]
     #[x_kube(validation = Rule::new(ALERT_WINDOW_RULE).message(crate::schema::msg::SHORT_WINDOW))]
     pub short_window: String,
     /// Burn rate that both windows must exceed, a decimal string.
+    #[schemars(length(max = 8))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,4}(\\\\.[0-9]{1,3})?$') && double(self) > 0.0").message(crate::schema::msg::BURN_RATE))]
     pub burn_rate: String,
 }
 
 const ALERT_WINDOW_RULE: &str = "self.matches('^[1-9][0-9]{0,4}(m|h|d)$')";
+/// The short window is shorter than the long one, compared in minutes (`5m` < `1h` < `3d`).
+/// Windows that fail [`ALERT_WINDOW_RULE`] are left to that rule's message.
+const ALERT_ORDER_RULE: &str = "!self.longWindow.matches('^[1-9][0-9]{0,4}(m|h|d)$') \
+    || !self.shortWindow.matches('^[1-9][0-9]{0,4}(m|h|d)$') \
+    || int(self.shortWindow.substring(0, size(self.shortWindow) - 1)) \
+       * (self.shortWindow.endsWith('d') ? 1440 : (self.shortWindow.endsWith('h') ? 60 : 1)) \
+     < int(self.longWindow.substring(0, size(self.longWindow) - 1)) \
+       * (self.longWindow.endsWith('d') ? 1440 : (self.longWindow.endsWith('h') ? 60 : 1))";
 
 /// Observed budget state.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]

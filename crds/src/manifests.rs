@@ -1,6 +1,7 @@
 //! Loading manifests from YAML files and directories (file mode), into the same typed
 //! resources the operator reads from the API server.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -40,14 +41,23 @@ pub fn load_paths(paths: &[PathBuf]) -> Manifests {
     manifests
 }
 
-/// The YAML files a path stands for, in a stable order.
+/// The YAML files a path stands for, in a stable order. Hidden entries are skipped; a
+/// directory reached again through a symlink is read once.
 pub fn yaml_files(path: &Path, problems: &mut Vec<Problem>) -> Vec<PathBuf> {
+    yaml_files_in(path, problems, &mut BTreeSet::new())
+}
+
+fn yaml_files_in(path: &Path, problems: &mut Vec<Problem>, seen: &mut BTreeSet<PathBuf>) -> Vec<PathBuf> {
     if !path.is_dir() {
         if !path.exists() {
             problems.push(Problem::error(path.display().to_string(), "", "no such file or directory"));
             return Vec::new();
         }
         return vec![path.to_path_buf()];
+    }
+    // A symlink loop would otherwise recurse until the stack overflows.
+    if !seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())) {
+        return Vec::new();
     }
     let mut entries: Vec<PathBuf> = match std::fs::read_dir(path) {
         Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
@@ -64,7 +74,7 @@ pub fn yaml_files(path: &Path, problems: &mut Vec<Problem>) -> Vec<PathBuf> {
             continue; // editors' swap files and mounted-Secret/ConfigMap `..data` links
         }
         if entry.is_dir() {
-            files.extend(yaml_files(&entry, problems));
+            files.extend(yaml_files_in(&entry, problems, seen));
         } else if entry.extension().and_then(|e| e.to_str()).is_some_and(|e| e == "yaml" || e == "yml") {
             files.push(entry);
         }
@@ -104,6 +114,11 @@ impl Manifests {
 
     /// Adds one object given as JSON; `at` names it in problems.
     pub fn add_value(&mut self, at: &str, json: serde_json::Value) {
+        // Checked first: a struct also deserializes from a sequence, by position.
+        if !json.is_object() {
+            self.problems.push(Problem::error(at, "", "not a Kubernetes object (expected a mapping with apiVersion and kind)"));
+            return;
+        }
         let meta: TypeMeta = match serde_json::from_value(json.clone()) {
             Ok(m) => m,
             Err(_) => {
@@ -115,13 +130,14 @@ impl Manifests {
             self.problems.push(Problem::error(at, "", "apiVersion and kind are required"));
             return;
         };
-        let ours = ["Upstream", "ModelRoute", "ErrorBudget"].contains(&kind.as_str());
-        let our_group = api_version.starts_with("sluice.dev/");
-        if !ours && !our_group {
+        // Judged by group, not by kind name: other projects have kinds called `Upstream`
+        // (Gloo's `gloo.solo.io/v1`), and a directory may hold them next to ours.
+        let group = api_version.split_once('/').map_or(api_version.as_str(), |(group, _)| group);
+        if group != crate::GROUP {
             self.problems.push(Problem::warning(at, "kind", format!("{api_version} {kind} is not a sluice kind; ignored")));
             return;
         }
-        if !ours {
+        if !["Upstream", "ModelRoute", "ErrorBudget"].contains(&kind.as_str()) {
             self.problems.push(Problem::error(at, "kind", format!("unknown kind {kind:?} (expected Upstream, ModelRoute or ErrorBudget)")));
             return;
         }

@@ -76,6 +76,9 @@ pub enum Selection {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Candidate {
     /// Name of an Upstream in the same namespace.
+    // `maxLength` restates the pattern's bound; it keeps the apiserver's cost estimate of
+    // the candidates' uniqueness rule in budget.
+    #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$')").message(crate::schema::msg::UPSTREAM_NAME))]
     pub upstream: String,
     /// Model id at that upstream; default `spec.model`.

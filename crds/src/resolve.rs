@@ -106,9 +106,18 @@ fn report(problems: &mut Vec<Problem>, resource: &str, errors: Vec<validate::Fie
     clean
 }
 
-/// A validated duration field, or its default.
+/// A validated duration field in milliseconds, or `default` when it is not set.
+///
+/// The schema's patterns bound the form of a duration, not its size; one they accept that
+/// [`duration::parse`] finds too long (over a century) is capped at a century rather than
+/// silently replaced by the default.
 fn ms(value: Option<&str>, default: u64) -> u64 {
-    value.and_then(|v| duration::parse(v).ok()).map_or(default, |d| d.as_millis() as u64)
+    const CENTURY_MS: u64 = 100 * 365 * 86_400_000;
+    match value.map(duration::parse) {
+        None => default,
+        Some(Ok(d)) => u64::try_from(d.as_millis()).unwrap_or(CENTURY_MS).min(CENTURY_MS),
+        Some(Err(_)) => CENTURY_MS,
+    }
 }
 
 fn resolve_upstreams(

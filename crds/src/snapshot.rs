@@ -170,10 +170,12 @@ pub struct PriceConfig {
 }
 
 impl PriceConfig {
-    /// Cost in nanodollars of a number of input and output tokens, rounded up.
+    /// Cost in nanodollars of a number of input and output tokens, rounded up; saturates at
+    /// `u64::MAX` (token counts come from upstreams and are not to be trusted).
     pub fn cost_nanos(&self, input_tokens: u64, output_tokens: u64) -> u64 {
-        let total = u128::from(input_tokens) * u128::from(self.input_per_mtok_nanos)
-            + u128::from(output_tokens) * u128::from(self.output_per_mtok_nanos);
+        // Each product fits in u128; their sum may not.
+        let total = (u128::from(input_tokens) * u128::from(self.input_per_mtok_nanos))
+            .saturating_add(u128::from(output_tokens) * u128::from(self.output_per_mtok_nanos));
         u64::try_from(total.div_ceil(1_000_000)).unwrap_or(u64::MAX)
     }
 }

@@ -31,7 +31,9 @@ pub struct UpstreamSpec {
     #[serde(default)]
     pub protocol: Protocol,
     /// Base URL; requests go to `{baseUrl}/chat/completions` and so on.
-    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#\\\\s]+')").message(crate::schema::msg::BASE_URL))]
+    // `[:space:]`, not `\s`: RE2 (the apiserver) and Rust's `regex` (file mode, kube's CEL)
+    // disagree on `\s` beyond ASCII, and both read `[:space:]` as ASCII whitespace.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#[:space:]]+')").message(crate::schema::msg::BASE_URL))]
     pub base_url: String,
     /// Free-form region label, shown by `kubectl get upstreams`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

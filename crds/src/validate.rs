@@ -7,7 +7,6 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::duration;
 use crate::error_budget::{BudgetMethod, ErrorBudgetSpec};
 use crate::model_route::ModelRouteSpec;
 use crate::schema::{DURATION_MESSAGE, MONEY_MESSAGE, msg};
@@ -23,7 +22,7 @@ macro_rules! pattern {
         static $name: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new($re).ok());
     };
 }
-pattern!(BASE_URL, r"^https?://[^/?#\s]+");
+pattern!(BASE_URL, r"^https?://[^/?#[:space:]]+");
 pattern!(HEADER, r"^[A-Za-z0-9-]+$");
 pattern!(DURATION, r"^([0-9]+(ms|s|m|h))+$");
 pattern!(ZERO_DURATION, r"^(0+(ms|s|m|h))+$");
@@ -68,10 +67,16 @@ impl Checks {
     }
 
     fn len(&mut self, len: usize, field: &str, min: usize, max: usize, what: &str) {
-        if len < min {
-            self.fail(field, format!("must list at least {min} {what}"));
-        } else if len > max {
-            self.fail(field, format!("must list at most {max} {what}, got {len}"));
+        if !(min..=max).contains(&len) {
+            self.fail(field, format!("must list {min} to {max} {what}, got {len}"));
+        }
+    }
+
+    /// A string's length in characters, as the schema's `minLength`/`maxLength` count it.
+    fn chars(&mut self, value: &str, field: &str, min: usize, max: usize) {
+        let n = value.chars().count();
+        if n < min || n > max {
+            self.fail(field, format!("must be {min} to {max} characters"));
         }
     }
 
@@ -87,12 +92,27 @@ pub fn is_schema_duration(text: &str) -> bool {
     matches(&DURATION, text) && !matches(&ZERO_DURATION, text)
 }
 
+/// An alert window in minutes, as the CEL rule computes it; `None` unless it matches
+/// the alert window pattern.
+fn alert_window_minutes(window: &str) -> Option<u64> {
+    if !matches(&ALERT_WINDOW, window) {
+        return None;
+    }
+    let (number, unit) = window.split_at(window.len() - 1);
+    let per_unit = match unit {
+        "d" => 1440,
+        "h" => 60,
+        _ => 1,
+    };
+    number.parse::<u64>().ok().map(|n| n * per_unit)
+}
+
 /// Validates an Upstream spec.
 pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
     let mut c = Checks::default();
     c.rule(matches(&BASE_URL, &spec.base_url), "spec.baseUrl", msg::BASE_URL);
     if let Some(region) = &spec.region
-        && region.len() > 63
+        && region.chars().count() > 63
     {
         c.fail("spec.region", "must be at most 63 characters");
     }
@@ -100,8 +120,8 @@ pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
         if let Some(header) = &auth.header {
             c.rule(matches(&HEADER, header), "spec.auth.header", msg::HEADER);
         }
-        c.rule(!auth.secret_ref.name.is_empty(), "spec.auth.secretRef.name", "must not be empty");
-        c.rule(!auth.secret_ref.key.is_empty(), "spec.auth.secretRef.key", "must not be empty");
+        c.chars(&auth.secret_ref.name, "spec.auth.secretRef.name", 1, 253);
+        c.chars(&auth.secret_ref.key, "spec.auth.secretRef.key", 1, 253);
     }
     if let Some(t) = &spec.timeouts {
         c.duration(t.connect.as_deref(), "spec.timeouts.connect");
@@ -143,10 +163,8 @@ pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
     for (i, cand) in spec.candidates.iter().enumerate() {
         let at = format!("spec.candidates[{i}]");
         c.rule(matches(&UPSTREAM_NAME, &cand.upstream), format!("{at}.upstream"), msg::UPSTREAM_NAME);
-        if let Some(m) = &cand.model
-            && (m.is_empty() || m.len() > 256)
-        {
-            c.fail(format!("{at}.model"), "must be 1 to 256 characters");
+        if let Some(m) = &cand.model {
+            c.chars(m, &format!("{at}.model"), 1, 256);
         }
         c.range(cand.weight, &format!("{at}.weight"), 1, 1000);
         if let Some(p) = &cand.price {
@@ -174,6 +192,9 @@ pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
 pub fn error_budget(spec: &ErrorBudgetSpec) -> Vec<FieldError> {
     let mut c = Checks::default();
     c.len(spec.routes.len(), "spec.routes", 1, 64, "routes");
+    for (i, r) in spec.routes.iter().enumerate() {
+        c.chars(r, &format!("spec.routes[{i}]"), 1, 253);
+    }
     let unique = spec.routes.iter().all(|a| spec.routes.iter().filter(|b| *b == a).count() == 1);
     c.rule(unique, "spec.routes", msg::ROUTES_UNIQUE);
     let objective_ok = matches(&OBJECTIVE, &spec.objective)
@@ -202,12 +223,11 @@ pub fn error_budget(spec: &ErrorBudgetSpec) -> Vec<FieldError> {
             let burn_ok =
                 matches(&BURN_RATE, &a.burn_rate) && a.burn_rate.parse::<f64>().is_ok_and(|v| v > 0.0);
             c.rule(burn_ok, format!("{at}.burnRate"), msg::BURN_RATE);
-            // The schema can only compare the strings; here the durations themselves.
-            let shorter = match (duration::parse(&a.short_window), duration::parse(&a.long_window)) {
-                (Ok(s), Ok(l)) => s < l,
+            let shorter = match (alert_window_minutes(&a.short_window), alert_window_minutes(&a.long_window)) {
+                (Some(s), Some(l)) => s < l,
                 _ => true, // already reported above
             };
-            c.rule(a.long_window != a.short_window && shorter, at, msg::ALERT_WINDOWS);
+            c.rule(shorter, at, msg::ALERT_WINDOWS);
         }
     }
     c.0

@@ -1,2 +1,72 @@
 //! sluice-tests: the end-to-end harness. Start with `tests/` in this crate: each file
 //! there is one scenario family, driven over real sockets on ephemeral ports.
+//!
+//! The harness runs everything in the test's own process and runtime:
+//! - [`upstream::ChaosUpstream`] starts a chaos upstream (DESIGN §6) on `127.0.0.1:0`
+//!   and exposes its base URL, its script and its counters; [`upstream::refused_url`]
+//!   gives a URL whose port refuses connections.
+//! - [`manifest`] builds Upstream and ModelRoute manifests as YAML.
+//! - [`gateway::TestGateway`] serves a gateway from those manifests (written to a
+//!   tempdir, SQLite ledger beside them), with the background loops running.
+//! - [`client::Client`] sends OpenAI requests and records replies, SSE events included,
+//!   with their arrival times.
+//! - [`metrics`] reads values out of `/metrics`.
+//!
+//! Everything stops when its handle is dropped (tasks are aborted) or when the test's
+//! runtime ends. No fixed ports are used.
+
+pub mod client;
+pub mod gateway;
+pub mod manifest;
+pub mod metrics;
+pub mod upstream;
+
+use std::time::Duration;
+
+pub use client::{Client, Reply, SseEvent, SseReply};
+pub use gateway::{GatewayOptions, TestGateway};
+pub use manifest::{Doc, route, upstream_doc, yaml};
+pub use upstream::{ChaosUpstream, refused_url};
+
+/// Serialises timing-sensitive tests of one test binary: the test harness runs tests
+/// in parallel threads, and a 2-core CI box cannot time two of them at once fairly.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+/// Logs to the test output when `RUST_LOG` is set (e.g. `RUST_LOG=sluice_gateway=debug`).
+pub fn init_logging() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// Polls `check` every 5 ms until it holds or `within` has passed; returns whether it held.
+pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let end = tokio::time::Instant::now() + within;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The median of some durations (the upper one of an even count).
+pub fn median(samples: &[Duration]) -> Duration {
+    let mut v = samples.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// Milliseconds as `f64`, for messages.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

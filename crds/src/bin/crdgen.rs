@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         [flag, dir] if flag == "--dir" => {
+            std::fs::create_dir_all(dir)?;
             for (file, yaml) in sluice_crds::crd_files()? {
                 std::fs::write(std::path::Path::new(dir).join(file), yaml)?;
             }

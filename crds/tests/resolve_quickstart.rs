@@ -1,0 +1,270 @@
+//! `resolve()` on the quick start (`examples/quickstart/`): every field of the Snapshot,
+//! in milliseconds and nanodollars, defaults filled in; and the defaults of minimal
+//! manifests.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use sluice_crds::error_budget::BudgetMethod;
+use sluice_crds::model_route::{FirstByteAction, Selection};
+use sluice_crds::resolve::{defaults, usd_to_nanos};
+use sluice_crds::snapshot::{
+    AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, LatencyConfig, PriceConfig,
+    ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, UpstreamConfig,
+};
+use sluice_crds::{Snapshot, load_paths, resolve};
+
+const S: u64 = 1_000;
+const MIN: u64 = 60 * S;
+const H: u64 = 60 * MIN;
+const D: u64 = 24 * H;
+const USD: u64 = 1_000_000_000;
+
+fn auth(secret: &str) -> Option<AuthConfig> {
+    Some(AuthConfig { secret: secret.into(), key: "apiKey".into(), header: "authorization".into(), scheme: "Bearer".into() })
+}
+
+fn upstream(name: &str, port: u16, region: &str, secret: &str) -> UpstreamConfig {
+    UpstreamConfig {
+        key: format!("default/{name}"),
+        name: name.into(),
+        namespace: "default".into(),
+        base_url: format!("http://127.0.0.1:{port}/v1"),
+        region: Some(region.into()),
+        auth: auth(secret),
+        connect_timeout_ms: 2 * S,
+        first_byte: FirstByte::Auto,
+        idle_timeout_ms: 60 * S,
+        max_concurrent_requests: None,
+        circuit_breaker: CircuitBreakerConfig {
+            failure_rate_percent: 50,
+            minimum_requests: 20,
+            open_for_ms: 30 * S,
+            half_open_requests: 3,
+        },
+        probe: None,
+    }
+}
+
+fn candidate(upstream: &str, model: &str, weight: u32, input_usd_cents: u64, output_usd_cents: u64) -> CandidateConfig {
+    CandidateConfig {
+        upstream: format!("default/{upstream}"),
+        model: model.into(),
+        weight,
+        price: Some(PriceConfig {
+            input_per_mtok_nanos: input_usd_cents * USD / 100,
+            output_per_mtok_nanos: output_usd_cents * USD / 100,
+        }),
+    }
+}
+
+fn default_alerts() -> Vec<AlertConfig> {
+    let alert = |name: &str, long, short, burn_rate| AlertConfig {
+        name: name.into(),
+        long_window_ms: long,
+        short_window_ms: short,
+        burn_rate,
+    };
+    vec![alert("page", H, 5 * MIN, 14.4), alert("page", 6 * H, 30 * MIN, 6.0), alert("ticket", 3 * D, 6 * H, 1.0)]
+}
+
+fn expected_quickstart() -> Snapshot {
+    let mut us_east = upstream("anthropic-us-east-1", 9101, "us-east-1", "anthropic-key");
+    us_east.first_byte = FirstByte::FixedMs(2 * S);
+    us_east.idle_timeout_ms = 30 * S;
+    us_east.circuit_breaker.open_for_ms = 10 * S;
+    let mut eu_west = upstream("anthropic-eu-west-1", 9102, "eu-west-1", "anthropic-key");
+    eu_west.first_byte = FirstByte::FixedMs(2 * S);
+    let openai = upstream("openai-us", 9103, "us", "openai-key");
+    let upstreams: BTreeMap<String, UpstreamConfig> =
+        [us_east, eu_west, openai].into_iter().map(|u| (u.key.clone(), u)).collect();
+
+    let claude = RouteConfig {
+        key: "default/claude-opus".into(),
+        name: "claude-opus".into(),
+        namespace: "default".into(),
+        model: "claude-opus-4".into(),
+        gateway: "default".into(),
+        deadline_ms: 120 * S,
+        selection: Selection::Ordered,
+        candidates: vec![
+            candidate("anthropic-us-east-1", "claude-opus-4-20250514", 100, 1500, 7500),
+            candidate("anthropic-eu-west-1", "claude-opus-4-20250514", 50, 1500, 7500),
+        ],
+        retry_on: vec![408, 429, 500, 502, 503, 504],
+        on_first_byte_timeout: FirstByteAction::Failover,
+        max_walks: 3,
+        backoff_base_ms: 250,
+        backoff_max_total_ms: 10 * S,
+        default_max_tokens: 4096,
+    };
+    let gpt = RouteConfig {
+        key: "default/gpt-4o".into(),
+        name: "gpt-4o".into(),
+        model: "gpt-4o".into(),
+        deadline_ms: 540 * S,
+        selection: Selection::Weighted,
+        candidates: vec![candidate("openai-us", "gpt-4o-2024-08-06", 100, 250, 1000)],
+        max_walks: 5,
+        backoff_max_total_ms: 30 * S,
+        ..claude.clone()
+    };
+
+    let availability = BudgetConfig {
+        key: "default/chat-availability".into(),
+        name: "chat-availability".into(),
+        namespace: "default".into(),
+        routes: vec!["default/claude-opus".into(), "default/gpt-4o".into()],
+        objective: "99.9".into(),
+        objective_ratio: 99.9 / 100.0,
+        window_ms: 30 * D,
+        method: BudgetMethod::Occurrences,
+        timeslice_ms: None,
+        latency: None,
+        alerts: default_alerts(),
+    };
+    let timeslices = BudgetConfig {
+        key: "default/opus-timeslices".into(),
+        name: "opus-timeslices".into(),
+        routes: vec!["default/claude-opus".into()],
+        objective: "99.95".into(),
+        objective_ratio: 99.95 / 100.0,
+        method: BudgetMethod::Timeslices,
+        timeslice_ms: Some(MIN),
+        latency: Some(LatencyConfig { threshold_ms: 10 * S, percentile: 99 }),
+        ..availability.clone()
+    };
+    Snapshot { format: SNAPSHOT_FORMAT, upstreams, routes: vec![claude, gpt], budgets: vec![availability, timeslices] }
+}
+
+#[test]
+fn the_quickstart_resolves_to_the_expected_snapshot() {
+    let dir = common::repo_root().join("examples/quickstart");
+    let manifests = load_paths(std::slice::from_ref(&dir));
+    // The quick start's secrets directory has the §3 layout: <secret>/<key>.
+    let secrets = |_: &str, name: &str, key: &str| dir.join("secrets").join(name).join(key).is_file();
+    let resolved = resolve(&manifests, &secrets);
+    assert_eq!(common::problems(&resolved), Vec::<String>::new());
+    assert!(resolved.is_clean());
+    assert_eq!(resolved.snapshot, expected_quickstart());
+}
+
+#[test]
+fn the_snapshot_survives_json_and_has_the_documented_shape() {
+    let snapshot = expected_quickstart();
+    let json = serde_json::to_value(&snapshot).expect("serializes");
+    let back: Snapshot = serde_json::from_value(json.clone()).expect("deserializes");
+    assert_eq!(back, snapshot);
+    let route = &json["routes"][0];
+    assert_eq!(route["deadlineMs"], 120_000);
+    assert_eq!(route["candidates"][0]["price"]["inputPerMtokNanos"], 15_000_000_000_u64);
+    assert_eq!(route["onFirstByteTimeout"], "failover");
+    assert_eq!(json["upstreams"]["default/openai-us"]["firstByte"], "auto");
+    assert_eq!(json["upstreams"]["default/anthropic-us-east-1"]["firstByte"]["fixedMs"], 2000);
+    assert_eq!(json["budgets"][1]["method"], "timeslices");
+    assert_eq!(snapshot.route_for_model("gpt-4o").map(|r| r.name.as_str()), Some("gpt-4o"));
+    assert_eq!(snapshot.route_for_model("gpt-5"), None);
+}
+
+const MINIMAL: &str = r#"
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {name: bare}
+spec: {baseUrl: "https://api.example.com/v1/"}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {name: dressed, namespace: team-a}
+spec:
+  baseUrl: https://api.example.com
+  auth: {secretRef: {name: k, key: v}, header: X-Api-Key, scheme: ""}
+  timeouts: {firstByte: 1m30s}
+  probe: {}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata: {name: minimal}
+spec:
+  model: m
+  candidates: [{upstream: bare, price: {input: "0.000000001", output: "1234567.123456789"}}]
+---
+apiVersion: sluice.dev/v1alpha1
+kind: ErrorBudget
+metadata: {name: minimal}
+spec:
+  routes: [minimal]
+  objective: "99"
+  window: 1h
+  latency: {threshold: 250ms}
+"#;
+
+#[test]
+fn minimal_manifests_get_the_documented_defaults() {
+    let resolved = common::resolve_text(MINIMAL);
+    assert_eq!(common::problems(&resolved), Vec::<String>::new());
+    let snap = &resolved.snapshot;
+
+    let bare = &snap.upstreams["default/bare"];
+    assert_eq!(bare.base_url, "https://api.example.com/v1", "trailing slash trimmed");
+    assert_eq!((bare.region.as_deref(), bare.auth.as_ref(), bare.probe.as_ref()), (None, None, None));
+    assert_eq!(bare.connect_timeout_ms, defaults::CONNECT_MS);
+    assert_eq!(bare.first_byte, FirstByte::Auto);
+    assert_eq!(bare.idle_timeout_ms, defaults::IDLE_MS);
+    assert_eq!(bare.circuit_breaker, CircuitBreakerConfig { failure_rate_percent: 50, minimum_requests: 20, open_for_ms: 30 * S, half_open_requests: 3 });
+
+    let dressed = &snap.upstreams["team-a/dressed"];
+    assert_eq!(dressed.namespace, "team-a");
+    assert_eq!(dressed.auth, Some(AuthConfig { secret: "k".into(), key: "v".into(), header: "x-api-key".into(), scheme: String::new() }));
+    assert_eq!(dressed.first_byte, FirstByte::FixedMs(90 * S));
+    assert_eq!(dressed.probe, Some(ProbeConfig { interval_ms: 90 * S, path: "/models".into() }));
+
+    let route = &snap.routes[0];
+    assert_eq!((route.gateway.as_str(), route.deadline_ms, route.selection), (defaults::GATEWAY, defaults::DEADLINE_MS, Selection::Ordered));
+    assert_eq!(route.candidates, [CandidateConfig {
+        upstream: "default/bare".into(),
+        model: "m".into(),
+        weight: defaults::WEIGHT,
+        price: Some(PriceConfig { input_per_mtok_nanos: 1, output_per_mtok_nanos: 1_234_567_123_456_789 }),
+    }]);
+    assert_eq!(route.retry_on, defaults::RETRY_ON);
+    assert_eq!(route.on_first_byte_timeout, FirstByteAction::Failover);
+    assert_eq!((route.max_walks, route.backoff_base_ms, route.backoff_max_total_ms), (defaults::MAX_WALKS, defaults::BACKOFF_BASE_MS, defaults::BACKOFF_MAX_TOTAL_MS));
+    assert_eq!(route.default_max_tokens, defaults::MAX_TOKENS);
+
+    let budget = &snap.budgets[0];
+    assert_eq!((budget.objective_ratio, budget.window_ms, budget.method), (0.99, H, BudgetMethod::Occurrences));
+    assert_eq!(budget.latency, Some(LatencyConfig { threshold_ms: 250, percentile: 99 }));
+    assert_eq!(budget.alerts, default_alerts());
+}
+
+#[test]
+fn durations_the_schema_accepts_but_too_long_to_parse_are_capped_not_defaulted() {
+    let century = 100 * 365 * D;
+    let text = MINIMAL.replace("objective: \"99\"", "objective: \"99\"\n  alerts: [{name: forever, longWindow: 99999d, shortWindow: 1h, burnRate: \"1\"}]")
+        .replace("model: m\n", "model: m\n  deadline: 99999999999999999999999h\n");
+    let resolved = common::resolve_text(&text);
+    assert_eq!(common::problems(&resolved), Vec::<String>::new());
+    assert_eq!(resolved.snapshot.routes[0].deadline_ms, century);
+    assert_eq!(resolved.snapshot.budgets[0].alerts[0].long_window_ms, century);
+}
+
+#[test]
+fn usd_strings_convert_to_exact_nanodollars() {
+    assert_eq!(usd_to_nanos("15.00"), Some(15 * USD));
+    assert_eq!(usd_to_nanos("2.5"), Some(2_500_000_000));
+    assert_eq!(usd_to_nanos("0"), Some(0));
+    assert_eq!(usd_to_nanos("0.000000001"), Some(1));
+    assert_eq!(usd_to_nanos("9999999.999999999"), Some(9_999_999_999_999_999));
+    assert_eq!(usd_to_nanos("0.0000000001"), None, "ten decimals");
+    assert_eq!(usd_to_nanos(".5"), None);
+    assert_eq!(usd_to_nanos("1e3"), None);
+    assert_eq!(usd_to_nanos("99999999999999"), None, "overflows u64 nanodollars");
+
+    let price = PriceConfig { input_per_mtok_nanos: 15 * USD, output_per_mtok_nanos: 75 * USD };
+    assert_eq!(price.cost_nanos(1_000_000, 0), 15 * USD);
+    assert_eq!(price.cost_nanos(1, 0), 15_000, "exact: 15e9 / 1e6");
+    let odd = PriceConfig { input_per_mtok_nanos: 1, output_per_mtok_nanos: 0 };
+    assert_eq!(odd.cost_nanos(1, 0), 1, "rounded up, never down");
+    assert_eq!(PriceConfig { input_per_mtok_nanos: u64::MAX, output_per_mtok_nanos: u64::MAX }.cost_nanos(u64::MAX, u64::MAX), u64::MAX);
+}

@@ -1,0 +1,96 @@
+//! The shared state of a serving gateway.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_ledger::Ledger;
+
+use crate::config::source::{Secrets, Source};
+use crate::config::{Carry, Current, Runtime};
+use crate::health::HealthSettings;
+use crate::metrics::{Metrics, ReloadLabel, ReloadResult};
+use crate::sli::Sli;
+
+/// How clients authenticate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// `Authorization: Bearer sk-sluice-…` keys from the ledger; requests are billed.
+    Keys,
+    /// No keys and no billing; SLI rollups still flow.
+    None,
+}
+
+/// Everything a request handler needs.
+pub struct Gateway {
+    /// Serving config.
+    pub current: Current,
+    /// State carried across config versions.
+    pub carry: Carry,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Health settings.
+    pub settings: HealthSettings,
+    /// Upstream credentials.
+    pub secrets: Secrets,
+    /// The ledger, if any.
+    pub ledger: Option<Ledger>,
+    /// Client auth.
+    pub auth: AuthMode,
+    /// Request body limit in bytes.
+    pub max_body: usize,
+    /// Reservation lifetime before the reaper may release it.
+    pub reservation_ttl: Duration,
+    /// Rollups not yet flushed.
+    pub sli: Sli,
+    /// Where config comes from.
+    pub source: Option<Source>,
+}
+
+impl Gateway {
+    /// A gateway with no config yet.
+    pub fn new(settings: HealthSettings, secrets: Secrets, ledger: Option<Ledger>, auth: AuthMode) -> Self {
+        Self {
+            current: Current::default(),
+            carry: Carry::default(),
+            metrics: Metrics::new(),
+            settings,
+            secrets,
+            ledger,
+            auth,
+            max_body: 8 * 1024 * 1024,
+            reservation_ttl: Duration::from_secs(900),
+            sli: Sli::default(),
+            source: None,
+        }
+    }
+
+    /// Loads the config source once; on success installs it. Returns the outcome for
+    /// logging; the old version keeps serving on failure.
+    pub fn reload(&self) -> Result<usize, String> {
+        let Some(source) = &self.source else { return Err("no config source".into()) };
+        let result = source.load(self.secrets.dir()).map_err(|e| e.to_string()).and_then(|loaded| {
+            for w in &loaded.warnings {
+                tracing::warn!(problem = %w, "config warning");
+            }
+            self.secrets.refresh(&loaded.snapshot);
+            let routes = loaded.snapshot.routes.len();
+            let runtime = Runtime::build(loaded.snapshot, &self.carry, &self.metrics).map_err(|e| e.to_string())?;
+            self.current.set(runtime);
+            Ok(routes)
+        });
+        let label = if result.is_ok() { ReloadResult::Ok } else { ReloadResult::Rejected };
+        self.metrics.config_reloads.get_or_create(&ReloadLabel { result: label }).inc();
+        result
+    }
+
+    /// Installs a snapshot directly (tests, demo).
+    pub fn install(&self, snapshot: sluice_crds::Snapshot) -> Result<(), reqwest::Error> {
+        self.secrets.refresh(&snapshot);
+        let runtime = Runtime::build(snapshot, &self.carry, &self.metrics)?;
+        self.current.set(runtime);
+        Ok(())
+    }
+}
+
+/// Shared handle.
+pub type SharedGateway = Arc<Gateway>;

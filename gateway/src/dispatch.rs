@@ -1,0 +1,300 @@
+//! The dispatcher (DESIGN §4): walks a route's candidates in order of effective weight,
+//! gives each its share of the deadline, fails over only on retryable failures, backs
+//! off with full jitter between walks, and hedges on a first-byte timeout if asked to.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use futures::stream::FuturesUnordered;
+use futures::{Future, StreamExt};
+use sluice_crds::model_route::FirstByteAction;
+
+use crate::config::Route;
+use crate::config::source::Secrets;
+use crate::error::ApiError;
+use crate::health::HealthSettings;
+use crate::metrics::{Metrics, RouteReason};
+use crate::outcome::{AttemptError, Outcome};
+use crate::request::ClientRequest;
+use crate::sli::Sli;
+use crate::config::UpstreamHandle;
+
+pub mod attempt;
+pub mod backoff;
+pub mod order;
+
+pub use attempt::Started;
+
+/// What the dispatcher needs besides the route and request.
+pub struct DispatchCtx<'a> {
+    /// Upstream credentials.
+    pub secrets: &'a Secrets,
+    /// Health settings.
+    pub settings: &'a HealthSettings,
+    /// Metrics.
+    pub metrics: &'a Metrics,
+    /// Request id, sent upstream and logged.
+    pub request_id: &'a str,
+    /// SLI rollups.
+    pub sli: &'a Sli,
+}
+
+/// A request committed to a candidate.
+pub struct Dispatched {
+    /// The answer so far.
+    pub started: Started,
+    /// Index of the serving candidate in `route.candidates`.
+    pub candidate: usize,
+    /// Whether the serving attempt held a trial slot (its health is recorded at the end).
+    pub trial: bool,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Outcomes of the attempts that failed over.
+    pub failovers: Vec<Outcome>,
+}
+
+/// A request that found no answer.
+pub struct Failed {
+    /// What to answer.
+    pub error: ApiError,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Outcomes of the attempts that failed.
+    pub failovers: Vec<Outcome>,
+}
+
+type AttemptFuture<'a> = Pin<Box<dyn Future<Output = (usize, bool, Instant, Result<Started, AttemptError>)> + Send + 'a>>;
+
+/// Dispatches a request over the route's candidates.
+pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest) -> Result<Dispatched, Failed> {
+    let cfg = &route.cfg;
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(cfg.deadline_ms);
+    let hedge = req.stream && cfg.on_first_byte_timeout == FirstByteAction::Hedge;
+    let mut excluded = vec![false; route.candidates.len()];
+    let mut attempts = 0u32;
+    let mut failovers: Vec<Outcome> = Vec::new();
+    let mut waited = Duration::ZERO;
+    let mut last_walk: Vec<(usize, AttemptError)> = Vec::new();
+    // ThreadRng is not Send; a seeded StdRng can live across awaits.
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_rng(&mut rand::rng());
+
+    for walk in 0..cfg.max_walks.max(1) {
+        let picks = order::order(route, ctx.settings, Instant::now(), &excluded, &mut rng);
+        if picks.is_empty() {
+            break;
+        }
+        last_walk.clear();
+        let mut next = 0usize;
+        let mut running: FuturesUnordered<AttemptFuture<'_>> = FuturesUnordered::new();
+        let mut launched_trials = BTreeSet::new();
+        loop {
+            if running.is_empty() {
+                if next >= picks.len() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    release_trials(route, &picks[next..]);
+                    return Err(deadline_failure(route, attempts, failovers));
+                }
+            }
+            // Launch the next candidate when nothing runs; with hedging, also when the
+            // running attempt has been silent past its first-byte limit.
+            let mut hedge_timer: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(futures::future::pending());
+            if running.is_empty() {
+                let Some(pick) = picks.get(next).copied() else { break };
+                next += 1;
+                attempts += 1;
+                if let Some(prev) = failovers.last().copied().filter(|_| attempts > 1) {
+                    ctx.metrics.failovers.get_or_create(&RouteReason { route: cfg.name.clone(), reason: prev }).inc();
+                }
+                if pick.trial {
+                    launched_trials.insert(pick.idx);
+                }
+                running.push(launch(ctx, route, req, pick.idx, pick.trial, deadline, picks.len() - next + 1, hedge));
+            }
+            if hedge && next < picks.len()
+                && let Some(c) = picks.get(next.saturating_sub(1)).and_then(|p| route.candidates.get(p.idx))
+            {
+                let limit = c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte);
+                hedge_timer = Box::pin(tokio::time::sleep(limit));
+            }
+            tokio::select! {
+                Some((idx, trial, began, result)) = running.next() => {
+                    launched_trials.remove(&idx);
+                    match result {
+                        Ok(started) => {
+                            // Hedged losers are dropped (cancelled) with `running`.
+                            for idx in launched_trials {
+                                if let Some(c) = route.candidates.get(idx) {
+                                    c.upstream.health.cancel_trial();
+                                }
+                            }
+                            release_trials(route, picks.get(next..).unwrap_or_default());
+                            if let Some(c) = route.candidates.get(idx) {
+                                c.upstream.health.record_first_byte(started.first_byte);
+                                c.upstream.metrics.first_byte.observe(started.first_byte.as_secs_f64());
+                                // A stream's attempt is recorded when it ends (it may still break).
+                                if !req.stream {
+                                    record_attempt(&c.upstream, ctx.settings, ctx.sli, Outcome::Ok, trial, None, Some(started.first_byte));
+                                }
+                            }
+                            return Ok(Dispatched { started, candidate: idx, trial, attempts, failovers });
+                        }
+                        Err(e) => {
+                            if let Some(c) = route.candidates.get(idx) {
+                                record_attempt(&c.upstream, ctx.settings, ctx.sli, e.outcome, trial, e.retry_after, None);
+                            }
+                            log_failure(ctx, route, idx, &e, began, deadline);
+                            if !e.retryable {
+                                drop(running);
+                                release_trials(route, picks.get(next..).unwrap_or_default());
+                                let error = match e.passthrough {
+                                    Some(p) => ApiError::Upstream(p),
+                                    None => ApiError::UpstreamsUnavailable(e.detail),
+                                };
+                                return Err(Failed { error, attempts, failovers });
+                            }
+                            failovers.push(e.outcome);
+                            if e.outcome.timed_out()
+                                && let Some(slot) = excluded.get_mut(idx)
+                            {
+                                *slot = true;
+                            }
+                            last_walk.push((idx, e));
+                        }
+                    }
+                }
+                () = &mut hedge_timer => {
+                    if let Some(pick) = picks.get(next).copied() {
+                        next += 1;
+                        attempts += 1;
+                        if pick.trial {
+                            launched_trials.insert(pick.idx);
+                        }
+                        running.push(launch(ctx, route, req, pick.idx, pick.trial, deadline, picks.len() - next + 1, hedge));
+                    }
+                }
+            }
+        }
+        // Every candidate of the walk failed retryably.
+        if walk + 1 >= cfg.max_walks {
+            break;
+        }
+        let hint = last_walk.iter().filter_map(|(_, e)| e.retry_after).max();
+        let wait = backoff::full_jitter(Duration::from_millis(cfg.backoff_base_ms), walk, &mut rng).max(hint.unwrap_or_default());
+        let max_total = Duration::from_millis(cfg.backoff_max_total_ms);
+        if waited + wait > max_total || Instant::now() + wait >= deadline {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+        waited += wait;
+    }
+    Err(exhausted(route, attempts, failovers, &last_walk, deadline))
+}
+
+#[expect(clippy::too_many_arguments, reason = "one call site; a struct would only rename the arguments")]
+fn launch<'a>(
+    ctx: &'a DispatchCtx<'_>,
+    route: &'a Route,
+    req: &'a ClientRequest,
+    idx: usize,
+    trial: bool,
+    deadline: Instant,
+    untried: usize,
+    hedge: bool,
+) -> AttemptFuture<'a> {
+    Box::pin(async move {
+        let began = Instant::now();
+        let Some(c) = route.candidates.get(idx) else {
+            return (idx, trial, began, Err(AttemptError::transport(Outcome::Connect, "candidate vanished")));
+        };
+        // Per-candidate budget: remaining deadline ÷ candidates not yet tried.
+        let budget = deadline.saturating_duration_since(began) / u32::try_from(untried.max(1)).unwrap_or(1);
+        let first_byte = (req.stream && !hedge).then(|| c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte));
+        let spec = attempt::AttemptSpec {
+            path: req.endpoint.upstream_path(),
+            body: req.upstream_body(&c.cfg.model, route.cfg.default_max_tokens),
+            stream: req.stream,
+            first_byte,
+            budget,
+            retry_on: &route.cfg.retry_on,
+            request_id: ctx.request_id,
+        };
+        let result = attempt::run(&c.upstream, ctx.secrets, spec).await;
+        (idx, trial, began, result)
+    })
+}
+
+/// Records an attempt's outcome in health, metrics and SLI rollups.
+pub fn record_attempt(
+    up: &UpstreamHandle,
+    settings: &HealthSettings,
+    sli: &Sli,
+    outcome: Outcome,
+    trial: bool,
+    retry_after: Option<Duration>,
+    first_byte: Option<Duration>,
+) {
+    up.health.record(outcome, trial, retry_after, &up.cfg.circuit_breaker, settings, Instant::now());
+    up.metrics.attempt(outcome);
+    sli.attempt(&up.cfg.key, outcome, first_byte.map(|d| d.as_millis() as u64));
+}
+
+fn release_trials(route: &Route, picks: &[order::Pick]) {
+    for p in picks.iter().filter(|p| p.trial) {
+        if let Some(c) = route.candidates.get(p.idx) {
+            c.upstream.health.cancel_trial();
+        }
+    }
+}
+
+fn log_failure(ctx: &DispatchCtx<'_>, route: &Route, idx: usize, e: &AttemptError, began: Instant, deadline: Instant) {
+    let upstream = route.candidates.get(idx).map_or("?", |c| c.upstream.cfg.name.as_str());
+    tracing::warn!(
+        request_id = ctx.request_id,
+        route = %route.cfg.name,
+        upstream,
+        reason = e.outcome.as_str(),
+        detail = %e.detail,
+        elapsed_ms = began.elapsed().as_millis() as u64,
+        remaining_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+        retryable = e.retryable,
+        "attempt failed"
+    );
+}
+
+fn deadline_failure(route: &Route, attempts: u32, failovers: Vec<Outcome>) -> Failed {
+    let message = format!(
+        "the route {:?} ran out of its {}ms deadline after {attempts} attempt(s)",
+        route.cfg.name, route.cfg.deadline_ms
+    );
+    Failed { error: ApiError::DeadlineExceeded(message), attempts, failovers }
+}
+
+/// The answer when every walk failed: 504 if the deadline ran out, 429 if throttling was
+/// the cause, else 503 naming each candidate and why.
+fn exhausted(route: &Route, attempts: u32, failovers: Vec<Outcome>, last_walk: &[(usize, AttemptError)], deadline: Instant) -> Failed {
+    // Within 1% (and 20ms) of the deadline counts as having run out of it.
+    let slack = Duration::from_millis((route.cfg.deadline_ms / 100).max(20));
+    if Instant::now() + slack >= deadline {
+        return deadline_failure(route, attempts, failovers);
+    }
+    let throttled = !last_walk.is_empty() && last_walk.iter().all(|(_, e)| e.outcome == Outcome::Http429);
+    let reasons: Vec<String> = last_walk
+        .iter()
+        .map(|(idx, e)| {
+            let name = route.candidates.get(*idx).map_or("?", |c| c.upstream.cfg.name.as_str());
+            format!("{name}: {} ({})", e.outcome.as_str(), e.detail)
+        })
+        .collect();
+    let detail = if reasons.is_empty() { "no candidate could be tried".to_string() } else { reasons.join("; ") };
+    if throttled {
+        let retry_after = last_walk.iter().filter_map(|(_, e)| e.retry_after).max().unwrap_or(Duration::from_secs(1));
+        let message = format!("every candidate of {:?} is throttling after {attempts} attempt(s): {detail}", route.cfg.model);
+        return Failed { error: ApiError::RateLimited { message, retry_after }, attempts, failovers };
+    }
+    let message = format!("every candidate of {:?} failed after {attempts} attempt(s): {detail}", route.cfg.model);
+    Failed { error: ApiError::UpstreamsUnavailable(message), attempts, failovers }
+}

@@ -1,0 +1,106 @@
+//! Errors the gateway answers with, classified once at the edge (STYLE rule 3): one
+//! place maps an error to HTTP status, OpenAI error body and the `code` metric label.
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+
+use crate::outcome::Passthrough;
+
+/// An error answered to the client in the OpenAI shape (DESIGN §3).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Bad JSON, missing or invalid fields.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Missing or unknown API key.
+    #[error("{0}")]
+    InvalidApiKey(String),
+    /// The wallet cannot cover the reservation.
+    #[error("{0}")]
+    InsufficientQuota(String),
+    /// No route serves the model.
+    #[error("the model {0:?} does not exist or you do not have access to it")]
+    ModelNotFound(String),
+    /// Body over the limit.
+    #[error("request body is larger than the limit of {0} bytes")]
+    RequestTooLarge(usize),
+    /// Every candidate throttled after backoff.
+    #[error("{message}")]
+    RateLimited {
+        /// What happened.
+        message: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// Every candidate failed.
+    #[error("{0}")]
+    UpstreamsUnavailable(String),
+    /// The route's deadline ran out.
+    #[error("{0}")]
+    DeadlineExceeded(String),
+    /// The gateway is not ready (no config or ledger).
+    #[error("{0}")]
+    NotReady(String),
+    /// A non-retryable upstream answer, passed through unchanged.
+    #[error("upstream answered {}", .0.status)]
+    Upstream(Passthrough),
+}
+
+impl ApiError {
+    /// HTTP status, OpenAI `type` and `code`.
+    pub fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_request"),
+            ApiError::InvalidApiKey(_) => (StatusCode::UNAUTHORIZED, "authentication_error", "invalid_api_key"),
+            ApiError::InsufficientQuota(_) => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "insufficient_quota"),
+            ApiError::ModelNotFound(_) => (StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found"),
+            ApiError::RequestTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large"),
+            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limited"),
+            ApiError::UpstreamsUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "upstreams_unavailable"),
+            ApiError::DeadlineExceeded(_) => (StatusCode::GATEWAY_TIMEOUT, "api_error", "deadline_exceeded"),
+            ApiError::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "not_ready"),
+            ApiError::Upstream(p) => (p.status, "upstream_error", "upstream_error"),
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// Whether this answer counts as a bad event for error budgets (§2): 5xx, and 429
+    /// after every candidate was throttled. Client errors are neither good nor bad.
+    pub fn is_bad(&self) -> bool {
+        let status = self.status();
+        status.is_server_error() || matches!(self, ApiError::RateLimited { .. })
+    }
+
+    /// The OpenAI-shaped JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        let (_, kind, code) = self.parts();
+        serde_json::json!({"error": {"message": self.to_string(), "type": kind, "code": code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Upstream(p) = self {
+            let mut response = (p.status, p.body).into_response();
+            if let Some(ct) = p.headers.get(header::CONTENT_TYPE) {
+                response.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
+            }
+            return response;
+        }
+        let status = self.status();
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if let ApiError::RateLimited { retry_after, .. } = &self {
+            let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}

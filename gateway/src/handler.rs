@@ -1,0 +1,247 @@
+//! The request path of the OpenAI endpoints: authenticate, validate, reserve, dispatch,
+//! answer (or relay the stream), settle, count.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde::Deserialize;
+use sluice_ledger::{AccountRef, LedgerError, Reservation, format_usd};
+
+use crate::app::{AuthMode, Gateway};
+use crate::config::Route;
+use crate::dispatch::{self, DispatchCtx, Dispatched, Failed};
+use crate::error::ApiError;
+use crate::metrics::RouteCode;
+use crate::outcome::Outcome;
+use crate::relay::{self, StreamEnd};
+use crate::request::{ClientRequest, Endpoint};
+use crate::sse::Usage;
+
+/// Handles one OpenAI request end to end.
+pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
+    let request_id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map_or_else(new_request_id, str::to_string);
+    let mut response = match serve(&gw, endpoint, &headers, body, &request_id).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-request-id", v);
+    }
+    response
+}
+
+fn new_request_id() -> String {
+    format!("req_{:032x}", rand::random::<u128>())
+}
+
+async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body: Bytes, request_id: &str) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let account = authenticate(gw, headers).await?;
+    if body.len() > gw.max_body {
+        return Err(ApiError::RequestTooLarge(gw.max_body));
+    }
+    let req = ClientRequest::parse(endpoint, &body)?;
+    let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
+    let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
+    let reservation = match &account {
+        Some(a) => reserve(gw, &route, &req, a, request_id).await?,
+        None => None,
+    };
+    let ctx = DispatchCtx { secrets: &gw.secrets, settings: &gw.settings, metrics: &gw.metrics, request_id, sli: &gw.sli };
+    match dispatch::dispatch(&ctx, &route, &req).await {
+        Ok(d) if req.stream => Ok(stream_answer(gw, route.clone(), &req, d, reservation, started)),
+        Ok(d) => Ok(answer(gw, &route, &req, d, reservation, started).await),
+        Err(f) => Ok(failure(gw, &route, f, reservation, started).await),
+    }
+}
+
+async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<AccountRef>, ApiError> {
+    if gw.auth == AuthMode::None {
+        return Ok(None);
+    }
+    let Some(ledger) = &gw.ledger else {
+        return Err(ApiError::NotReady("auth is keys but no ledger is configured".into()));
+    };
+    let key = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| ApiError::InvalidApiKey("missing API key: send Authorization: Bearer sk-sluice-…".into()))?;
+    match ledger.authenticate(key).await {
+        Ok(Some(account)) => Ok(Some(account)),
+        Ok(None) => Err(ApiError::InvalidApiKey("incorrect API key provided".into())),
+        Err(e) => Err(ApiError::NotReady(format!("the ledger is unreachable: {e}"))),
+    }
+}
+
+/// Reserves the most the request can cost on any candidate (DESIGN §5).
+async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &AccountRef, request_id: &str) -> Result<Option<Reservation>, ApiError> {
+    let output = req.reserved_output(route.cfg.default_max_tokens);
+    let estimate = route
+        .candidates
+        .iter()
+        .filter_map(|c| c.cfg.price)
+        .map(|p| p.cost_nanos(req.input_bound, output))
+        .max()
+        .unwrap_or(0);
+    if estimate == 0 {
+        return Ok(None);
+    }
+    let Some(ledger) = &gw.ledger else { return Ok(None) };
+    let estimate = i64::try_from(estimate).unwrap_or(i64::MAX);
+    match ledger.reserve(account.id, estimate, gw.reservation_ttl, request_id).await {
+        Ok(r) => {
+            gw.metrics.reservations_open.inc();
+            Ok(Some(r))
+        }
+        Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => Err(ApiError::InsufficientQuota(format!(
+            "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}) and account {:?} has ${} available",
+            format_usd(needed_nanos),
+            req.input_bound,
+            account.name,
+            format_usd(available_nanos.max(0)),
+        ))),
+        Err(e) => Err(ApiError::NotReady(format!("the ledger is unreachable: {e}"))),
+    }
+}
+
+/// Settles with the serving candidate's price, or releases on failure. Runs in the
+/// background of a finished stream, so errors are logged, not returned.
+async fn settle(gw: &Gateway, route: &Route, candidate: Option<usize>, reservation: Option<Reservation>, usage: Option<Usage>) {
+    let Some(r) = reservation else { return };
+    gw.metrics.reservations_open.dec();
+    let cand = candidate.and_then(|i| route.candidates.get(i));
+    let (Some(c), Some(u)) = (cand, usage) else {
+        if let Err(e) = r.release().await {
+            tracing::error!(error = %e, "releasing a reservation failed; the reaper will release it at expiry");
+        }
+        return;
+    };
+    let cost = c.cfg.price.map_or(0, |p| p.cost_nanos(u.prompt_tokens, u.completion_tokens));
+    let ledger_usage = sluice_ledger::Usage {
+        input_tokens: u.prompt_tokens,
+        output_tokens: u.completion_tokens,
+        upstream: Some(c.upstream.cfg.key.clone()),
+    };
+    match r.settle(i64::try_from(cost).unwrap_or(i64::MAX), ledger_usage).await {
+        Ok(s) => {
+            route.metrics.spend.inc_by(u64::try_from(s.charged_nanos).unwrap_or(0));
+        }
+        Err(e) => tracing::error!(error = %e, "settling a reservation failed; the reaper will release it at expiry"),
+    }
+}
+
+fn count_tokens(route: &Route, usage: Option<Usage>) {
+    if let Some(u) = usage {
+        route.metrics.input_tokens.inc_by(u.prompt_tokens);
+        route.metrics.output_tokens.inc_by(u.completion_tokens);
+    }
+}
+
+fn count_request(gw: &Gateway, route: &Route, status: StatusCode, started: Instant) {
+    gw.metrics.requests.get_or_create(&RouteCode { route: route.cfg.name.clone(), code: status.as_u16() }).inc();
+    route.metrics.duration.observe(started.elapsed().as_secs_f64());
+}
+
+fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&str>, attempts: u32, failovers: &[Outcome]) {
+    if let Some(Ok(v)) = upstream.map(HeaderValue::from_str) {
+        headers.insert("x-sluice-upstream", v);
+    }
+    headers.insert("x-sluice-attempts", HeaderValue::from(attempts));
+    if !failovers.is_empty() {
+        let labels: Vec<&str> = failovers.iter().map(|o| o.as_str()).collect();
+        if let Ok(v) = HeaderValue::from_str(&labels.join(",")) {
+            headers.insert("x-sluice-failover", v);
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct UsagePeek {
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+async fn answer(gw: &Gateway, route: &Route, req: &ClientRequest, d: Dispatched, reservation: Option<Reservation>, started: Instant) -> Response {
+    let usage = serde_json::from_slice::<UsagePeek>(&d.started.first).ok().and_then(|p| p.usage);
+    let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
+    settle(gw, route, Some(d.candidate), reservation, usage).await;
+    count_tokens(route, usage);
+    count_request(gw, route, d.started.status, started);
+    gw.sli.request(&route.cfg.key, false, started.elapsed().as_millis() as u64, u64::from(d.attempts.saturating_sub(1)));
+    let mut response = (d.started.status, d.started.first.clone()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        d.started.content_type.clone().unwrap_or_else(|| HeaderValue::from_static("application/json")),
+    );
+    sluice_headers(headers, Some(&d.started.upstream.cfg.name), d.attempts, &d.failovers);
+    response
+}
+
+fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: Dispatched, reservation: Option<Reservation>, started: Instant) -> Response {
+    let Dispatched { started: s, candidate, trial, attempts, failovers } = d;
+    let upstream = s.upstream.clone();
+    let first_byte_ms = started.elapsed().as_millis() as u64;
+    let idle = std::time::Duration::from_millis(upstream.cfg.idle_timeout_ms);
+    let status = s.status;
+    let gw2 = gw.clone();
+    let route2 = route.clone();
+    let in_flight = s.in_flight;
+    let first_byte = s.first_byte;
+    let input_bound = req.input_bound;
+    let on_end = move |end: StreamEnd| {
+        drop(in_flight);
+        // A client that went away says nothing about the upstream.
+        let outcome = if end.client_gone { Outcome::Ok } else { end.outcome };
+        dispatch::record_attempt(&upstream, &gw2.settings, &gw2.sli, outcome, trial, None, Some(first_byte));
+        if end.dropped > 0 {
+            gw2.metrics.dropped_events.inc_by(end.dropped);
+        }
+        gw2.sli.request(&route2.cfg.key, outcome != Outcome::Ok, first_byte_ms, u64::from(attempts.saturating_sub(1)));
+        count_request(&gw2, &route2, status, started);
+        // Without reported usage, bill what is known: the input bound and one token per
+        // content event, never more than was reserved.
+        let usage = end.usage.or_else(|| {
+            (end.content_events > 0).then_some(Usage { prompt_tokens: input_bound, completion_tokens: end.content_events })
+        });
+        count_tokens(&route2, usage);
+        tokio::spawn(async move { settle(&gw2, &route2, Some(candidate), reservation, usage).await });
+    };
+    let body = match s.rest {
+        Some(rest) => relay::relay(s.first, rest, req.wants_usage, idle, on_end),
+        None => {
+            on_end(StreamEnd { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0 });
+            axum::body::Body::empty()
+        }
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    let name = route.candidates.get(candidate).map(|c| c.upstream.cfg.name.as_str());
+    sluice_headers(headers, name, attempts, &failovers);
+    response
+}
+
+async fn failure(gw: &Gateway, route: &Route, f: Failed, reservation: Option<Reservation>, started: Instant) -> Response {
+    settle(gw, route, None, reservation, None).await;
+    let status = f.error.status();
+    count_request(gw, route, status, started);
+    if !status.is_client_error() || matches!(f.error, ApiError::RateLimited { .. }) {
+        gw.sli.request(&route.cfg.key, f.error.is_bad(), started.elapsed().as_millis() as u64, u64::from(f.attempts.saturating_sub(1)));
+    }
+    let mut response = f.error.into_response();
+    sluice_headers(response.headers_mut(), None, f.attempts, &f.failovers);
+    response
+}

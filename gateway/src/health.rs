@@ -1,0 +1,270 @@
+//! Per-upstream health in this process: the rolling success ratio behind effective
+//! weights, the circuit breaker, the 429 cooldown and first-byte statistics for the
+//! `auto` watchdog (DESIGN §4.1, §4.3).
+//!
+//! Health is kept by upstream key and survives config reloads.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sluice_crds::snapshot::{CircuitBreakerConfig, FirstByte};
+
+use crate::outcome::Outcome;
+
+/// Process-wide health settings.
+#[derive(Clone, Copy, Debug)]
+pub struct HealthSettings {
+    /// Attempts older than this no longer count (default 60 s).
+    pub window: Duration,
+    /// Most attempts kept (default 100).
+    pub max_samples: usize,
+    /// Cooldown after a 429 without any reset hint (default 1 s).
+    pub default_cooldown: Duration,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        Self { window: Duration::from_secs(60), max_samples: 100, default_cooldown: Duration::from_secs(1) }
+    }
+}
+
+/// Circuit breaker state, as exported by `sluice_circuit_state` (0, 1, 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Circuit {
+    /// Traffic flows.
+    Closed,
+    /// Trials only.
+    HalfOpen,
+    /// Skipped until the instant.
+    Open,
+}
+
+impl Circuit {
+    /// Gauge value.
+    pub fn gauge(self) -> i64 {
+        match self {
+            Circuit::Closed => 0,
+            Circuit::HalfOpen => 1,
+            Circuit::Open => 2,
+        }
+    }
+
+    /// Name as in the CRD status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Circuit::Closed => "Closed",
+            Circuit::HalfOpen => "HalfOpen",
+            Circuit::Open => "Open",
+        }
+    }
+}
+
+/// How the dispatcher may use an upstream right now.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Availability {
+    /// Normal candidate, with its success ratio.
+    Available(f64),
+    /// Due a trial: put first so that a recovered upstream is found (half-open, or
+    /// demoted by failures and left untried for `openFor`).
+    Trial,
+    /// Open circuit or 429 cooldown: skipped unless everything is skipped.
+    Skipped,
+}
+
+/// Health of one upstream.
+#[derive(Debug, Default)]
+pub struct Health {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    samples: VecDeque<(Instant, bool)>,
+    circuit: CircuitState,
+    cooldown_until: Option<Instant>,
+    last_attempt: Option<(Instant, bool)>,
+    trials_in_flight: u32,
+    first_byte_ms: VecDeque<u32>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+enum CircuitState {
+    #[default]
+    Closed,
+    Open {
+        until: Instant,
+    },
+    HalfOpen,
+}
+
+const FIRST_BYTE_SAMPLES: usize = 200;
+
+impl Health {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned lock only means another request panicked mid-update; the
+        // counters are still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Success ratio of recent attempts (no data counts as 1.0).
+    pub fn success_ratio(&self, settings: &HealthSettings, now: Instant) -> f64 {
+        let mut s = self.lock();
+        s.prune(settings, now);
+        s.ratio()
+    }
+
+    /// What the dispatcher may do with this upstream now. A `Trial` answer reserves a
+    /// trial slot; the next [`Health::record`] returns it.
+    pub fn availability(&self, cb: &CircuitBreakerConfig, settings: &HealthSettings, now: Instant) -> Availability {
+        let mut s = self.lock();
+        s.prune(settings, now);
+        if let CircuitState::Open { until } = s.circuit {
+            if now < until {
+                return Availability::Skipped;
+            }
+            s.circuit = CircuitState::HalfOpen;
+        }
+        if s.cooldown_until.is_some_and(|t| now < t) {
+            return Availability::Skipped;
+        }
+        let open_for = Duration::from_millis(cb.open_for_ms);
+        let due_trial = match s.circuit {
+            CircuitState::HalfOpen => s.trials_in_flight < cb.half_open_requests,
+            // Demoted by a failure and not tried since: without a trial it could stay
+            // behind a healthy backup until its failures age out.
+            _ => s.trials_in_flight == 0
+                && s.ratio() < 1.0
+                && s.last_attempt.is_some_and(|(at, ok)| !ok && now.duration_since(at) >= open_for),
+        };
+        if due_trial {
+            s.trials_in_flight += 1;
+            return Availability::Trial;
+        }
+        if matches!(s.circuit, CircuitState::HalfOpen) {
+            return Availability::Skipped;
+        }
+        Availability::Available(s.ratio())
+    }
+
+    /// Gives back a trial slot taken by [`Health::availability`] that was not used.
+    pub fn cancel_trial(&self) {
+        let mut s = self.lock();
+        s.trials_in_flight = s.trials_in_flight.saturating_sub(1);
+    }
+
+    /// Records an attempt. `trial` says whether it used a trial slot; `retry_after`
+    /// is the throttling hint of a 429.
+    pub fn record(
+        &self,
+        outcome: Outcome,
+        trial: bool,
+        retry_after: Option<Duration>,
+        cb: &CircuitBreakerConfig,
+        settings: &HealthSettings,
+        now: Instant,
+    ) {
+        let mut s = self.lock();
+        if trial {
+            s.trials_in_flight = s.trials_in_flight.saturating_sub(1);
+        }
+        // A client error says nothing about the upstream's health.
+        if outcome == Outcome::Http4xx {
+            return;
+        }
+        let ok = outcome == Outcome::Ok;
+        if outcome == Outcome::Http429 {
+            s.cooldown_until = Some(now + retry_after.unwrap_or(settings.default_cooldown));
+        }
+        s.last_attempt = Some((now, ok));
+        if ok && (trial || matches!(s.circuit, CircuitState::HalfOpen)) {
+            // A successful trial clears the failure history (DESIGN §4.1).
+            s.samples.clear();
+            s.circuit = CircuitState::Closed;
+        }
+        s.samples.push_back((now, ok));
+        while s.samples.len() > settings.max_samples {
+            s.samples.pop_front();
+        }
+        s.prune(settings, now);
+        if ok {
+            return;
+        }
+        let open = Duration::from_millis(cb.open_for_ms);
+        match s.circuit {
+            CircuitState::HalfOpen => s.circuit = CircuitState::Open { until: now + open },
+            CircuitState::Closed if outcome != Outcome::Http429 => {
+                let n = s.samples.len() as u64;
+                let failures = s.samples.iter().filter(|(_, ok)| !ok).count() as u64;
+                if n >= u64::from(cb.minimum_requests) && failures * 100 >= u64::from(cb.failure_rate_percent) * n {
+                    s.circuit = CircuitState::Open { until: now + open };
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Records a first-byte time for the `auto` watchdog.
+    pub fn record_first_byte(&self, elapsed: Duration) {
+        let mut s = self.lock();
+        s.first_byte_ms.push_back(u32::try_from(elapsed.as_millis()).unwrap_or(u32::MAX));
+        while s.first_byte_ms.len() > FIRST_BYTE_SAMPLES {
+            s.first_byte_ms.pop_front();
+        }
+    }
+
+    /// The first-byte watchdog limit (DESIGN §4.3).
+    pub fn first_byte_limit(&self, setting: FirstByte) -> Duration {
+        match setting {
+            FirstByte::FixedMs(ms) => Duration::from_millis(ms),
+            FirstByte::Auto => {
+                let s = self.lock();
+                if s.first_byte_ms.len() < 20 {
+                    return Duration::from_secs(5);
+                }
+                let mut v: Vec<u32> = s.first_byte_ms.iter().copied().collect();
+                v.sort_unstable();
+                let idx = ((v.len() as f64) * 0.99).ceil() as usize;
+                let p99 = v.get(idx.saturating_sub(1)).copied().unwrap_or(0);
+                Duration::from_millis((u64::from(p99) * 3).max(50))
+            }
+        }
+    }
+
+    /// Recent (successes, failures), for heartbeats.
+    pub fn counts(&self, settings: &HealthSettings, now: Instant) -> (u64, u64) {
+        let mut s = self.lock();
+        s.prune(settings, now);
+        let ok = s.samples.iter().filter(|(_, ok)| *ok).count() as u64;
+        (ok, s.samples.len() as u64 - ok)
+    }
+
+    /// Current circuit state, for metrics and heartbeats.
+    pub fn circuit(&self, now: Instant) -> Circuit {
+        match self.lock().circuit {
+            CircuitState::Closed => Circuit::Closed,
+            CircuitState::HalfOpen => Circuit::HalfOpen,
+            CircuitState::Open { until } if now >= until => Circuit::HalfOpen,
+            CircuitState::Open { .. } => Circuit::Open,
+        }
+    }
+}
+
+impl State {
+    fn prune(&mut self, settings: &HealthSettings, now: Instant) {
+        while self.samples.front().is_some_and(|(at, _)| now.duration_since(*at) > settings.window) {
+            self.samples.pop_front();
+        }
+    }
+
+    fn ratio(&self) -> f64 {
+        if self.samples.is_empty() {
+            return 1.0;
+        }
+        let ok = self.samples.iter().filter(|(_, ok)| *ok).count();
+        ok as f64 / self.samples.len() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests;

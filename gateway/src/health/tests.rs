@@ -1,0 +1,105 @@
+use super::*;
+
+fn cb() -> CircuitBreakerConfig {
+    CircuitBreakerConfig { failure_rate_percent: 50, minimum_requests: 20, open_for_ms: 30_000, half_open_requests: 3 }
+}
+
+#[test]
+fn no_data_counts_as_healthy() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    assert_eq!(h.success_ratio(&s, Instant::now()), 1.0);
+    assert_eq!(h.availability(&cb(), &s, Instant::now()), Availability::Available(1.0));
+}
+
+#[test]
+fn ratio_counts_the_last_hundred_attempts_in_the_window() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    let t0 = Instant::now();
+    for i in 0..150 {
+        h.record(if i < 75 { Outcome::Http5xx } else { Outcome::Ok }, false, None, &cb(), &s, t0);
+    }
+    // 100 newest: 25 failures, 75 successes.
+    assert_eq!(h.success_ratio(&s, t0), 0.75);
+    // Old failures age out of the window.
+    assert_eq!(h.success_ratio(&s, t0 + Duration::from_secs(61)), 1.0);
+}
+
+#[test]
+fn circuit_opens_then_half_open_trial_success_clears_history() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    let t0 = Instant::now();
+    for _ in 0..20 {
+        h.record(Outcome::Http5xx, false, None, &cb(), &s, t0);
+    }
+    assert_eq!(h.circuit(t0), Circuit::Open);
+    assert_eq!(h.availability(&cb(), &s, t0), Availability::Skipped);
+    let later = t0 + Duration::from_secs(31);
+    assert_eq!(h.availability(&cb(), &s, later), Availability::Trial);
+    h.record(Outcome::Ok, true, None, &cb(), &s, later);
+    assert_eq!(h.circuit(later), Circuit::Closed);
+    assert_eq!(h.success_ratio(&s, later), 1.0);
+}
+
+#[test]
+fn failed_trial_reopens_the_circuit() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    let t0 = Instant::now();
+    for _ in 0..20 {
+        h.record(Outcome::Connect, false, None, &cb(), &s, t0);
+    }
+    let later = t0 + Duration::from_secs(31);
+    assert_eq!(h.availability(&cb(), &s, later), Availability::Trial);
+    h.record(Outcome::Connect, true, None, &cb(), &s, later);
+    assert_eq!(h.circuit(later), Circuit::Open);
+}
+
+#[test]
+fn demoted_upstream_gets_a_trial_after_open_for() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    let t0 = Instant::now();
+    h.record(Outcome::Http5xx, false, None, &cb(), &s, t0);
+    assert_eq!(h.availability(&cb(), &s, t0), Availability::Available(0.0));
+    let later = t0 + Duration::from_secs(30);
+    assert_eq!(h.availability(&cb(), &s, later), Availability::Trial);
+    // Only one trial at a time.
+    assert_eq!(h.availability(&cb(), &s, later), Availability::Available(0.0));
+}
+
+#[test]
+fn throttled_upstream_cools_down() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    let t0 = Instant::now();
+    h.record(Outcome::Http429, false, Some(Duration::from_secs(2)), &cb(), &s, t0);
+    assert_eq!(h.availability(&cb(), &s, t0 + Duration::from_secs(1)), Availability::Skipped);
+    assert!(matches!(h.availability(&cb(), &s, t0 + Duration::from_secs(2)), Availability::Available(_)));
+}
+
+#[test]
+fn client_errors_do_not_touch_health() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    h.record(Outcome::Http4xx, false, None, &cb(), &s, Instant::now());
+    assert_eq!(h.success_ratio(&s, Instant::now()), 1.0);
+}
+
+#[test]
+fn auto_watchdog_uses_three_times_p99_after_twenty_samples() {
+    let h = Health::default();
+    assert_eq!(h.first_byte_limit(FirstByte::Auto), Duration::from_secs(5));
+    for _ in 0..20 {
+        h.record_first_byte(Duration::from_millis(100));
+    }
+    assert_eq!(h.first_byte_limit(FirstByte::Auto), Duration::from_millis(300));
+    let fast = Health::default();
+    for _ in 0..20 {
+        fast.record_first_byte(Duration::from_millis(1));
+    }
+    assert_eq!(fast.first_byte_limit(FirstByte::Auto), Duration::from_millis(50));
+    assert_eq!(h.first_byte_limit(FirstByte::FixedMs(50)), Duration::from_millis(50));
+}

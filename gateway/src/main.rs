@@ -1,0 +1,76 @@
+//! The `sluice-gateway` binary: serve, chaos, admin, budgets, demo.
+
+use std::io::Write;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "sluice-gateway", version, about = "An LLM gateway that keeps your API up when providers fail")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value = "text", env = "SLUICE_LOG_FORMAT")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the OpenAI-compatible API from manifests or an operator snapshot.
+    Serve(sluice_gateway::serve::ServeArgs),
+    /// Run a scriptable fake OpenAI upstream for tests, demos and game days.
+    Chaos(sluice_gateway::chaos::ChaosArgs),
+    /// Manage accounts and API keys in the ledger.
+    Admin(sluice_ledger::cli::AdminArgs),
+    /// Show error-budget consumption, like `kubectl get errorbudgets`.
+    Budgets(sluice_gateway::budgets::BudgetsArgs),
+    /// Chaos upstreams, a gateway and live traffic: watch failover happen.
+    Demo(sluice_gateway::demo::DemoArgs),
+}
+
+fn init_tracing(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            init_tracing(cli.log_format, "info");
+            sluice_gateway::serve::run(args).await
+        }
+        Command::Chaos(args) => {
+            init_tracing(cli.log_format, "info");
+            sluice_gateway::chaos::run(args).await
+        }
+        Command::Admin(args) => {
+            init_tracing(cli.log_format, "warn");
+            let ledger = sluice_ledger::Ledger::connect(&args.ledger).await?;
+            let mut out = std::io::stdout().lock();
+            sluice_ledger::cli::run_admin(&ledger, args.command, &mut out).await?;
+            out.flush()?;
+            Ok(())
+        }
+        Command::Budgets(args) => {
+            init_tracing(cli.log_format, "warn");
+            sluice_gateway::budgets::run(args).await
+        }
+        Command::Demo(args) => {
+            init_tracing(cli.log_format, "error");
+            sluice_gateway::demo::run(args).await
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The contract metrics of DESIGN §3, registered once with typed, bounded labels
+//! (STYLE rule 7). Route and upstream names come from config, never from requests.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use crate::outcome::Outcome;
+
+/// `{route, code}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteCode {
+    /// Route name.
+    pub route: String,
+    /// HTTP status answered.
+    pub code: u16,
+}
+
+/// `{route}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    /// Route name.
+    pub route: String,
+}
+
+/// `{upstream}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    /// Upstream name.
+    pub upstream: String,
+}
+
+/// `{upstream, outcome}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamOutcome {
+    /// Upstream name.
+    pub upstream: String,
+    /// Attempt outcome.
+    pub outcome: Outcome,
+}
+
+/// `{route, reason}`: reason is the outcome that caused the failover.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteReason {
+    /// Route name.
+    pub route: String,
+    /// Outcome of the failed attempt.
+    pub reason: Outcome,
+}
+
+/// Token kind.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum TokenKind {
+    /// Prompt tokens.
+    Input,
+    /// Completion tokens.
+    Output,
+}
+
+impl EncodeLabelValue for TokenKind {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        let text = match self {
+            TokenKind::Input => "input",
+            TokenKind::Output => "output",
+        };
+        std::fmt::Write::write_str(encoder, text)
+    }
+}
+
+/// `{route, kind}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteTokens {
+    /// Route name.
+    pub route: String,
+    /// Token kind.
+    pub kind: TokenKind,
+}
+
+/// Reload result.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ReloadResult {
+    /// The new config serves.
+    Ok,
+    /// The new config was refused; the old one keeps serving.
+    Rejected,
+}
+
+impl EncodeLabelValue for ReloadResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        let text = match self {
+            ReloadResult::Ok => "ok",
+            ReloadResult::Rejected => "rejected",
+        };
+        std::fmt::Write::write_str(encoder, text)
+    }
+}
+
+/// `{result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabel {
+    /// Result.
+    pub result: ReloadResult,
+}
+
+type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0])
+}
+
+/// Every metric the gateway exports.
+pub struct Metrics {
+    registry: Registry,
+    /// `sluice_requests_total{route,code}`.
+    pub requests: Family<RouteCode, Counter>,
+    /// `sluice_request_duration_seconds{route}`.
+    pub request_duration: Hist<RouteLabel>,
+    /// `sluice_upstream_attempts_total{upstream,outcome}`.
+    pub attempts: Family<UpstreamOutcome, Counter>,
+    /// `sluice_upstream_first_byte_seconds{upstream}`.
+    pub first_byte: Hist<UpstreamLabel>,
+    /// `sluice_failovers_total{route,reason}`.
+    pub failovers: Family<RouteReason, Counter>,
+    /// `sluice_upstream_effective_weight{upstream}`.
+    pub effective_weight: Family<UpstreamLabel, Gauge<f64, AtomicU64>>,
+    /// `sluice_circuit_state{upstream}`.
+    pub circuit_state: Family<UpstreamLabel, Gauge>,
+    /// `sluice_tokens_total{route,kind}`.
+    pub tokens: Family<RouteTokens, Counter>,
+    /// `sluice_spend_nanodollars_total{route}`.
+    pub spend: Family<RouteLabel, Counter>,
+    /// `sluice_reservations_open`.
+    pub reservations_open: Gauge,
+    /// `sluice_config_reloads_total{result}`.
+    pub config_reloads: Family<ReloadLabel, Counter>,
+    /// `sluice_stream_events_dropped_total`: SSE events that were not valid JSON.
+    pub dropped_events: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `sluice` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("sluice");
+        let requests = Family::<RouteCode, Counter>::default();
+        let request_duration: Hist<RouteLabel> = Family::new_with_constructor(latency_histogram);
+        let attempts = Family::<UpstreamOutcome, Counter>::default();
+        let first_byte: Hist<UpstreamLabel> = Family::new_with_constructor(latency_histogram);
+        let failovers = Family::<RouteReason, Counter>::default();
+        let effective_weight = Family::<UpstreamLabel, Gauge<f64, AtomicU64>>::default();
+        let circuit_state = Family::<UpstreamLabel, Gauge>::default();
+        let tokens = Family::<RouteTokens, Counter>::default();
+        let spend = Family::<RouteLabel, Counter>::default();
+        let reservations_open = Gauge::default();
+        let config_reloads = Family::<ReloadLabel, Counter>::default();
+        let dropped_events = Counter::default();
+        registry.register("requests", "Requests answered, by route and HTTP status", requests.clone());
+        registry.register("request_duration_seconds", "Time to answer a request, whole response", request_duration.clone());
+        registry.register("upstream_attempts", "Upstream attempts by outcome", attempts.clone());
+        registry.register("upstream_first_byte_seconds", "Time to the first body byte of an upstream", first_byte.clone());
+        registry.register("failovers", "Attempts that moved on to another candidate, by reason", failovers.clone());
+        registry.register("upstream_effective_weight", "Configured weight times recent success ratio", effective_weight.clone());
+        registry.register("circuit_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open", circuit_state.clone());
+        registry.register("tokens", "Tokens served, by kind", tokens.clone());
+        registry.register("spend_nanodollars", "Settled spend in nanodollars", spend.clone());
+        registry.register("reservations_open", "Billing reservations not yet settled", reservations_open.clone());
+        registry.register("config_reloads", "Config reloads by result", config_reloads.clone());
+        registry.register("stream_events_dropped", "SSE events dropped because they were not valid JSON", dropped_events.clone());
+        for result in [ReloadResult::Ok, ReloadResult::Rejected] {
+            let _ = config_reloads.get_or_create(&ReloadLabel { result });
+        }
+        Self {
+            registry,
+            requests,
+            request_duration,
+            attempts,
+            first_byte,
+            failovers,
+            effective_weight,
+            circuit_state,
+            tokens,
+            spend,
+            reservations_open,
+            config_reloads,
+            dropped_events,
+        }
+    }
+
+    /// OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Metric handles of one upstream, resolved when config loads (not per request).
+#[derive(Clone)]
+pub struct UpstreamMetrics {
+    /// Attempts by outcome, indexed like [`Outcome::ALL`].
+    pub attempts: [Counter; 9],
+    /// First-byte histogram.
+    pub first_byte: Histogram,
+    /// Effective weight gauge.
+    pub effective_weight: Gauge<f64, AtomicU64>,
+    /// Circuit gauge.
+    pub circuit: Gauge,
+}
+
+impl UpstreamMetrics {
+    /// Resolves the handles of upstream `name`.
+    pub fn new(m: &Metrics, name: &str) -> Self {
+        let attempts = Outcome::ALL.map(|outcome| {
+            m.attempts.get_or_create(&UpstreamOutcome { upstream: name.to_string(), outcome }).clone()
+        });
+        let label = UpstreamLabel { upstream: name.to_string() };
+        Self {
+            attempts,
+            first_byte: m.first_byte.get_or_create(&label).clone(),
+            effective_weight: m.effective_weight.get_or_create(&label).clone(),
+            circuit: m.circuit_state.get_or_create(&label).clone(),
+        }
+    }
+
+    /// Counts an attempt.
+    pub fn attempt(&self, outcome: Outcome) {
+        if let Some(i) = Outcome::ALL.iter().position(|o| *o == outcome)
+            && let Some(c) = self.attempts.get(i)
+        {
+            c.inc();
+        }
+    }
+}
+
+/// Metric handles of one route.
+#[derive(Clone)]
+pub struct RouteMetrics {
+    /// Route name, for the `{route, code}` family.
+    pub route: String,
+    /// Duration histogram.
+    pub duration: Histogram,
+    /// Input tokens.
+    pub input_tokens: Counter,
+    /// Output tokens.
+    pub output_tokens: Counter,
+    /// Spend.
+    pub spend: Counter,
+}
+
+impl RouteMetrics {
+    /// Resolves the handles of route `name`.
+    pub fn new(m: &Metrics, name: &str) -> Self {
+        let route = RouteLabel { route: name.to_string() };
+        let tokens = |kind| m.tokens.get_or_create(&RouteTokens { route: name.to_string(), kind }).clone();
+        Self {
+            route: name.to_string(),
+            duration: m.request_duration.get_or_create(&route).clone(),
+            input_tokens: tokens(TokenKind::Input),
+            output_tokens: tokens(TokenKind::Output),
+            spend: m.spend.get_or_create(&route).clone(),
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Relays a committed upstream stream to the client (DESIGN §4.4): events are forwarded
+//! as they arrive, malformed ones dropped, the usage chunk stripped when the client did
+//! not ask for it, a stream that finished without `[DONE]` finalised at once, and a
+//! stream that breaks after bytes were sent ended with an SSE error event, never a clean
+//! close.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::dispatch::attempt::BodyStream;
+use crate::outcome::Outcome;
+use crate::sse::{Event, Splitter, Usage};
+
+/// How a relayed stream ended.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamEnd {
+    /// `Ok` for a complete answer; `IdleTimeout` or `Reset` for a broken one.
+    pub outcome: Outcome,
+    /// Usage reported by the upstream, if any.
+    pub usage: Option<Usage>,
+    /// Content events forwarded (an output estimate when usage is missing).
+    pub content_events: u64,
+    /// The client went away before the end.
+    pub client_gone: bool,
+    /// Malformed events dropped.
+    pub dropped: u64,
+}
+
+const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Starts relaying; returns the client body stream. `on_end` runs exactly once, when the
+/// upstream stream is finished or abandoned, even if the client went away.
+pub fn relay<F>(first: Bytes, rest: BodyStream, wants_usage: bool, idle: Duration, on_end: F) -> axum::body::Body
+where
+    F: FnOnce(StreamEnd) + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    tokio::spawn(async move {
+        let end = pump(first, rest, wants_usage, idle, &tx).await;
+        on_end(end);
+    });
+    axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+async fn pump(
+    first: Bytes,
+    mut rest: BodyStream,
+    wants_usage: bool,
+    idle: Duration,
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+) -> StreamEnd {
+    let mut end = StreamEnd { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0 };
+    let mut splitter = Splitter::default();
+    let mut finished = false;
+    let mut chunk = Some(first);
+    loop {
+        if let Some(bytes) = chunk.take() {
+            for event in splitter.push(&bytes) {
+                let out = match event {
+                    Event::Done => {
+                        let _ = tx.send(Ok(Bytes::from_static(DONE))).await;
+                        return end;
+                    }
+                    Event::Chunk { raw, usage, finished: f, usage_only, content } => {
+                        finished |= f;
+                        if usage.is_some() {
+                            end.usage = usage;
+                        }
+                        end.content_events += u64::from(content);
+                        if usage_only && !wants_usage {
+                            None
+                        } else {
+                            Some(raw)
+                        }
+                    }
+                    Event::Other(raw) => Some(raw),
+                    Event::Malformed(reason) => {
+                        end.dropped += 1;
+                        tracing::warn!(%reason, "dropped an upstream SSE event that is not valid JSON");
+                        None
+                    }
+                };
+                if let Some(raw) = out
+                    && tx.send(Ok(raw)).await.is_err()
+                {
+                    end.client_gone = true;
+                    return end;
+                }
+            }
+            // Finished and usage known: nothing more is owed, so do not wait for the
+            // upstream's `[DONE]` (or its silence).
+            if finished && end.usage.is_some() {
+                let _ = tx.send(Ok(Bytes::from_static(DONE))).await;
+                return end;
+            }
+        }
+        match tokio::time::timeout(idle, rest.next()).await {
+            Ok(Some(Ok(bytes))) => chunk = Some(bytes),
+            Ok(None) if finished => {
+                // Ended without `[DONE]` but with a finish reason: complete.
+                let _ = tx.send(Ok(Bytes::from_static(DONE))).await;
+                return end;
+            }
+            Ok(None) => return broken(tx, end, Outcome::Reset, "the upstream closed the stream before it finished").await,
+            Ok(Some(Err(e))) => return broken(tx, end, Outcome::Reset, &format!("the upstream stream broke: {e}")).await,
+            Err(_) => {
+                let reason = format!("the upstream sent nothing for {}ms", idle.as_millis());
+                return broken(tx, end, Outcome::IdleTimeout, &reason).await;
+            }
+        }
+    }
+}
+
+async fn broken(tx: &mpsc::Sender<Result<Bytes, Infallible>>, mut end: StreamEnd, outcome: Outcome, reason: &str) -> StreamEnd {
+    end.outcome = outcome;
+    let event = serde_json::json!({"error": {"message": reason, "type": "api_error", "code": "upstream_stream_broken"}});
+    let _ = tx.send(Ok(Bytes::from(format!("data: {event}\n\n")))).await;
+    tracing::warn!(reason, outcome = outcome.as_str(), "stream broke after bytes reached the client");
+    end
+}

@@ -1,0 +1,183 @@
+//! `sluice-gateway serve`: load config, connect the ledger, serve, and keep the
+//! background loops running (config reload, SLI flush, heartbeat, reservation reaper).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use sluice_ledger::Ledger;
+use tokio::net::TcpListener;
+
+use crate::app::{AuthMode, Gateway};
+use crate::config::source::{Secrets, Source};
+use crate::health::HealthSettings;
+use crate::sli;
+
+/// Options of `serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Manifest files or directories (YAML, multi-document).
+    #[arg(long, num_args = 1.., required_unless_present = "snapshot", conflicts_with = "snapshot")]
+    pub manifests: Vec<PathBuf>,
+    /// A snapshot JSON file rendered by the operator (watched).
+    #[arg(long)]
+    pub snapshot: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port (logged).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Ledger URL: sqlite://PATH (created if missing) or postgres://…
+    #[arg(long, default_value = "sqlite://sluice.db", env = "SLUICE_LEDGER_URL")]
+    pub ledger: String,
+    /// Directory of upstream secrets: DIR/<secret-name>/<key>.
+    #[arg(long)]
+    pub secrets_dir: Option<PathBuf>,
+    /// Client authentication: API keys from the ledger (billed), or none.
+    #[arg(long, value_enum, default_value = "keys")]
+    pub auth: AuthMode,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// How often config and secret files are checked for changes.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub reload_interval: Duration,
+    /// How long attempts count toward an upstream's success ratio. Lowering it is meant
+    /// for tests that need a faster clock; production keeps the default.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub health_window: Duration,
+    /// How often SLI rollups are written to the ledger.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub flush_interval: Duration,
+    /// Name of this process in heartbeats (default: host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub gateway_id: Option<String>,
+}
+
+/// Parses a humane duration for CLI flags.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    sluice_crds::duration::parse(text)
+}
+
+/// Builds the gateway for `args` (config loaded, ledger connected), without serving.
+pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
+    let ledger = Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", args.ledger))?;
+    let settings = HealthSettings { window: args.health_window, ..HealthSettings::default() };
+    let mut gw = Gateway::new(settings, Secrets::new(args.secrets_dir.clone()), Some(ledger), args.auth);
+    gw.max_body = args.max_body_bytes;
+    gw.source = Some(match &args.snapshot {
+        Some(path) => Source::Snapshot(path.clone()),
+        None => Source::Manifests(args.manifests.clone()),
+    });
+    let routes = gw.reload().map_err(|e| anyhow::anyhow!("the configuration was refused: {e}"))?;
+    tracing::info!(routes, "configuration loaded");
+    Ok(Arc::new(gw))
+}
+
+/// Runs `serve` until SIGINT/SIGTERM.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let gw = build(&args).await?;
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!("listening on http://{addr}");
+    let id = args.gateway_id.clone().unwrap_or_else(|| format!("gateway-{}", std::process::id()));
+    let loops = spawn_loops(gw.clone(), &args, id);
+    let app = crate::server::app(gw.clone());
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+    loops.abort();
+    // Flush what the last seconds counted.
+    if let Some(ledger) = &gw.ledger
+        && let Err(e) = gw.sli.flush(ledger).await
+    {
+        tracing::error!(error = %e, "final SLI flush failed");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The background loops; dropping the handle does not stop them, `abort()` does.
+pub struct Loops(Vec<tokio::task::JoinHandle<()>>);
+
+impl Loops {
+    /// Stops every loop.
+    pub fn abort(&self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+/// Starts config reload, SLI flush, heartbeat and reaper loops.
+pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Loops {
+    let mut handles = Vec::new();
+    let reload_every = args.reload_interval;
+    let g = gw.clone();
+    handles.push(tokio::spawn(async move {
+        let Some(source) = g.source.clone() else { return };
+        let mut last = source.fingerprint(g.secrets.dir());
+        let mut tick = tokio::time::interval(reload_every);
+        loop {
+            tick.tick().await;
+            if let Some(rt) = g.current.get() {
+                // Rotated keys are picked up even when the config did not change.
+                g.secrets.refresh(&rt.snapshot);
+            }
+            let now = source.fingerprint(g.secrets.dir());
+            if now == last {
+                continue;
+            }
+            last = now;
+            match g.reload() {
+                Ok(routes) => tracing::info!(routes, "configuration reloaded"),
+                Err(e) => tracing::error!("new configuration refused, the previous one keeps serving: {e}"),
+            }
+        }
+    }));
+    if let Some(ledger) = gw.ledger.clone() {
+        let g = gw.clone();
+        let every = args.flush_interval;
+        handles.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if let Err(e) = g.sli.flush(&ledger).await {
+                    tracing::warn!(error = %e, "SLI flush failed; will retry");
+                }
+                if let Some(rt) = g.current.get() {
+                    let hb = sli::heartbeat(&gateway_id, &rt, &g.settings);
+                    if let Err(e) = ledger.heartbeat(&hb).await {
+                        tracing::warn!(error = %e, "heartbeat failed");
+                    }
+                }
+                match ledger.reap_expired(SystemTime::now()).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::warn!(released = n, "released expired reservations"),
+                    Err(e) => tracing::warn!(error = %e, "reservation reaper failed"),
+                }
+            }
+        }));
+    }
+    Loops(handles)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => futures::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = futures::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

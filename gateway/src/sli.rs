@@ -1,0 +1,105 @@
+//! Per-minute SLI rollups kept in memory and flushed to the ledger about every 10 s and
+//! at shutdown (DESIGN §5). A failed flush keeps its rows for the next one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use sluice_ledger::{Heartbeat, Ledger, LedgerError, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
+
+use crate::config::Runtime;
+use crate::health::HealthSettings;
+use crate::outcome::Outcome;
+
+/// Rollups not yet flushed.
+#[derive(Default)]
+pub struct Sli {
+    routes: Mutex<HashMap<(String, i64), RouteMinute>>,
+    upstreams: Mutex<HashMap<(String, i64), UpstreamMinute>>,
+}
+
+fn minute_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| (d.as_secs() / 60) as i64)
+}
+
+impl Sli {
+    /// Counts a request that matters to the SLO (client errors are left out by the caller).
+    pub fn request(&self, route_key: &str, bad: bool, latency_ms: u64, failovers: u64) {
+        let minute = minute_now();
+        let mut map = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let row = map
+            .entry((route_key.to_string(), minute))
+            .or_insert_with(|| RouteMinute::new(route_key, minute));
+        row.record(bad, latency_ms);
+        row.failovers += failovers;
+    }
+
+    /// Counts an upstream attempt.
+    pub fn attempt(&self, upstream_key: &str, outcome: Outcome, first_byte_ms: Option<u64>) {
+        let minute = minute_now();
+        let mut map = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
+        let row = map
+            .entry((upstream_key.to_string(), minute))
+            .or_insert_with(|| UpstreamMinute::new(upstream_key, minute));
+        row.record(outcome.as_str(), first_byte_ms);
+    }
+
+    /// Writes everything pending; on failure it stays pending.
+    pub async fn flush(&self, ledger: &Ledger) -> Result<(), LedgerError> {
+        let routes: Vec<RouteMinute> = std::mem::take(&mut *self.routes.lock().unwrap_or_else(|e| e.into_inner())).into_values().collect();
+        let upstreams: Vec<UpstreamMinute> =
+            std::mem::take(&mut *self.upstreams.lock().unwrap_or_else(|e| e.into_inner())).into_values().collect();
+        if let Err(e) = ledger.write_rollups(&routes, &upstreams).await {
+            let mut r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+            for row in routes {
+                r.entry((row.route.clone(), row.minute)).or_insert_with(|| RouteMinute::new(row.route.clone(), row.minute)).merge(&row);
+            }
+            drop(r);
+            let mut u = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
+            for row in upstreams {
+                let entry = u
+                    .entry((row.upstream.clone(), row.minute))
+                    .or_insert_with(|| UpstreamMinute::new(row.upstream.clone(), row.minute));
+                for (outcome, n) in &row.attempts_by_outcome {
+                    *entry.attempts_by_outcome.entry(outcome.clone()).or_default() += n;
+                }
+                for (a, b) in entry.first_byte_buckets.iter_mut().zip(row.first_byte_buckets.iter()) {
+                    *a += b;
+                }
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// This process's view of its upstreams, for the operator's status.
+pub fn heartbeat(gateway_id: &str, runtime: &Runtime, settings: &HealthSettings) -> Heartbeat {
+    let now = Instant::now();
+    let mut upstreams: Vec<UpstreamHeartbeat> = runtime
+        .upstreams
+        .values()
+        .map(|u| {
+            let ratio = u.health.success_ratio(settings, now);
+            // The highest configured weight among the routes using it.
+            let weight = runtime
+                .routes
+                .values()
+                .flat_map(|r| r.candidates.iter())
+                .filter(|c| c.upstream.cfg.key == u.cfg.key)
+                .map(|c| c.cfg.weight)
+                .max()
+                .unwrap_or(0);
+            let (successes, failures) = u.health.counts(settings, now);
+            UpstreamHeartbeat {
+                upstream: u.cfg.key.clone(),
+                circuit: u.health.circuit(now).as_str().to_string(),
+                effective_weight: f64::from(weight) * ratio,
+                successes,
+                failures,
+            }
+        })
+        .collect();
+    upstreams.sort_by(|a, b| a.upstream.cmp(&b.upstream));
+    Heartbeat { gateway_id: gateway_id.to_string(), at: SystemTime::now(), upstreams }
+}

@@ -1,0 +1,172 @@
+//! A minimal SSE event splitter for relaying upstream streams: events are forwarded as
+//! they complete, each read only for the fields the gateway needs (DESIGN §4.4).
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+
+/// Token usage reported by an upstream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    /// Input tokens.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Output tokens.
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+/// The fields of a chunk the gateway reads; everything else is skipped unparsed.
+#[derive(Deserialize)]
+struct ChunkPeek {
+    #[serde(default)]
+    choices: Option<Vec<ChoicePeek>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct ChoicePeek {
+    #[serde(default)]
+    finish_reason: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    delta: Option<DeltaPeek>,
+}
+
+#[derive(Deserialize)]
+struct DeltaPeek {
+    #[serde(default)]
+    content: Option<serde::de::IgnoredAny>,
+}
+
+/// What one complete event is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// `data: [DONE]`.
+    Done,
+    /// A JSON chunk.
+    Chunk {
+        /// The raw event bytes, ending in a blank line.
+        raw: Bytes,
+        /// Usage, if the chunk carries it.
+        usage: Option<Usage>,
+        /// A choice carries a finish reason.
+        finished: bool,
+        /// A usage-only chunk (empty choices), as sent for `include_usage`.
+        usage_only: bool,
+        /// A choice carries content.
+        content: bool,
+    },
+    /// An event without data (comments, keep-alives): forwarded as is.
+    Other(Bytes),
+    /// Data that is not valid JSON: dropped and counted.
+    Malformed(String),
+}
+
+/// Splits a byte stream into SSE events.
+#[derive(Default)]
+pub struct Splitter {
+    buf: BytesMut,
+}
+
+impl Splitter {
+    /// Feeds bytes; returns the events they complete.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Event> {
+        self.buf.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        while let Some((end, sep)) = find_boundary(&self.buf) {
+            let raw = self.buf.split_to(end + sep).freeze();
+            events.push(classify(raw));
+        }
+        events
+    }
+
+    /// Bytes of an unfinished event.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Finds the end of the first event: a blank line (`\n\n` or `\r\n\r\n`).
+fn find_boundary(buf: &[u8]) -> Option<(usize, usize)> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
+    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn classify(raw: Bytes) -> Event {
+    let text = String::from_utf8_lossy(&raw);
+    let mut data = String::new();
+    let mut has_data = false;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("data:") {
+            if has_data {
+                data.push('\n');
+            }
+            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+            has_data = true;
+        }
+    }
+    if !has_data {
+        return Event::Other(raw);
+    }
+    let data = data.trim();
+    if data == "[DONE]" {
+        return Event::Done;
+    }
+    match serde_json::from_str::<ChunkPeek>(data) {
+        Ok(peek) => {
+            let choices = peek.choices.unwrap_or_default();
+            Event::Chunk {
+                finished: choices.iter().any(|c| c.finish_reason.is_some()),
+                content: choices.iter().any(|c| c.delta.as_ref().is_some_and(|d| d.content.is_some())),
+                usage_only: choices.is_empty() && peek.usage.is_some(),
+                usage: peek.usage,
+                raw,
+            }
+        }
+        Err(e) => Event::Malformed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_events_across_chunks() {
+        let mut s = Splitter::default();
+        assert!(s.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}").is_empty());
+        let events = s.push(b"\n\ndata: [DONE]\n\n");
+        assert_eq!(events.len(), 2);
+        assert!(matches!(events[0], Event::Chunk { content: true, finished: false, .. }));
+        assert_eq!(events[1], Event::Done);
+        assert_eq!(s.pending(), 0);
+    }
+
+    #[test]
+    fn reads_usage_finish_and_malformed() {
+        let mut s = Splitter::default();
+        let events = s.push(
+            b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\r\n\r\n\
+              data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}\n\n\
+              data: {not json\n\n: keep-alive\n\n",
+        );
+        assert!(matches!(events[0], Event::Chunk { finished: true, usage: None, .. }));
+        assert!(matches!(
+            events[1],
+            Event::Chunk { usage_only: true, usage: Some(Usage { prompt_tokens: 3, completion_tokens: 5 }), .. }
+        ));
+        assert!(matches!(events[2], Event::Malformed(_)));
+        assert!(matches!(events[3], Event::Other(_)));
+    }
+
+    #[test]
+    fn null_finish_reason_is_not_a_finish() {
+        let mut s = Splitter::default();
+        let events = s.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}],\"usage\":null}\n\n");
+        assert!(matches!(events[0], Event::Chunk { finished: false, usage: None, usage_only: false, .. }));
+    }
+}

@@ -1,0 +1,182 @@
+//! The internals of [`evaluate`](super::evaluate): a policy validated into integers,
+//! and per-minute counts summed over windows and slices.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy};
+use crate::rollup::latency_bucket_index;
+
+/// Parts per billion in one.
+pub(super) const PPB: u128 = 1_000_000_000;
+
+/// Counters of one minute, all routes added up.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Counts {
+    pub total: u64,
+    /// Bad by status.
+    pub bad: u64,
+    /// Requests in the latency histogram (not bad by status).
+    pub timed: u64,
+    /// Of those, slower than the threshold.
+    pub slow: u64,
+}
+
+/// A policy checked and turned into integers.
+pub(super) struct Validated<'a> {
+    /// (1 − objective) in parts per billion.
+    pub allowed_ppb: u128,
+    pub window_minutes: i64,
+    /// `Some(slice minutes)` for timeslices.
+    pub slice_minutes: Option<i64>,
+    /// First histogram bucket counted as slow, with a latency SLI.
+    pub slow_from: Option<usize>,
+    /// (100 − percentile)% in parts per billion.
+    pub allowed_slow_ppb: u128,
+    /// Alert, long and short minutes, burn rate in thousandths.
+    pub alerts: Vec<(&'a AlertPolicy, i64, i64, u128)>,
+}
+
+impl<'a> Validated<'a> {
+    pub fn new(policy: &'a BudgetPolicy) -> Result<Validated<'a>, BudgetError> {
+        if !(policy.objective > 0.5 && policy.objective < 1.0) {
+            return Err(BudgetError::Objective(policy.objective));
+        }
+        let allowed_ppb = PPB - to_ppb(policy.objective);
+        let window_minutes =
+            whole_minutes(policy.window).ok_or(BudgetError::Window(policy.window))?;
+        let slice_minutes = match policy.method {
+            BudgetMethod::Occurrences => None,
+            BudgetMethod::Timeslices => {
+                let timeslice = policy.timeslice.unwrap_or(Duration::from_secs(60));
+                let bad = || BudgetError::Timeslice {
+                    timeslice,
+                    window: policy.window,
+                };
+                let slice = whole_minutes(timeslice).ok_or_else(bad)?;
+                if window_minutes % slice != 0 {
+                    return Err(bad());
+                }
+                Some(slice)
+            }
+        };
+        let (slow_from, allowed_slow_ppb) = match &policy.latency {
+            None => (None, 0),
+            Some(l) => {
+                if !(l.percentile > 0.0 && l.percentile < 100.0) {
+                    return Err(BudgetError::Percentile(l.percentile));
+                }
+                // Buckets up to the one holding the threshold are fast.
+                let fast_through = latency_bucket_index(l.threshold_ms);
+                (Some(fast_through + 1), PPB - to_ppb(l.percentile / 100.0))
+            }
+        };
+        let mut alerts = Vec::with_capacity(policy.alerts.len());
+        for a in &policy.alerts {
+            let fail = |reason| BudgetError::Alert {
+                name: a.name.clone(),
+                reason,
+            };
+            let long = whole_minutes(a.long)
+                .ok_or_else(|| fail("longWindow must be a positive whole number of minutes"))?;
+            let short = whole_minutes(a.short)
+                .ok_or_else(|| fail("shortWindow must be a positive whole number of minutes"))?;
+            if !(a.burn_rate.is_finite() && a.burn_rate > 0.0) {
+                return Err(fail("burnRate must be a positive number"));
+            }
+            // Rounded to thousandths, as the decimal strings of the CRD are.
+            let rate_milli = (a.burn_rate * 1000.0).round() as u128;
+            alerts.push((a, long, short, rate_milli));
+        }
+        Ok(Validated {
+            allowed_ppb,
+            window_minutes,
+            slice_minutes,
+            slow_from,
+            allowed_slow_ppb,
+            alerts,
+        })
+    }
+}
+
+/// Per-minute counts plus the policy, to sum windows and judge slices.
+pub(super) struct Series<'a> {
+    pub by_minute: BTreeMap<i64, Counts>,
+    pub now: i64,
+    pub p: &'a Validated<'a>,
+}
+
+impl Series<'_> {
+    /// Sum over the `minutes` minutes ending at `end` (inclusive).
+    fn sum_ending(&self, end: i64, minutes: i64) -> Counts {
+        let mut sum = Counts::default();
+        for c in self
+            .by_minute
+            .range(end - minutes + 1..=end)
+            .map(|(_, c)| c)
+        {
+            sum.total += c.total;
+            sum.bad += c.bad;
+            sum.timed += c.timed;
+            sum.slow += c.slow;
+        }
+        sum
+    }
+
+    pub fn sum(&self, minutes: i64) -> Counts {
+        self.sum_ending(self.now, minutes)
+    }
+
+    /// Bad slices among the newest ones whose newest minute lies in the last `minutes`.
+    pub fn bad_slices(&self, minutes: i64, slice: i64) -> u64 {
+        let slices = (minutes + slice - 1) / slice;
+        (0..slices)
+            .filter(|k| self.slice_is_bad(&self.sum_ending(self.now - k * slice, slice)))
+            .count() as u64
+    }
+
+    fn slice_is_bad(&self, c: &Counts) -> bool {
+        if c.total == 0 {
+            return false;
+        }
+        let errors = u128::from(c.bad) * PPB > self.p.allowed_ppb * u128::from(c.total);
+        let slow = self.p.slow_from.is_some()
+            && c.timed > 0
+            && u128::from(c.slow) * PPB > self.p.allowed_slow_ppb * u128::from(c.timed);
+        errors || slow
+    }
+
+    /// Error ratio over the last `minutes` as (numerator, denominator); (0, 1) when
+    /// there is nothing to count.
+    pub fn error_ratio(&self, minutes: i64) -> (u128, u128) {
+        let ratio = match self.p.slice_minutes {
+            None => {
+                let c = self.sum(minutes);
+                (u128::from(c.bad + c.slow), u128::from(c.total))
+            }
+            Some(slice) => {
+                let bad = i64::try_from(self.bad_slices(minutes, slice)).unwrap_or(i64::MAX);
+                let bad_minutes = bad.saturating_mul(slice).min(minutes);
+                (
+                    u128::from(bad_minutes.unsigned_abs()),
+                    u128::from(minutes.unsigned_abs()),
+                )
+            }
+        };
+        if ratio.1 == 0 { (0, 1) } else { ratio }
+    }
+}
+
+/// A duration as positive whole minutes, if it is one.
+pub(super) fn whole_minutes(d: Duration) -> Option<i64> {
+    let ms = d.as_millis();
+    if ms == 0 || !ms.is_multiple_of(60_000) {
+        return None;
+    }
+    i64::try_from(ms / 60_000).ok()
+}
+
+/// A ratio in (0, 1) to parts per billion, rounded to the nearest.
+fn to_ppb(ratio: f64) -> u128 {
+    (ratio * 1e9).round() as u128
+}

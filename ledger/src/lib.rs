@@ -1,0 +1,46 @@
+//! sluice-ledger: money and SLI storage for sluice (DESIGN.md §5).
+//!
+//! # Where to start
+//!
+//! - [`Ledger::connect`] opens a `sqlite://PATH` or `postgres://…` store and runs the
+//!   embedded migrations (`migrations/sqlite`, `migrations/postgres`). A [`Ledger`] is a
+//!   cheap clone (an `Arc`) meant to be shared by every task of a process.
+//! - Money is an `i64` number of **nanodollars** (1e-9 USD) everywhere; [`parse_usd`] and
+//!   [`format_usd`] convert at the edges.
+//! - Wallets: [`Ledger::create_account`], [`Ledger::topup`], [`Ledger::create_key`] and the
+//!   hot-path [`Ledger::authenticate`].
+//! - Billing: [`Ledger::reserve`] returns a [`Reservation`] guard that must be
+//!   [settled](Reservation::settle) or [released](Reservation::release). The invariant
+//!   `balance − reserved ≥ 0` holds at every instant, on both databases, under any
+//!   concurrency; [`Ledger::reap_expired`] cleans up after crashed processes. Every change
+//!   of money is a row in the append-only journal, checked by [`Ledger::journal_verify`].
+//! - SLIs: the gateway adds per-minute [`RouteMinute`]/[`UpstreamMinute`] rollups with
+//!   [`Ledger::write_rollups`] and a [`Heartbeat`] per process; the operator reads them back
+//!   and feeds them to the pure error-budget maths in [`budget`].
+//! - [`cli`] is the `sluice-gateway admin …` command set.
+//!
+//! SQL lives next to the code that uses it and is written once for both databases
+//! (`$N` placeholders, `ON CONFLICT`, `RETURNING`), executed through sqlx's `Any` driver.
+
+mod accounts;
+pub mod budget;
+pub mod cli;
+mod error;
+mod heartbeat;
+mod journal;
+mod ledger;
+mod money;
+mod reservation;
+mod rollup;
+
+pub use accounts::{Account, AccountRef};
+pub use error::LedgerError;
+pub use heartbeat::{Heartbeat, UpstreamHeartbeat};
+pub use journal::JournalCheck;
+pub use ledger::Ledger;
+pub use money::{NANOS_PER_USD, UsdError, format_usd, parse_usd};
+pub use reservation::{Reservation, SettleOutcome, Settlement, Usage};
+pub use rollup::{
+    LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_MS, RouteMinute, UPSTREAM_OUTCOMES, UpstreamMinute,
+    latency_bucket_index,
+};

@@ -1,0 +1,91 @@
+//! SQL for the rollup tables, built once from the bucket count so that columns and
+//! binds cannot drift apart. `lat_N`/`fb_N` are the histogram columns of the migration.
+
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+
+use super::LATENCY_BUCKET_COUNT;
+
+/// `INSERT … ON CONFLICT DO UPDATE` adding to the stored route minute. Binds: route,
+/// minute, total, bad, failovers, then every latency bucket.
+pub(super) fn upsert_route_minute() -> &'static str {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        let buckets = columns("lat_");
+        let mut sql = format!(
+            "INSERT INTO route_minutes (route, minute, total, bad, failovers, {}) VALUES ({}) \
+             ON CONFLICT (route, minute) DO UPDATE SET \
+             total = route_minutes.total + excluded.total, \
+             bad = route_minutes.bad + excluded.bad, \
+             failovers = route_minutes.failovers + excluded.failovers",
+            buckets.join(", "),
+            placeholders(1, 5 + LATENCY_BUCKET_COUNT),
+        );
+        for c in &buckets {
+            let _ = write!(sql, ", {c} = route_minutes.{c} + excluded.{c}");
+        }
+        sql
+    });
+    &SQL
+}
+
+/// Upsert of the first-byte histogram. Binds: upstream, minute, then every bucket.
+pub(super) fn upsert_upstream_minute() -> &'static str {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        let buckets = columns("fb_");
+        let updates: Vec<String> = buckets
+            .iter()
+            .map(|c| format!("{c} = upstream_minutes.{c} + excluded.{c}"))
+            .collect();
+        format!(
+            "INSERT INTO upstream_minutes (upstream, minute, {}) VALUES ({}) \
+             ON CONFLICT (upstream, minute) DO UPDATE SET {}",
+            buckets.join(", "),
+            placeholders(1, 2 + LATENCY_BUCKET_COUNT),
+            updates.join(", "),
+        )
+    });
+    &SQL
+}
+
+/// Binds: from, to, then `keys` route names.
+pub(super) fn select_route_minutes(keys: usize) -> String {
+    format!(
+        "SELECT route, minute, total, bad, failovers, {} FROM route_minutes \
+         WHERE minute >= $1 AND minute <= $2 AND route IN ({}) ORDER BY route, minute",
+        columns("lat_").join(", "),
+        placeholders(3, keys),
+    )
+}
+
+/// Binds: from, to, then `keys` upstream names.
+pub(super) fn select_upstream_minutes(keys: usize) -> String {
+    format!(
+        "SELECT upstream, minute, {} FROM upstream_minutes \
+         WHERE minute >= $1 AND minute <= $2 AND upstream IN ({})",
+        columns("fb_").join(", "),
+        placeholders(3, keys),
+    )
+}
+
+/// Binds: from, to, then `keys` upstream names.
+pub(super) fn select_upstream_outcomes(keys: usize) -> String {
+    format!(
+        "SELECT upstream, minute, outcome, attempts FROM upstream_outcomes \
+         WHERE minute >= $1 AND minute <= $2 AND upstream IN ({})",
+        placeholders(3, keys),
+    )
+}
+
+fn columns(prefix: &str) -> Vec<String> {
+    (0..LATENCY_BUCKET_COUNT)
+        .map(|i| format!("{prefix}{i}"))
+        .collect()
+}
+
+/// `$first, $first+1, …` (`count` of them).
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,71 @@
+//! Connecting twice to the same database migrates once and keeps the data.
+
+use sluice_ledger::Ledger;
+
+use crate::on_both;
+use crate::support::TestDb;
+
+async fn migrations_are_idempotent(db: &TestDb) {
+    db.ledger.create_account("kept", 42).await.unwrap();
+    let again = Ledger::connect(&db.url).await.unwrap();
+    let third = Ledger::connect(&db.url).await.unwrap();
+    assert_eq!(again.kind(), db.ledger.kind());
+    assert_eq!(
+        third.account("kept").await.unwrap().unwrap().balance_nanos,
+        42
+    );
+    again.close().await;
+    third.close().await;
+}
+on_both!(connect_twice, super::migrations_are_idempotent);
+
+#[tokio::test]
+async fn kinds_and_bad_urls() {
+    let l = Ledger::connect("sqlite::memory:").await.unwrap();
+    assert_eq!(l.kind(), "sqlite");
+    let err = Ledger::connect("mysql://localhost/x").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unsupported ledger URL \"mysql://localhost/x\": expected sqlite://PATH or postgres://…"
+    );
+    // A file that does not exist yet is created.
+    let path = std::env::temp_dir().join(format!("sluice_ledger_new_{}.db", rand::random::<u64>()));
+    let l = Ledger::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    l.close().await;
+    assert!(path.exists());
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+/// The schema itself refuses an overdraft and edits of the journal, whatever the code does.
+async fn schema_guards_money(db: &TestDb) {
+    db.ledger.create_account("guarded", 100).await.unwrap();
+    let raw = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    for statement in [
+        "UPDATE accounts SET reserved_nanos = balance_nanos + 1",
+        "UPDATE accounts SET reserved_nanos = -1",
+        "UPDATE journal SET amount_nanos = 0",
+        "DELETE FROM journal",
+    ] {
+        let err = sqlx::query(statement).execute(&raw).await.unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("accounts_no_overdraft")
+                || msg.contains("CHECK constraint")
+                || msg.contains("journal is append-only"),
+            "{statement}: {msg}"
+        );
+    }
+    raw.close().await;
+    assert!(
+        db.ledger
+            .journal_verify("guarded")
+            .await
+            .unwrap()
+            .is_consistent()
+    );
+}
+on_both!(schema_guards, super::schema_guards_money);

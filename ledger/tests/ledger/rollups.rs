@@ -1,0 +1,145 @@
+//! Rollups add up across writers; heartbeats upsert.
+
+use std::time::{Duration, SystemTime};
+
+use sluice_ledger::{Heartbeat, Ledger, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
+
+use crate::on_both;
+use crate::support::TestDb;
+
+fn route_minute(route: &str, minute: i64, good: u64, bad: u64) -> RouteMinute {
+    let mut m = RouteMinute::new(route, minute);
+    for i in 0..good {
+        m.record(false, 40 + i * 100);
+    }
+    for _ in 0..bad {
+        m.record(true, 0);
+    }
+    m.failovers = bad;
+    m
+}
+
+fn upstream_minute(upstream: &str, minute: i64, ok: u64, failed: u64) -> UpstreamMinute {
+    let mut m = UpstreamMinute::new(upstream, minute);
+    for _ in 0..ok {
+        m.record("ok", Some(120));
+    }
+    for _ in 0..failed {
+        m.record("first_byte_timeout", None);
+    }
+    m
+}
+
+async fn rollups_add_up(db: &TestDb) {
+    let other = Ledger::connect(&db.url).await.unwrap();
+    let writers = [db.ledger.clone(), other.clone()];
+    let mut tasks = Vec::new();
+    for (w, l) in writers.into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            for flush in 0..5u64 {
+                let routes = [
+                    route_minute("ns/a", 100, 3, 1),
+                    route_minute("ns/b", 101, w as u64, 0),
+                ];
+                let ups = [upstream_minute("ns/up", 100, 2, flush % 2)];
+                l.write_rollups(&routes, &ups).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let l = &db.ledger;
+    let a = l.route_minutes(&["ns/a".into()], 100, 100).await.unwrap();
+    assert_eq!(a.len(), 1);
+    let mut expected = RouteMinute::new("ns/a", 100);
+    for _ in 0..10 {
+        expected.merge(&route_minute("ns/a", 100, 3, 1));
+    }
+    assert_eq!(a[0], expected);
+    assert_eq!((a[0].total, a[0].bad, a[0].failovers), (40, 10, 10));
+
+    let both = l
+        .route_minutes(&["ns/a".into(), "ns/b".into()], 0, 1000)
+        .await
+        .unwrap();
+    assert_eq!(
+        both.iter()
+            .map(|m| (m.route.as_str(), m.minute, m.total))
+            .collect::<Vec<_>>(),
+        vec![("ns/a", 100, 40), ("ns/b", 101, 5)]
+    );
+    assert!(
+        l.route_minutes(&["ns/a".into()], 101, 200)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(l.route_minutes(&[], 0, 1000).await.unwrap().is_empty());
+
+    let ups = l
+        .upstream_minutes(&["ns/up".into(), "ns/none".into()], 0, 1000)
+        .await
+        .unwrap();
+    assert_eq!(ups.len(), 1);
+    assert_eq!(ups[0].attempts_by_outcome["ok"], 20);
+    assert_eq!(ups[0].attempts_by_outcome["first_byte_timeout"], 4);
+    assert_eq!(ups[0].attempts(), 24);
+    assert_eq!(ups[0].first_byte_buckets.iter().sum::<u64>(), 20);
+
+    // ns/a@100, ns/up@100 and its two outcome rows.
+    assert_eq!(
+        l.prune_rollups(101, SystemTime::UNIX_EPOCH).await.unwrap(),
+        4
+    );
+    assert_eq!(
+        l.route_minutes(&["ns/a".into(), "ns/b".into()], 0, 1000)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    other.close().await;
+}
+on_both!(rollups, super::rollups_add_up);
+
+async fn heartbeats_upsert(db: &TestDb) {
+    let l = &db.ledger;
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let beat = |id: &str, at: SystemTime, weight: f64| Heartbeat {
+        gateway_id: id.into(),
+        at,
+        upstreams: vec![UpstreamHeartbeat {
+            upstream: "ns/up".into(),
+            circuit: "Closed".into(),
+            effective_weight: weight,
+            successes: 99,
+            failures: 1,
+        }],
+    };
+    l.heartbeat(beat("gw-1", t0, 100.0)).await.unwrap();
+    l.heartbeat(beat("gw-1", t0 + Duration::from_secs(10), 50.0))
+        .await
+        .unwrap();
+    // A late, older beat does not replace the newer one.
+    l.heartbeat(beat("gw-1", t0 + Duration::from_secs(5), 75.0))
+        .await
+        .unwrap();
+    l.heartbeat(beat("gw-2", t0 + Duration::from_secs(1), f64::NAN))
+        .await
+        .unwrap();
+
+    let all = l.heartbeats(t0).await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0], beat("gw-1", t0 + Duration::from_secs(10), 50.0));
+    assert_eq!(all[1].upstreams[0].effective_weight, 0.0);
+    let recent = l.heartbeats(t0 + Duration::from_secs(2)).await.unwrap();
+    assert_eq!(
+        recent
+            .iter()
+            .map(|h| h.gateway_id.as_str())
+            .collect::<Vec<_>>(),
+        ["gw-1"]
+    );
+}
+on_both!(heartbeats, super::heartbeats_upsert);

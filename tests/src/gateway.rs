@@ -1,0 +1,134 @@
+//! A gateway served in process from manifests written to a tempdir, exactly as
+//! `sluice-gateway serve --manifests DIR/manifests.yaml --listen 127.0.0.1:0` would.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sluice_gateway::app::{AuthMode, Gateway};
+use sluice_gateway::serve::{Loops, ServeArgs, build, spawn_loops};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::client::Client;
+use crate::metrics;
+
+/// Serve flags a test may change; the defaults are the CLI's except `--auth none`
+/// and a 100 ms reload interval.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// `--auth`.
+    pub auth: AuthMode,
+    /// `--max-body-bytes`.
+    pub max_body_bytes: usize,
+    /// `--health-window` (test-only clock).
+    pub health_window: Duration,
+    /// `--reload-interval`.
+    pub reload_interval: Duration,
+    /// `--flush-interval`.
+    pub flush_interval: Duration,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        Self {
+            auth: AuthMode::None,
+            max_body_bytes: 8 * 1024 * 1024,
+            health_window: Duration::from_secs(60),
+            reload_interval: Duration::from_millis(100),
+            flush_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A serving gateway; stops when dropped.
+pub struct TestGateway {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Listening address.
+    pub addr: SocketAddr,
+    /// The gateway's shared state (config, health, metrics, ledger).
+    pub state: Arc<Gateway>,
+    /// The manifest file it watches.
+    pub manifests: PathBuf,
+    /// Holds manifests and ledger; removed on drop.
+    pub dir: TempDir,
+    loops: Loops,
+    server: JoinHandle<()>,
+}
+
+impl TestGateway {
+    /// Serves `manifests` (YAML text) with default options.
+    pub async fn start(manifests: &str) -> anyhow::Result<Self> {
+        Self::start_with(manifests, GatewayOptions::default()).await
+    }
+
+    /// Serves `manifests` (YAML text) with `opts`.
+    pub async fn start_with(manifests: &str, opts: GatewayOptions) -> anyhow::Result<Self> {
+        crate::init_logging();
+        let dir = tempfile::tempdir().context("making a tempdir")?;
+        let path = dir.path().join("manifests.yaml");
+        std::fs::write(&path, manifests).context("writing manifests")?;
+        let args = ServeArgs {
+            manifests: vec![path.clone()],
+            snapshot: None,
+            listen: "127.0.0.1:0".parse()?,
+            ledger: format!("sqlite://{}", dir.path().join("ledger.db").display()),
+            secrets_dir: None,
+            auth: opts.auth,
+            max_body_bytes: opts.max_body_bytes,
+            reload_interval: opts.reload_interval,
+            health_window: opts.health_window,
+            flush_interval: opts.flush_interval,
+            gateway_id: Some("sluice-tests".into()),
+        };
+        let state = build(&args).await?;
+        let listener = TcpListener::bind(args.listen).await.context("binding the gateway")?;
+        let addr = listener.local_addr()?;
+        let loops = spawn_loops(state.clone(), &args, "sluice-tests".into());
+        let app = sluice_gateway::server::app(state.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { base: format!("http://{addr}"), addr, state, manifests: path, dir, loops, server })
+    }
+
+    /// A client for this gateway.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Client::new(&self.base)
+    }
+
+    /// Replaces the manifest file atomically (write + rename), as a config
+    /// management tool or a ConfigMap update would.
+    pub fn write_manifests(&self, yaml: &str) -> anyhow::Result<()> {
+        let tmp = self.dir.path().join(".manifests.yaml.tmp");
+        std::fs::write(&tmp, yaml)?;
+        std::fs::rename(&tmp, &self.manifests)?;
+        Ok(())
+    }
+
+    /// `/metrics` text, read from the registry directly.
+    pub fn metrics(&self) -> String {
+        self.state.metrics.encode()
+    }
+
+    /// One metric value out of `/metrics`, see [`metrics::value`].
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        metrics::value(&self.metrics(), name, labels)
+    }
+
+    /// A counter that may not exist yet (absent counts as 0).
+    pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.metric(name, labels).unwrap_or(0.0)
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        self.loops.abort();
+        self.server.abort();
+    }
+}
