@@ -145,7 +145,7 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
                 }
                 if let Some(rt) = g.current.get() {
                     let hb = sli::heartbeat(&gateway_id, &rt, &g.settings);
-                    if let Err(e) = ledger.heartbeat(&hb).await {
+                    if let Err(e) = ledger.heartbeat(hb).await {
                         tracing::warn!(error = %e, "heartbeat failed");
                     }
                 }
