@@ -124,6 +124,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
         reload_interval: Duration::from_secs(1),
         health_window: Duration::from_secs(60),
         flush_interval: Duration::from_secs(2),
+        reservation_ttl: Duration::from_secs(300),
         gateway_id: Some("demo".into()),
     };
     let gw = build(&serve_args).await?;

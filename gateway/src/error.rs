@@ -100,6 +100,8 @@ impl IntoResponse for ApiError {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, v);
             }
+            // Retry-After has whole seconds; clients that read the precise hint get it too.
+            response.headers_mut().insert("retry-after-ms", HeaderValue::from(retry_after.as_millis() as u64));
         }
         response
     }

@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// How often SLI rollups are written to the ledger.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub flush_interval: Duration,
+    /// How long a billing reservation may stay open before the reaper releases it
+    /// (covers a gateway that crashed mid-request).
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub reservation_ttl: Duration,
     /// Name of this process in heartbeats (default: host name and pid).
     #[arg(long, env = "POD_NAME")]
     pub gateway_id: Option<String>,
@@ -65,6 +69,7 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
     let settings = HealthSettings { window: args.health_window, ..HealthSettings::default() };
     let mut gw = Gateway::new(settings, Secrets::new(args.secrets_dir.clone()), Some(ledger), args.auth);
     gw.max_body = args.max_body_bytes;
+    gw.reservation_ttl = args.reservation_ttl;
     gw.source = Some(match &args.snapshot {
         Some(path) => Source::Snapshot(path.clone()),
         None => Source::Manifests(args.manifests.clone()),

@@ -5,8 +5,9 @@
 //! rest. A cost above the reservation is *not* taken from the free balance (that could
 //! push `balance − reserved` below zero under concurrency); the excess is recorded as
 //! `uncollected` in the reservation row and the journal, so it is visible and billable
-//! out of band. Estimates never undercount input, so this only happens when an upstream
-//! reports more output than `max_tokens` allowed.
+//! out of band. It happens only when an estimate undercounts: an upstream reporting more
+//! output than `max_tokens`, or a failover to a candidate pricier than the one the
+//! estimate used (so the gateway should estimate with the highest candidate price).
 //!
 //! Every transition is keyed by the reservation id and guarded by its state
 //! (`open` → `settled` | `released` | `expired`), so a second settle, a settle after a
