@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::schema::{DURATION_MESSAGE, DURATION_RULE, conditions_schema};
 
 /// An objective over a set of routes in this namespace.
+// kube's `printcolumn(.., type_ = "string", ..)` repeats arguments, not attributes.
+#[expect(clippy::duplicated_attributes, reason = "false positive on kube's printcolumn arguments")]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "sluice.dev",

@@ -9,6 +9,8 @@ use crate::schema::{DURATION_MESSAGE, DURATION_RULE, MONEY_MESSAGE, MONEY_RULE, 
 use crate::upstream::CircuitState;
 
 /// A model name and the candidate upstreams that can serve it.
+// kube's `printcolumn(.., type_ = "string", ..)` repeats arguments, not attributes.
+#[expect(clippy::duplicated_attributes, reason = "false positive on kube's printcolumn arguments")]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "sluice.dev",

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::schema::conditions_schema;
 
 /// One provider endpoint, e.g. Anthropic's OpenAI-compatible API in us-east-1.
+// kube's `printcolumn(.., type_ = "string", ..)` repeats arguments, not attributes.
+#[expect(clippy::duplicated_attributes, reason = "false positive on kube's printcolumn arguments")]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "sluice.dev",

@@ -2,6 +2,7 @@
 //! file mode, with exact messages. Each row is checked against the generated CRD schema
 //! too, and every bound of the schemas must have a row, so schema and `validate.rs`
 //! cannot drift apart.
+#![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
 mod common;
 
@@ -22,21 +23,38 @@ enum Unit {
     Length,
 }
 
-/// One bounded field: where it is in the schema, where the test sets it, its bounds, and
-/// the exact file-mode messages below and above them.
+/// One bounded field: where the test sets it (which is also the field reported), its
+/// bounds, and the exact file-mode messages below and above them (empty: the range message).
 struct Row {
     kind: &'static str,
-    schema_path: &'static str,
-    set_at: &'static str,
+    at: &'static str,
     unit: Unit,
     min: Option<u64>,
     max: u64,
     /// The value at size `n` (a number, a list of `n` items, a string of `n` characters).
     make: fn(u64) -> Value,
-    /// Field and message reported for a value out of bounds.
-    field: &'static str,
     below: &'static str,
     above: &'static str,
+}
+
+impl Row {
+    /// `spec.candidates[1].upstream` → `spec.candidates[].upstream`.
+    fn schema_path(&self) -> String {
+        let mut out = String::new();
+        let mut in_index = false;
+        for c in self.at.chars() {
+            match c {
+                '[' => in_index = true,
+                ']' => {
+                    in_index = false;
+                    out.push_str("[]");
+                }
+                _ if !in_index => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    }
 }
 
 fn number(n: u64) -> Value {
@@ -47,7 +65,9 @@ fn letters(n: u64) -> Value {
 }
 fn candidates(n: u64) -> Value {
     // `primary` exists in support.yaml; the others only cost a warning each.
-    (0..n).map(|i| if i == 0 { json!({"upstream": "primary"}) } else { json!({"upstream": format!("up-{i}")}) }).collect()
+    (0..n)
+        .map(|i| if i == 0 { json!({"upstream": "primary"}) } else { json!({"upstream": format!("up-{i}")}) })
+        .collect()
 }
 fn statuses(n: u64) -> Value {
     (0..n).map(|i| json!(500 + i)).collect()
@@ -76,34 +96,33 @@ fn burn_rate(n: u64) -> Value {
 const RANGE: &str = "";
 const UPSTREAM: &str = "upstream must be the name of an Upstream (a DNS subdomain)";
 
+#[rustfmt::skip] // one row per line reads as a table
 fn rows() -> Vec<Row> {
     use Unit::*;
-    let r = |kind, schema_path, set_at, unit, min, max, make, field, below, above| Row {
-        kind, schema_path, set_at, unit, min, max, make, field, below, above,
-    };
+    let r = |kind, at, unit, min, max, make, below, above| Row { kind, at, unit, min, max, make, below, above };
     vec![
-        r("Upstream", "spec.region", "spec.region", Length, None, 63, letters, "spec.region", "", "must be at most 63 characters"),
-        r("Upstream", "spec.auth.secretRef.name", "spec.auth.secretRef.name", Length, Some(1), 253, letters, "spec.auth.secretRef.name", "must be 1 to 253 characters", "must be 1 to 253 characters"),
-        r("Upstream", "spec.auth.secretRef.key", "spec.auth.secretRef.key", Length, Some(1), 253, letters, "spec.auth.secretRef.key", "must be 1 to 253 characters", "must be 1 to 253 characters"),
-        r("Upstream", "spec.maxConcurrentRequests", "spec.maxConcurrentRequests", Number, Some(1), 1_000_000, number, "spec.maxConcurrentRequests", RANGE, RANGE),
-        r("Upstream", "spec.circuitBreaker.failureRatePercent", "spec.circuitBreaker.failureRatePercent", Number, Some(1), 100, number, "spec.circuitBreaker.failureRatePercent", RANGE, RANGE),
-        r("Upstream", "spec.circuitBreaker.minimumRequests", "spec.circuitBreaker.minimumRequests", Number, Some(1), 10_000, number, "spec.circuitBreaker.minimumRequests", RANGE, RANGE),
-        r("Upstream", "spec.circuitBreaker.halfOpenRequests", "spec.circuitBreaker.halfOpenRequests", Number, Some(1), 100, number, "spec.circuitBreaker.halfOpenRequests", RANGE, RANGE),
-        r("ModelRoute", "spec.candidates", "spec.candidates", Items, Some(1), 8, candidates, "spec.candidates", "must list 1 to 8 candidates, got 0", "must list 1 to 8 candidates, got 9"),
-        r("ModelRoute", "spec.candidates[].upstream", "spec.candidates[1].upstream", Length, None, 253, letters, "spec.candidates[1].upstream", "", UPSTREAM),
-        r("ModelRoute", "spec.candidates[].model", "spec.candidates[0].model", Length, Some(1), 256, letters, "spec.candidates[0].model", "must be 1 to 256 characters", "must be 1 to 256 characters"),
-        r("ModelRoute", "spec.candidates[].weight", "spec.candidates[0].weight", Number, Some(1), 1000, number, "spec.candidates[0].weight", RANGE, RANGE),
-        r("ModelRoute", "spec.failover.retryOn", "spec.failover.retryOn", Items, Some(1), 16, statuses, "spec.failover.retryOn", "must list 1 to 16 statuses, got 0", "must list 1 to 16 statuses, got 17"),
-        r("ModelRoute", "spec.backoff.maxAttempts", "spec.backoff.maxAttempts", Number, Some(1), 20, number, "spec.backoff.maxAttempts", RANGE, RANGE),
-        r("ModelRoute", "spec.defaultMaxTokens", "spec.defaultMaxTokens", Number, Some(1), 10_000_000, number, "spec.defaultMaxTokens", RANGE, RANGE),
-        r("ErrorBudget", "spec.routes", "spec.routes", Items, Some(1), 64, routes, "spec.routes", "must list 1 to 64 routes, got 0", "must list 1 to 64 routes, got 65"),
-        r("ErrorBudget", "spec.routes[]", "spec.routes[1]", Length, Some(1), 253, letters, "spec.routes[1]", "must be 1 to 253 characters", "must be 1 to 253 characters"),
-        r("ErrorBudget", "spec.latency.percentile", "spec.latency.percentile", Number, Some(50), 99, number, "spec.latency.percentile", RANGE, RANGE),
-        r("ErrorBudget", "spec.alerts", "spec.alerts", Items, Some(1), 8, alerts, "spec.alerts", "must list 1 to 8 alerts, got 0", "must list 1 to 8 alerts, got 9"),
-        r("ErrorBudget", "spec.alerts[].name", "spec.alerts[0].name", Length, None, 31, letters, "spec.alerts[0].name", "", "alert name must be a lowercase word such as page or ticket"),
-        r("ErrorBudget", "spec.alerts[].longWindow", "spec.alerts[0].longWindow", Length, None, 6, window, "spec.alerts[0].longWindow", "", "longWindow must be a duration in m, h or d, e.g. 1h"),
-        r("ErrorBudget", "spec.alerts[].shortWindow", "spec.alerts[3].shortWindow", Length, None, 6, short_window, "spec.alerts[3].shortWindow", "", "shortWindow must be a duration in m, h or d, e.g. 5m"),
-        r("ErrorBudget", "spec.alerts[].burnRate", "spec.alerts[0].burnRate", Length, None, 8, burn_rate, "spec.alerts[0].burnRate", "", "burnRate must be a positive decimal string, e.g. \"14.4\""),
+        r("Upstream", "spec.region", Length, None, 63, letters, "", "must be at most 63 characters"),
+        r("Upstream", "spec.auth.secretRef.name", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
+        r("Upstream", "spec.auth.secretRef.key", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
+        r("Upstream", "spec.maxConcurrentRequests", Number, Some(1), 1_000_000, number, RANGE, RANGE),
+        r("Upstream", "spec.circuitBreaker.failureRatePercent", Number, Some(1), 100, number, RANGE, RANGE),
+        r("Upstream", "spec.circuitBreaker.minimumRequests", Number, Some(1), 10_000, number, RANGE, RANGE),
+        r("Upstream", "spec.circuitBreaker.halfOpenRequests", Number, Some(1), 100, number, RANGE, RANGE),
+        r("ModelRoute", "spec.candidates", Items, Some(1), 8, candidates, "must list 1 to 8 candidates, got 0", "must list 1 to 8 candidates, got 9"),
+        r("ModelRoute", "spec.candidates[1].upstream", Length, None, 253, letters, "", UPSTREAM),
+        r("ModelRoute", "spec.candidates[0].model", Length, Some(1), 256, letters, "must be 1 to 256 characters", "must be 1 to 256 characters"),
+        r("ModelRoute", "spec.candidates[0].weight", Number, Some(1), 1000, number, RANGE, RANGE),
+        r("ModelRoute", "spec.failover.retryOn", Items, Some(1), 16, statuses, "must list 1 to 16 statuses, got 0", "must list 1 to 16 statuses, got 17"),
+        r("ModelRoute", "spec.backoff.maxAttempts", Number, Some(1), 20, number, RANGE, RANGE),
+        r("ModelRoute", "spec.defaultMaxTokens", Number, Some(1), 10_000_000, number, RANGE, RANGE),
+        r("ErrorBudget", "spec.routes", Items, Some(1), 64, routes, "must list 1 to 64 routes, got 0", "must list 1 to 64 routes, got 65"),
+        r("ErrorBudget", "spec.routes[1]", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
+        r("ErrorBudget", "spec.latency.percentile", Number, Some(50), 99, number, RANGE, RANGE),
+        r("ErrorBudget", "spec.alerts", Items, Some(1), 8, alerts, "must list 1 to 8 alerts, got 0", "must list 1 to 8 alerts, got 9"),
+        r("ErrorBudget", "spec.alerts[0].name", Length, None, 31, letters, "", "alert name must be a lowercase word such as page or ticket"),
+        r("ErrorBudget", "spec.alerts[0].longWindow", Length, None, 6, window, "", "longWindow must be a duration in m, h or d, e.g. 1h"),
+        r("ErrorBudget", "spec.alerts[3].shortWindow", Length, None, 6, short_window, "", "shortWindow must be a duration in m, h or d, e.g. 5m"),
+        r("ErrorBudget", "spec.alerts[0].burnRate", Length, None, 8, burn_rate, "", "burnRate must be a positive decimal string, e.g. \"14.4\""),
     ]
 }
 
@@ -134,8 +153,12 @@ fn errors_with(kind: &str, at: &str, value: Value) -> Vec<String> {
 }
 
 fn expected(row: &Row, message: &str, value: u64) -> Vec<String> {
-    let message = if message.is_empty() { format!("must be between {} and {}, got {value}", row.min.unwrap_or(0), row.max) } else { message.to_string() };
-    vec![format!("error: {} default/fixture: {}: {message}", row.kind, row.field)]
+    let message = if message.is_empty() {
+        format!("must be between {} and {}, got {value}", row.min.unwrap_or(0), row.max)
+    } else {
+        message.to_string()
+    };
+    vec![format!("error: {} default/fixture: {}: {message}", row.kind, row.at)]
 }
 
 #[test]
@@ -143,9 +166,10 @@ fn values_at_the_bounds_are_accepted_and_beyond_them_refused_with_exact_messages
     let mut failures = Vec::new();
     for row in rows() {
         let mut check = |n: u64, want: Vec<String>| {
-            let got = errors_with(row.kind, row.set_at, (row.make)(n));
+            let got = errors_with(row.kind, row.at, (row.make)(n));
             if got != want {
-                failures.push(format!("{} {} = size {n}:\n  expected {want:?}\n  got      {got:?}", row.kind, row.set_at));
+                failures
+                    .push(format!("{} {} = size {n}:\n  expected {want:?}\n  got      {got:?}", row.kind, row.at));
             }
         };
         check(row.max, vec![]);
@@ -189,9 +213,9 @@ fn every_schema_bound_has_a_row_and_every_row_is_in_the_schema() {
             Unit::Items => ("minItems", "maxItems"),
             Unit::Length => ("minLength", "maxLength"),
         };
-        declared.insert((row.kind.to_string(), row.schema_path.to_string(), max_kw, row.max));
+        declared.insert((row.kind.to_string(), row.schema_path(), max_kw, row.max));
         if let Some(min) = row.min {
-            declared.insert((row.kind.to_string(), row.schema_path.to_string(), min_kw, min));
+            declared.insert((row.kind.to_string(), row.schema_path(), min_kw, min));
         }
     }
     // u16 items carry their type's range; file mode refuses it while parsing
@@ -208,10 +232,30 @@ fn every_schema_bound_has_a_row_and_every_row_is_in_the_schema() {
 #[test]
 fn values_beyond_the_integer_type_are_refused_while_parsing() {
     let cases = [
-        ("ModelRoute", "spec.failover.retryOn[0]", json!(65_536), "error: ModelRoute default/fixture: spec.failover.retryOn[0]: invalid value: integer `65536`, expected u16"),
-        ("ModelRoute", "spec.candidates[0].weight", json!(-1), "error: ModelRoute default/fixture: spec.candidates[0].weight: invalid value: integer `-1`, expected u32"),
-        ("Upstream", "spec.maxConcurrentRequests", json!(1.5), "error: Upstream default/fixture: spec.maxConcurrentRequests: invalid type: floating point `1.5`, expected u32"),
-        ("ErrorBudget", "spec.latency.percentile", json!("99"), "error: ErrorBudget default/fixture: spec.latency.percentile: invalid type: string \"99\", expected u32"),
+        (
+            "ModelRoute",
+            "spec.failover.retryOn[0]",
+            json!(65_536),
+            "error: ModelRoute default/fixture: spec.failover.retryOn[0]: invalid value: integer `65536`, expected u16",
+        ),
+        (
+            "ModelRoute",
+            "spec.candidates[0].weight",
+            json!(-1),
+            "error: ModelRoute default/fixture: spec.candidates[0].weight: invalid value: integer `-1`, expected u32",
+        ),
+        (
+            "Upstream",
+            "spec.maxConcurrentRequests",
+            json!(1.5),
+            "error: Upstream default/fixture: spec.maxConcurrentRequests: invalid type: floating point `1.5`, expected u32",
+        ),
+        (
+            "ErrorBudget",
+            "spec.latency.percentile",
+            json!("99"),
+            "error: ErrorBudget default/fixture: spec.latency.percentile: invalid type: string \"99\", expected u32",
+        ),
     ];
     for (kind, at, value, want) in cases {
         assert_eq!(errors_with(kind, at, value), [want], "{kind} {at}");

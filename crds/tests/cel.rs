@@ -4,6 +4,7 @@
 //! mirror of the rules (`validate.rs`) must refuse them with the same field and message.
 //!
 //! Fixtures: `testdata/cel/<kind>/{valid,invalid}/*.yaml`; see `testdata/cel/README.md`.
+#![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
 mod common;
 
@@ -16,7 +17,8 @@ use sluice_crds::Severity;
 
 use common::{read, schema_at, schema_of, testdata};
 
-const KINDS: [(&str, &str); 3] = [("upstream", "Upstream"), ("modelroute", "ModelRoute"), ("errorbudget", "ErrorBudget")];
+const KINDS: [(&str, &str); 3] =
+    [("upstream", "Upstream"), ("modelroute", "ModelRoute"), ("errorbudget", "ErrorBudget")];
 
 /// One fixture file.
 struct Fixture {
@@ -85,7 +87,11 @@ fn cel_errors(f: &Fixture) -> Vec<CelError> {
         .into_iter()
         .map(|e| {
             assert_eq!(e.kind, ErrorKind::ValidationFailure, "{}: rule {:?} not evaluated: {e}", f.name(), e.rule);
-            CelError { rule: e.rule.clone(), field_path: e.field_path.clone(), line: format!("{}: {}", e.field_path, e.message) }
+            CelError {
+                rule: e.rule.clone(),
+                field_path: e.field_path.clone(),
+                line: format!("{}: {}", e.field_path, e.message),
+            }
         })
         .collect()
 }
@@ -233,9 +239,8 @@ fn every_cel_rule_is_covered_by_an_accepted_and_a_refused_fixture() {
         if !accepted {
             missing.push(format!("{} {}: no valid fixture sets it", r.kind, r.path));
         }
-        let refused = refusals
-            .iter()
-            .any(|(f, e)| f.kind == r.kind && e.rule == r.rule && wildcard(&e.field_path) == r.path);
+        let refused =
+            refusals.iter().any(|(f, e)| f.kind == r.kind && e.rule == r.rule && wildcard(&e.field_path) == r.path);
         if !refused {
             missing.push(format!("{} {}: no invalid fixture breaks {:?}", r.kind, r.path, r.rule));
         }

@@ -1,5 +1,6 @@
 //! The CRDs' outward shape, DESIGN.md §2: group, version, scope, names, status
 //! subresource and printer columns, as `kubectl` users see them.
+#![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -20,7 +21,9 @@ fn names(list: &[(String, String, String)]) -> Vec<&str> {
 
 #[test]
 fn every_kind_is_namespaced_in_sluice_dev_v1alpha1_with_status_and_short_name() {
-    for (kind, plural, short) in [("Upstream", "upstreams", "ups"), ("ModelRoute", "modelroutes", "mr"), ("ErrorBudget", "errorbudgets", "eb")] {
+    for (kind, plural, short) in
+        [("Upstream", "upstreams", "ups"), ("ModelRoute", "modelroutes", "mr"), ("ErrorBudget", "errorbudgets", "eb")]
+    {
         let crd = crd(kind);
         assert_eq!(crd.metadata.name.as_deref(), Some(format!("{plural}.sluice.dev").as_str()));
         assert_eq!(crd.spec.group, sluice_crds::GROUP);
@@ -32,7 +35,10 @@ fn every_kind_is_namespaced_in_sluice_dev_v1alpha1_with_status_and_short_name() 
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, sluice_crds::VERSION);
         assert!(version.served && version.storage);
-        assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "{kind} has a status subresource");
+        assert!(
+            version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+            "{kind} has a status subresource"
+        );
     }
     assert_eq!(sluice_crds::API_VERSION, format!("{}/{}", sluice_crds::GROUP, sluice_crds::VERSION));
 }

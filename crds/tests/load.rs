@@ -1,6 +1,7 @@
 //! File mode's loading: `load_paths` over files and directories (nested, hidden entries
 //! and non-YAML files skipped, mounted-ConfigMap symlinks, loops), multi-document files,
 //! and the problems that name a file and document.
+#![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
 mod common;
 
@@ -38,7 +39,9 @@ impl Drop for TempDir {
 }
 
 fn upstream(name: &str) -> String {
-    format!("apiVersion: sluice.dev/v1alpha1\nkind: Upstream\nmetadata: {{name: {name}}}\nspec: {{baseUrl: \"http://127.0.0.1:9101\"}}\n")
+    format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: Upstream\nmetadata: {{name: {name}}}\nspec: {{baseUrl: \"http://127.0.0.1:9101\"}}\n"
+    )
 }
 
 fn names(m: &Manifests) -> Vec<String> {
@@ -68,7 +71,7 @@ fn a_directory_is_read_recursively_in_name_order_skipping_hidden_and_non_yaml_fi
     dir.write("routes.yaml.swp", "\u{0}binary");
     dir.write(".hidden.yaml", "not: [valid");
     dir.write(".git/config.yaml", upstream("from-a-hidden-directory"));
-    let m = load_paths(&[dir.0.clone()]);
+    let m = load_paths(std::slice::from_ref(&dir.0));
     assert_eq!(problems(&m), Vec::<String>::new());
     assert_eq!(names(&m), ["Upstream a", "Upstream b", "Upstream c"]);
 }
@@ -83,7 +86,7 @@ fn a_mounted_configmap_is_read_once_through_its_symlinks() {
     dir.write("..2025_01_01_00_00_00.1/upstreams.yaml", upstream("mounted"));
     symlink("..2025_01_01_00_00_00.1", dir.0.join("..data")).expect("symlink");
     symlink("..data/upstreams.yaml", dir.0.join("upstreams.yaml")).expect("symlink");
-    let m = load_paths(&[dir.0.clone()]);
+    let m = load_paths(std::slice::from_ref(&dir.0));
     assert_eq!(problems(&m), Vec::<String>::new());
     assert_eq!(names(&m), ["Upstream mounted"]);
 }
@@ -94,7 +97,7 @@ fn a_symlink_loop_is_not_followed_forever() {
     let dir = TempDir::new();
     dir.write("sub/u.yaml", upstream("once"));
     std::os::unix::fs::symlink(&dir.0, dir.0.join("sub/loop")).expect("symlink");
-    let m = load_paths(&[dir.0.clone()]);
+    let m = load_paths(std::slice::from_ref(&dir.0));
     assert_eq!(problems(&m), Vec::<String>::new());
     assert_eq!(names(&m), ["Upstream once"]);
 }
@@ -112,12 +115,13 @@ fn a_multi_document_file_yields_every_document_numbered_in_problems() {
     let m = load_paths(std::slice::from_ref(&file));
     assert_eq!(names(&m), ["Upstream first", "Upstream second", "Upstream bad", "Upstream last"]);
     let resolved = resolve(&m, &common::all_secrets);
-    assert_eq!(common::problems(&resolved), [
-        "error: Upstream default/bad: spec.baseUrl: baseUrl must be an http:// or https:// URL with a host",
-    ]);
+    assert_eq!(
+        common::problems(&resolved),
+        ["error: Upstream default/bad: spec.baseUrl: baseUrl must be an http:// or https:// URL with a host",]
+    );
     // Loading problems name the file and the document, counting empty ones.
     let file2 = dir.write("broken.yaml", format!("{}---\n---\napiVersion: v1\n", upstream("ok")));
-    let m = load_paths(&[file2.clone()]);
+    let m = load_paths(std::slice::from_ref(&file2));
     assert_eq!(problems(&m), [format!("error: {} (document 3): apiVersion and kind are required", shown(&file2))]);
 }
 
@@ -129,7 +133,11 @@ fn paths_are_read_in_the_order_given_and_missing_ones_reported() {
     let json = two.write("manifests.json", r#"{"apiVersion":"sluice.dev/v1alpha1","kind":"Upstream","metadata":{"name":"from-json"},"spec":{"baseUrl":"http://x"}}"#);
     let missing = two.0.join("nope.yaml");
     let m = load_paths(&[json, missing.clone(), one.0.clone()]);
-    assert_eq!(names(&m), ["Upstream from-json", "Upstream from-one"], "a file named explicitly is read whatever its extension");
+    assert_eq!(
+        names(&m),
+        ["Upstream from-json", "Upstream from-one"],
+        "a file named explicitly is read whatever its extension"
+    );
     assert_eq!(problems(&m), [format!("error: {}: no such file or directory", shown(&missing))]);
 }
 
@@ -147,7 +155,7 @@ fn a_file_that_is_not_utf8_is_reported() {
     let dir = TempDir::new();
     let file = dir.write("latin1.yaml", b"metadata: {name: caf\xe9}\n");
     dir.write("ok.yaml", upstream("ok"));
-    let m = load_paths(&[dir.0.clone()]);
+    let m = load_paths(std::slice::from_ref(&dir.0));
     assert_eq!(names(&m), ["Upstream ok"]);
     assert_eq!(problems(&m), [format!("error: {}: cannot read: stream did not contain valid UTF-8", shown(&file))]);
 }

@@ -25,14 +25,39 @@ fn any_json() -> impl Strategy<Value = Value> {
         any::<u64>().prop_map(Value::from),
         any::<f64>().prop_map(Value::from),
         ".{0,12}".prop_map(Value::from),
-        prop::sample::select(vec!["sluice.dev/v1alpha1", "Upstream", "ModelRoute", "ErrorBudget", "spec", "30d", "1h", "99.9"])
-            .prop_map(Value::from),
+        prop::sample::select(vec![
+            "sluice.dev/v1alpha1",
+            "Upstream",
+            "ModelRoute",
+            "ErrorBudget",
+            "spec",
+            "30d",
+            "1h",
+            "99.9"
+        ])
+        .prop_map(Value::from),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
         let key = prop_oneof![
             prop::sample::select(vec![
-                "apiVersion", "kind", "metadata", "name", "namespace", "spec", "baseUrl", "model", "candidates",
-                "upstream", "weight", "price", "routes", "objective", "window", "alerts", "timeouts", "auth",
+                "apiVersion",
+                "kind",
+                "metadata",
+                "name",
+                "namespace",
+                "spec",
+                "baseUrl",
+                "model",
+                "candidates",
+                "upstream",
+                "weight",
+                "price",
+                "routes",
+                "objective",
+                "window",
+                "alerts",
+                "timeouts",
+                "auth",
             ])
             .prop_map(String::from),
             "[a-zA-Z]{1,8}",

@@ -5,6 +5,7 @@
 //! - kube's CEL engine and file mode (`validate.rs`, after serde) refuse exactly the same
 //!   fields with the same messages, resource by resource: a drift between a CEL rule and
 //!   its Rust mirror shows up here even where no fixture probes it.
+#![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
 mod common;
 
@@ -15,15 +16,12 @@ use sluice_crds::{ErrorBudget, Manifests, ModelRoute, Upstream, validate};
 use kube::core::cel::{CompiledSchema, Validator, compile_schema};
 
 fn duration() -> impl Strategy<Value = String> {
-    prop_oneof![
-        "[0-9]{1,3}(ms|s|m|h|d)",
-        "([0-9]{1,2}(ms|s|m|h)){1,3}",
-        "0{1,2}(ms|s|m)(0(s|ms))?",
-        "[0-9a-z. ]{0,5}",
-    ]
+    prop_oneof!["[0-9]{1,3}(ms|s|m|h|d)", "([0-9]{1,2}(ms|s|m|h)){1,3}", "0{1,2}(ms|s|m)(0(s|ms))?", "[0-9a-z. ]{0,5}",]
 }
 
-fn opt<T: std::fmt::Debug + Clone + 'static>(s: impl Strategy<Value = T> + 'static) -> impl Strategy<Value = Option<T>> {
+fn opt<T: std::fmt::Debug + Clone + 'static>(
+    s: impl Strategy<Value = T> + 'static,
+) -> impl Strategy<Value = Option<T>> {
     prop::option::weighted(0.6, s)
 }
 
@@ -52,43 +50,70 @@ fn namespace() -> impl Strategy<Value = Option<&'static str>> {
 }
 
 fn upstream() -> impl Strategy<Value = Value> {
-    let base_url = prop_oneof!["https?://[a-z0-9.:\\[\\]]{0,10}(/v1)?/?", "(ftp|http|https):/{0,3}[ a-z/?#]{0,6}", ".{0,8}"];
+    let base_url =
+        prop_oneof!["https?://[a-z0-9.:\\[\\]]{0,10}(/v1)?/?", "(ftp|http|https):/{0,3}[ a-z/?#]{0,6}", ".{0,8}"];
     let auth = (("[a-z-]{1,12}", "[a-zA-Z]{1,8}"), opt("[A-Za-z0-9: _-]{0,8}"), opt("[A-Za-z ]{0,7}"));
     let timeouts = (opt(duration()), opt(prop_oneof![duration(), Just("auto".to_string())]), opt(duration()));
     let breaker = (opt(1..=100u32), opt(1..=10_000u32), opt(duration()), opt(1..=100u32));
     let probe = (opt(duration()), opt("/?[a-z/]{0,6}"));
-    (name(), namespace(), base_url, opt("[a-z0-9-]{0,63}"), opt(auth), opt(timeouts), opt(1..=1_000_000u32), opt(breaker), opt(probe))
+    (
+        name(),
+        namespace(),
+        base_url,
+        opt("[a-z0-9-]{0,63}"),
+        opt(auth),
+        opt(timeouts),
+        opt(1..=1_000_000u32),
+        opt(breaker),
+        opt(probe),
+    )
         .prop_map(|(name, ns, base_url, region, auth, timeouts, max, breaker, probe)| {
             let mut spec = json!({"baseUrl": base_url});
             put(&mut spec, "region", region.map(Value::from));
-            put(&mut spec, "auth", auth.map(|((secret, key), header, scheme)| {
-                let mut a = json!({"secretRef": {"name": secret, "key": key}});
-                put(&mut a, "header", header.map(Value::from));
-                put(&mut a, "scheme", scheme.map(Value::from));
-                a
-            }));
-            put(&mut spec, "timeouts", timeouts.map(|(connect, first_byte, idle)| {
-                let mut t = json!({});
-                put(&mut t, "connect", connect.map(Value::from));
-                put(&mut t, "firstByte", first_byte.map(Value::from));
-                put(&mut t, "idle", idle.map(Value::from));
-                t
-            }));
+            put(
+                &mut spec,
+                "auth",
+                auth.map(|((secret, key), header, scheme)| {
+                    let mut a = json!({"secretRef": {"name": secret, "key": key}});
+                    put(&mut a, "header", header.map(Value::from));
+                    put(&mut a, "scheme", scheme.map(Value::from));
+                    a
+                }),
+            );
+            put(
+                &mut spec,
+                "timeouts",
+                timeouts.map(|(connect, first_byte, idle)| {
+                    let mut t = json!({});
+                    put(&mut t, "connect", connect.map(Value::from));
+                    put(&mut t, "firstByte", first_byte.map(Value::from));
+                    put(&mut t, "idle", idle.map(Value::from));
+                    t
+                }),
+            );
             put(&mut spec, "maxConcurrentRequests", max.map(Value::from));
-            put(&mut spec, "circuitBreaker", breaker.map(|(rate, min, open_for, half)| {
-                let mut b = json!({});
-                put(&mut b, "failureRatePercent", rate.map(Value::from));
-                put(&mut b, "minimumRequests", min.map(Value::from));
-                put(&mut b, "openFor", open_for.map(Value::from));
-                put(&mut b, "halfOpenRequests", half.map(Value::from));
-                b
-            }));
-            put(&mut spec, "probe", probe.map(|(interval, path)| {
-                let mut p = json!({});
-                put(&mut p, "interval", interval.map(Value::from));
-                put(&mut p, "path", path.map(Value::from));
-                p
-            }));
+            put(
+                &mut spec,
+                "circuitBreaker",
+                breaker.map(|(rate, min, open_for, half)| {
+                    let mut b = json!({});
+                    put(&mut b, "failureRatePercent", rate.map(Value::from));
+                    put(&mut b, "minimumRequests", min.map(Value::from));
+                    put(&mut b, "openFor", open_for.map(Value::from));
+                    put(&mut b, "halfOpenRequests", half.map(Value::from));
+                    b
+                }),
+            );
+            put(
+                &mut spec,
+                "probe",
+                probe.map(|(interval, path)| {
+                    let mut p = json!({});
+                    put(&mut p, "interval", interval.map(Value::from));
+                    put(&mut p, "path", path.map(Value::from));
+                    p
+                }),
+            );
             json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "Upstream", "metadata": meta(name, ns), "spec": spec})
         })
 }
@@ -105,7 +130,18 @@ fn model_route() -> impl Strategy<Value = Value> {
     let backoff = (opt(1..=20u32), opt(duration()), opt(duration()));
     let model = prop_oneof!["[a-z]{1,4}-[0-9]", "[A-Za-z0-9._:/@ -]{0,10}", "m{120,130}"];
     let gateway = "[a-zA-Z0-9-]{0,4}|g{39,42}";
-    (name(), namespace(), model, opt(gateway), opt(duration()), opt(prop::sample::select(vec!["ordered", "weighted"])), candidates, opt(failover), opt(backoff), opt(1..=10_000_000u32))
+    (
+        name(),
+        namespace(),
+        model,
+        opt(gateway),
+        opt(duration()),
+        opt(prop::sample::select(vec!["ordered", "weighted"])),
+        candidates,
+        opt(failover),
+        opt(backoff),
+        opt(1..=10_000_000u32),
+    )
         .prop_map(|(name, ns, model, gateway, deadline, selection, candidates, failover, backoff, max_tokens)| {
             let candidates: Vec<Value> = candidates
                 .into_iter()
@@ -121,19 +157,27 @@ fn model_route() -> impl Strategy<Value = Value> {
             put(&mut spec, "gateway", gateway.map(Value::from));
             put(&mut spec, "deadline", deadline.map(Value::from));
             put(&mut spec, "selection", selection.map(Value::from));
-            put(&mut spec, "failover", failover.map(|(retry_on, on_fbt)| {
-                let mut f = json!({});
-                put(&mut f, "retryOn", retry_on.map(|r| json!(r)));
-                put(&mut f, "onFirstByteTimeout", on_fbt.map(Value::from));
-                f
-            }));
-            put(&mut spec, "backoff", backoff.map(|(max, base, total)| {
-                let mut b = json!({});
-                put(&mut b, "maxAttempts", max.map(Value::from));
-                put(&mut b, "base", base.map(Value::from));
-                put(&mut b, "maxTotal", total.map(Value::from));
-                b
-            }));
+            put(
+                &mut spec,
+                "failover",
+                failover.map(|(retry_on, on_fbt)| {
+                    let mut f = json!({});
+                    put(&mut f, "retryOn", retry_on.map(|r| json!(r)));
+                    put(&mut f, "onFirstByteTimeout", on_fbt.map(Value::from));
+                    f
+                }),
+            );
+            put(
+                &mut spec,
+                "backoff",
+                backoff.map(|(max, base, total)| {
+                    let mut b = json!({});
+                    put(&mut b, "maxAttempts", max.map(Value::from));
+                    put(&mut b, "base", base.map(Value::from));
+                    put(&mut b, "maxTotal", total.map(Value::from));
+                    b
+                }),
+            );
             put(&mut spec, "defaultMaxTokens", max_tokens.map(Value::from));
             json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "ModelRoute", "metadata": meta(name, ns), "spec": spec})
         })
@@ -179,7 +223,10 @@ fn compiled(kind: &str) -> &'static CompiledSchema {
     use std::sync::OnceLock;
     static SCHEMAS: OnceLock<Vec<(String, CompiledSchema)>> = OnceLock::new();
     let schemas = SCHEMAS.get_or_init(|| {
-        ["Upstream", "ModelRoute", "ErrorBudget"].iter().map(|k| (k.to_string(), compile_schema(&common::schema_of(k)))).collect()
+        ["Upstream", "ModelRoute", "ErrorBudget"]
+            .iter()
+            .map(|k| (k.to_string(), compile_schema(&common::schema_of(k))))
+            .collect()
     });
     &schemas.iter().find(|(k, _)| k == kind).expect("known kind").1
 }
@@ -197,7 +244,9 @@ fn cel(object: &Value) -> Vec<String> {
 fn file_mode(object: &Value) -> Vec<String> {
     let errors = match object["kind"].as_str().expect("kind") {
         "Upstream" => validate::upstream(&serde_json::from_value::<Upstream>(object.clone()).expect("typed").spec),
-        "ModelRoute" => validate::model_route(&serde_json::from_value::<ModelRoute>(object.clone()).expect("typed").spec),
+        "ModelRoute" => {
+            validate::model_route(&serde_json::from_value::<ModelRoute>(object.clone()).expect("typed").spec)
+        }
         _ => validate::error_budget(&serde_json::from_value::<ErrorBudget>(object.clone()).expect("typed").spec),
     };
     let mut out: Vec<String> = errors.into_iter().map(|(field, message)| format!("{field}: {message}")).collect();

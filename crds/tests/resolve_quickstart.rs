@@ -10,8 +10,8 @@ use sluice_crds::error_budget::BudgetMethod;
 use sluice_crds::model_route::{FirstByteAction, Selection};
 use sluice_crds::resolve::{defaults, usd_to_nanos};
 use sluice_crds::snapshot::{
-    AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, LatencyConfig, PriceConfig,
-    ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, UpstreamConfig,
+    AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, LatencyConfig,
+    PriceConfig, ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, UpstreamConfig,
 };
 use sluice_crds::{Snapshot, load_paths, resolve};
 
@@ -22,7 +22,12 @@ const D: u64 = 24 * H;
 const USD: u64 = 1_000_000_000;
 
 fn auth(secret: &str) -> Option<AuthConfig> {
-    Some(AuthConfig { secret: secret.into(), key: "apiKey".into(), header: "authorization".into(), scheme: "Bearer".into() })
+    Some(AuthConfig {
+        secret: secret.into(),
+        key: "apiKey".into(),
+        header: "authorization".into(),
+        scheme: "Bearer".into(),
+    })
 }
 
 fn upstream(name: &str, port: u16, region: &str, secret: &str) -> UpstreamConfig {
@@ -211,25 +216,45 @@ fn minimal_manifests_get_the_documented_defaults() {
     assert_eq!(bare.connect_timeout_ms, defaults::CONNECT_MS);
     assert_eq!(bare.first_byte, FirstByte::Auto);
     assert_eq!(bare.idle_timeout_ms, defaults::IDLE_MS);
-    assert_eq!(bare.circuit_breaker, CircuitBreakerConfig { failure_rate_percent: 50, minimum_requests: 20, open_for_ms: 30 * S, half_open_requests: 3 });
+    assert_eq!(
+        bare.circuit_breaker,
+        CircuitBreakerConfig {
+            failure_rate_percent: 50,
+            minimum_requests: 20,
+            open_for_ms: 30 * S,
+            half_open_requests: 3
+        }
+    );
 
     let dressed = &snap.upstreams["team-a/dressed"];
     assert_eq!(dressed.namespace, "team-a");
-    assert_eq!(dressed.auth, Some(AuthConfig { secret: "k".into(), key: "v".into(), header: "x-api-key".into(), scheme: String::new() }));
+    assert_eq!(
+        dressed.auth,
+        Some(AuthConfig { secret: "k".into(), key: "v".into(), header: "x-api-key".into(), scheme: String::new() })
+    );
     assert_eq!(dressed.first_byte, FirstByte::FixedMs(90 * S));
     assert_eq!(dressed.probe, Some(ProbeConfig { interval_ms: 90 * S, path: "/models".into() }));
 
     let route = &snap.routes[0];
-    assert_eq!((route.gateway.as_str(), route.deadline_ms, route.selection), (defaults::GATEWAY, defaults::DEADLINE_MS, Selection::Ordered));
-    assert_eq!(route.candidates, [CandidateConfig {
-        upstream: "default/bare".into(),
-        model: "m".into(),
-        weight: defaults::WEIGHT,
-        price: Some(PriceConfig { input_per_mtok_nanos: 1, output_per_mtok_nanos: 1_234_567_123_456_789 }),
-    }]);
+    assert_eq!(
+        (route.gateway.as_str(), route.deadline_ms, route.selection),
+        (defaults::GATEWAY, defaults::DEADLINE_MS, Selection::Ordered)
+    );
+    assert_eq!(
+        route.candidates,
+        [CandidateConfig {
+            upstream: "default/bare".into(),
+            model: "m".into(),
+            weight: defaults::WEIGHT,
+            price: Some(PriceConfig { input_per_mtok_nanos: 1, output_per_mtok_nanos: 1_234_567_123_456_789 }),
+        }]
+    );
     assert_eq!(route.retry_on, defaults::RETRY_ON);
     assert_eq!(route.on_first_byte_timeout, FirstByteAction::Failover);
-    assert_eq!((route.max_walks, route.backoff_base_ms, route.backoff_max_total_ms), (defaults::MAX_WALKS, defaults::BACKOFF_BASE_MS, defaults::BACKOFF_MAX_TOTAL_MS));
+    assert_eq!(
+        (route.max_walks, route.backoff_base_ms, route.backoff_max_total_ms),
+        (defaults::MAX_WALKS, defaults::BACKOFF_BASE_MS, defaults::BACKOFF_MAX_TOTAL_MS)
+    );
     assert_eq!(route.default_max_tokens, defaults::MAX_TOKENS);
 
     let budget = &snap.budgets[0];
@@ -241,7 +266,11 @@ fn minimal_manifests_get_the_documented_defaults() {
 #[test]
 fn durations_the_schema_accepts_but_too_long_to_parse_are_capped_not_defaulted() {
     let century = 100 * 365 * D;
-    let text = MINIMAL.replace("objective: \"99\"", "objective: \"99\"\n  alerts: [{name: forever, longWindow: 99999d, shortWindow: 1h, burnRate: \"1\"}]")
+    let text = MINIMAL
+        .replace(
+            "objective: \"99\"",
+            "objective: \"99\"\n  alerts: [{name: forever, longWindow: 99999d, shortWindow: 1h, burnRate: \"1\"}]",
+        )
         .replace("model: m\n", "model: m\n  deadline: 99999999999999999999999h\n");
     let resolved = common::resolve_text(&text);
     assert_eq!(common::problems(&resolved), Vec::<String>::new());
@@ -266,5 +295,8 @@ fn usd_strings_convert_to_exact_nanodollars() {
     assert_eq!(price.cost_nanos(1, 0), 15_000, "exact: 15e9 / 1e6");
     let odd = PriceConfig { input_per_mtok_nanos: 1, output_per_mtok_nanos: 0 };
     assert_eq!(odd.cost_nanos(1, 0), 1, "rounded up, never down");
-    assert_eq!(PriceConfig { input_per_mtok_nanos: u64::MAX, output_per_mtok_nanos: u64::MAX }.cost_nanos(u64::MAX, u64::MAX), u64::MAX);
+    assert_eq!(
+        PriceConfig { input_per_mtok_nanos: u64::MAX, output_per_mtok_nanos: u64::MAX }.cost_nanos(u64::MAX, u64::MAX),
+        u64::MAX
+    );
 }

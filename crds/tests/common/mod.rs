@@ -4,6 +4,7 @@
 //! (`common/mod.rs` rather than `common.rs`: Cargo would build `tests/common.rs` as a test
 //! target of its own.)
 #![allow(dead_code, reason = "each test target uses its own subset of these helpers")]
+#![expect(clippy::expect_used, reason = "test helpers: a panic is how a test reports")]
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
