@@ -276,8 +276,8 @@ fn deadline_failure(route: &Route, attempts: u32, failovers: Vec<Outcome>) -> Fa
 /// The answer when every walk failed: 504 if the deadline ran out, 429 if throttling was
 /// the cause, else 503 naming each candidate and why.
 fn exhausted(route: &Route, attempts: u32, failovers: Vec<Outcome>, last_walk: &[(usize, AttemptError)], deadline: Instant) -> Failed {
-    // Within 1% (and 20ms) of the deadline counts as having run out of it.
-    let slack = Duration::from_millis((route.cfg.deadline_ms / 100).max(20));
+    // Within 1% of the deadline (20ms to 200ms) counts as having run out of it.
+    let slack = Duration::from_millis((route.cfg.deadline_ms / 100).clamp(20, 200));
     if Instant::now() + slack >= deadline {
         return deadline_failure(route, attempts, failovers);
     }

@@ -14,7 +14,6 @@ use crate::app::{AuthMode, Gateway};
 use crate::config::Route;
 use crate::dispatch::{self, DispatchCtx, Dispatched, Failed};
 use crate::error::ApiError;
-use crate::metrics::RouteCode;
 use crate::outcome::Outcome;
 use crate::relay::{self, StreamEnd};
 use crate::request::{ClientRequest, Endpoint};
@@ -148,7 +147,7 @@ fn count_tokens(route: &Route, usage: Option<Usage>) {
 }
 
 fn count_request(gw: &Gateway, route: &Route, status: StatusCode, started: Instant) {
-    gw.metrics.requests.get_or_create(&RouteCode { route: route.cfg.name.clone(), code: status.as_u16() }).inc();
+    route.metrics.count(&gw.metrics, status.as_u16());
     route.metrics.duration.observe(started.elapsed().as_secs_f64());
 }
 

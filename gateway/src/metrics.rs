@@ -255,6 +255,9 @@ pub struct RouteMetrics {
     pub output_tokens: Counter,
     /// Spend.
     pub spend: Counter,
+    /// `requests_total{route, code}` for the statuses the gateway itself answers,
+    /// resolved at load so that the request path does not build label sets.
+    codes: Vec<(u16, Counter)>,
 }
 
 impl RouteMetrics {
@@ -268,6 +271,25 @@ impl RouteMetrics {
             input_tokens: tokens(TokenKind::Input),
             output_tokens: tokens(TokenKind::Output),
             spend: m.spend.get_or_create(&route).clone(),
+            codes: COMMON_CODES
+                .iter()
+                .map(|&code| (code, m.requests.get_or_create(&RouteCode { route: name.to_string(), code }).clone()))
+                .collect(),
+        }
+    }
+
+    /// Counts an answered request.
+    pub fn count(&self, m: &Metrics, code: u16) {
+        match self.codes.iter().find(|(c, _)| *c == code) {
+            Some((_, counter)) => {
+                counter.inc();
+            }
+            // Other statuses are passed through from upstreams; bounded by HTTP itself.
+            None => {
+                m.requests.get_or_create(&RouteCode { route: self.route.clone(), code }).inc();
+            }
         }
     }
 }
+
+const COMMON_CODES: [u16; 11] = [200, 400, 401, 402, 404, 413, 429, 500, 502, 503, 504];
