@@ -2,7 +2,6 @@
 //! gives each its share of the deadline, fails over only on retryable failures, backs
 //! off with full jitter between walks, and hedges on a first-byte timeout if asked to.
 
-use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
@@ -79,23 +78,23 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
     let mut last_walk: Vec<(usize, AttemptError)> = Vec::new();
     // ThreadRng is not Send; a seeded StdRng can live across awaits.
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_rng(&mut rand::rng());
+    let mut trials = HeldTrials { route, held: Vec::new() };
 
     for walk in 0..cfg.max_walks.max(1) {
         let picks = order::order(route, ctx.settings, Instant::now(), &excluded, &mut rng);
         if picks.is_empty() {
             break;
         }
+        trials.hold(&picks);
         last_walk.clear();
         let mut next = 0usize;
         let mut running: FuturesUnordered<AttemptFuture<'_>> = FuturesUnordered::new();
-        let mut launched_trials = BTreeSet::new();
         loop {
             if running.is_empty() {
                 if next >= picks.len() {
                     break;
                 }
                 if Instant::now() >= deadline {
-                    release_trials(route, &picks[next..]);
                     return Err(deadline_failure(route, attempts, failovers));
                 }
             }
@@ -109,9 +108,6 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                 if let Some(prev) = failovers.last().copied().filter(|_| attempts > 1) {
                     ctx.metrics.failovers.get_or_create(&RouteReason { route: cfg.name.clone(), reason: prev }).inc();
                 }
-                if pick.trial {
-                    launched_trials.insert(pick.idx);
-                }
                 running.push(launch(ctx, route, req, pick.idx, pick.trial, deadline, picks.len() - next + 1, hedge));
             }
             if hedge && next < picks.len()
@@ -122,16 +118,12 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
             }
             tokio::select! {
                 Some((idx, trial, began, result)) = running.next() => {
-                    launched_trials.remove(&idx);
+                    // The attempt's trial slot is recorded below or handed to the answer.
+                    trials.handed_back(idx, trial);
                     match result {
                         Ok(started) => {
-                            // Hedged losers are dropped (cancelled) with `running`.
-                            for idx in launched_trials {
-                                if let Some(c) = route.candidates.get(idx) {
-                                    c.upstream.health.cancel_trial();
-                                }
-                            }
-                            release_trials(route, picks.get(next..).unwrap_or_default());
+                            // Hedged losers are dropped (cancelled) with `running`; their
+                            // trial slots and those of untried picks go with `trials`.
                             if let Some(c) = route.candidates.get(idx) {
                                 c.upstream.health.record_first_byte(started.first_byte);
                                 c.upstream.metrics.first_byte.observe(started.first_byte.as_secs_f64());
@@ -149,7 +141,6 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                             log_failure(ctx, route, idx, &e, began, deadline);
                             if !e.retryable {
                                 drop(running);
-                                release_trials(route, picks.get(next..).unwrap_or_default());
                                 let error = match e.passthrough {
                                     Some(p) => ApiError::Upstream(p),
                                     None => ApiError::UpstreamsUnavailable(e.detail),
@@ -170,9 +161,6 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                     if let Some(pick) = picks.get(next).copied() {
                         next += 1;
                         attempts += 1;
-                        if pick.trial {
-                            launched_trials.insert(pick.idx);
-                        }
                         running.push(launch(ctx, route, req, pick.idx, pick.trial, deadline, picks.len() - next + 1, hedge));
                     }
                 }
@@ -242,10 +230,35 @@ pub fn record_attempt(
     sli.attempt(&up.cfg.key, outcome, first_byte.map(|d| d.as_millis() as u64));
 }
 
-fn release_trials(route: &Route, picks: &[order::Pick]) {
-    for p in picks.iter().filter(|p| p.trial) {
-        if let Some(c) = route.candidates.get(p.idx) {
-            c.upstream.health.cancel_trial();
+/// Trial slots this request holds (taken by [`order::order`]). Each is given back by
+/// recording the attempt that used it, or handed to the answer that commits to it;
+/// whatever is still held when the dispatch ends *or is dropped* (a client that went
+/// away mid-attempt) is cancelled. A leaked slot would keep a recovered upstream from
+/// ever getting its trial again.
+struct HeldTrials<'a> {
+    route: &'a Route,
+    held: Vec<usize>,
+}
+
+impl HeldTrials<'_> {
+    fn hold(&mut self, picks: &[order::Pick]) {
+        self.held.extend(picks.iter().filter(|p| p.trial).map(|p| p.idx));
+    }
+
+    /// The attempt on candidate `idx` finished; its slot, if any, is accounted for elsewhere.
+    fn handed_back(&mut self, idx: usize, trial: bool) {
+        if trial && let Some(at) = self.held.iter().position(|h| *h == idx) {
+            self.held.swap_remove(at);
+        }
+    }
+}
+
+impl Drop for HeldTrials<'_> {
+    fn drop(&mut self) {
+        for idx in self.held.drain(..) {
+            if let Some(c) = self.route.candidates.get(idx) {
+                c.upstream.health.cancel_trial();
+            }
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use sluice_ledger::{AccountRef, LedgerError, Reservation, format_usd};
 
@@ -21,16 +22,30 @@ use crate::sse::Usage;
 
 /// Handles one OpenAI request end to end.
 pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
-    let request_id = headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map_or_else(new_request_id, str::to_string);
-    let mut response = match serve(&gw, endpoint, &headers, body, &request_id).await {
+    let request_id = request_id(&headers);
+    let response = match serve(&gw, endpoint, &headers, body, &request_id).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
+    with_request_id(response, &request_id)
+}
+
+/// Answers an error found before [`handle`] could run (e.g. a body over the limit),
+/// with the request id echoed or made like every other answer.
+pub fn refuse(headers: &HeaderMap, error: ApiError) -> Response {
+    with_request_id(error.into_response(), &request_id(headers))
+}
+
+fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map_or_else(new_request_id, str::to_string)
+}
+
+fn with_request_id(mut response: Response, request_id: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(request_id) {
         response.headers_mut().insert("x-request-id", v);
     }
     response
@@ -83,7 +98,7 @@ async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Accoun
 }
 
 /// Reserves the most the request can cost on any candidate (DESIGN §5).
-async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &AccountRef, request_id: &str) -> Result<Option<Reservation>, ApiError> {
+async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &AccountRef, request_id: &str) -> Result<Option<Held>, ApiError> {
     let output = req.reserved_output(route.cfg.default_max_tokens);
     let estimate = route
         .candidates
@@ -98,10 +113,7 @@ async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &Acc
     let Some(ledger) = &gw.ledger else { return Ok(None) };
     let estimate = i64::try_from(estimate).unwrap_or(i64::MAX);
     match ledger.reserve(account.id, estimate, gw.reservation_ttl, request_id).await {
-        Ok(r) => {
-            gw.metrics.reservations_open.inc();
-            Ok(Some(r))
-        }
+        Ok(r) => Ok(Some(Held::new(r, &gw.metrics.reservations_open))),
         Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => Err(ApiError::InsufficientQuota(format!(
             "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}) and account {:?} has ${} available",
             format_usd(needed_nanos),
@@ -113,11 +125,34 @@ async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &Acc
     }
 }
 
+/// A reservation counted in `sluice_reservations_open` for as long as it lives: settled,
+/// released, or dropped with a request that nobody waits for any more (a client that
+/// went away mid-dispatch; the ledger releases a dropped reservation itself).
+struct Held {
+    reservation: Reservation,
+    _open: OpenGauge,
+}
+
+struct OpenGauge(Gauge);
+
+impl Held {
+    fn new(reservation: Reservation, open: &Gauge) -> Self {
+        open.inc();
+        Self { reservation, _open: OpenGauge(open.clone()) }
+    }
+}
+
+impl Drop for OpenGauge {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Settles with the serving candidate's price, or releases on failure. Runs in the
 /// background of a finished stream, so errors are logged, not returned.
-async fn settle(gw: &Gateway, route: &Route, candidate: Option<usize>, reservation: Option<Reservation>, usage: Option<Usage>) {
-    let Some(r) = reservation else { return };
-    gw.metrics.reservations_open.dec();
+async fn settle(route: &Route, candidate: Option<usize>, reservation: Option<Held>, usage: Option<Usage>) {
+    // `_open` leaves `sluice_reservations_open` when this settlement is done.
+    let Some(Held { reservation: r, _open }) = reservation else { return };
     let cand = candidate.and_then(|i| route.candidates.get(i));
     let (Some(c), Some(u)) = (cand, usage) else {
         if let Err(e) = r.release().await {
@@ -170,10 +205,10 @@ struct UsagePeek {
     usage: Option<Usage>,
 }
 
-async fn answer(gw: &Gateway, route: &Route, req: &ClientRequest, d: Dispatched, reservation: Option<Reservation>, started: Instant) -> Response {
+async fn answer(gw: &Gateway, route: &Route, req: &ClientRequest, d: Dispatched, reservation: Option<Held>, started: Instant) -> Response {
     let usage = serde_json::from_slice::<UsagePeek>(&d.started.first).ok().and_then(|p| p.usage);
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
-    settle(gw, route, Some(d.candidate), reservation, usage).await;
+    settle(route, Some(d.candidate), reservation, usage).await;
     count_tokens(route, usage);
     count_request(gw, route, d.started.status, started);
     gw.sli.request(&route.cfg.key, false, started.elapsed().as_millis() as u64, u64::from(d.attempts.saturating_sub(1)));
@@ -187,7 +222,7 @@ async fn answer(gw: &Gateway, route: &Route, req: &ClientRequest, d: Dispatched,
     response
 }
 
-fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: Dispatched, reservation: Option<Reservation>, started: Instant) -> Response {
+fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: Dispatched, reservation: Option<Held>, started: Instant) -> Response {
     let Dispatched { started: s, candidate, trial, attempts, failovers } = d;
     let upstream = s.upstream.clone();
     let first_byte_ms = started.elapsed().as_millis() as u64;
@@ -214,7 +249,7 @@ fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: D
             (end.content_events > 0).then_some(Usage { prompt_tokens: input_bound, completion_tokens: end.content_events })
         });
         count_tokens(&route2, usage);
-        tokio::spawn(async move { settle(&gw2, &route2, Some(candidate), reservation, usage).await });
+        tokio::spawn(async move { settle(&route2, Some(candidate), reservation, usage).await });
     };
     let body = match s.rest {
         Some(rest) => relay::relay(s.first, rest, req.wants_usage, idle, on_end),
@@ -233,8 +268,8 @@ fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: D
     response
 }
 
-async fn failure(gw: &Gateway, route: &Route, f: Failed, reservation: Option<Reservation>, started: Instant) -> Response {
-    settle(gw, route, None, reservation, None).await;
+async fn failure(gw: &Gateway, route: &Route, f: Failed, reservation: Option<Held>, started: Instant) -> Response {
+    settle(route, None, reservation, None).await;
     let status = f.error.status();
     count_request(gw, route, status, started);
     if !status.is_client_error() || matches!(f.error, ApiError::RateLimited { .. }) {

@@ -98,7 +98,16 @@ async fn pump(
                 return end;
             }
         }
-        match tokio::time::timeout(idle, rest.next()).await {
+        // A client that left is noticed at once, not at the next upstream chunk: a
+        // stalled upstream would otherwise be held (and billed) until the idle timeout.
+        let next = tokio::select! {
+            next = tokio::time::timeout(idle, rest.next()) => next,
+            () = tx.closed() => {
+                end.client_gone = true;
+                return end;
+            }
+        };
+        match next {
             Ok(Some(Ok(bytes))) => chunk = Some(bytes),
             Ok(None) if finished => {
                 // Ended without `[DONE]` but with a finish reason: complete.

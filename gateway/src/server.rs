@@ -50,9 +50,14 @@ async fn read_body(gw: &Gateway, req: Request) -> Result<(HeaderMap, Bytes), Api
 }
 
 async fn openai(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response {
+    // Kept for the answer when the body cannot be read (x-request-id is echoed on every answer).
+    let mut ids = HeaderMap::new();
+    if let Some(id) = req.headers().get("x-request-id") {
+        ids.insert("x-request-id", id.clone());
+    }
     match read_body(&gw, req).await {
         Ok((headers, body)) => handler::handle(gw, endpoint, headers, body).await,
-        Err(e) => e.into_response(),
+        Err(e) => handler::refuse(&ids, e),
     }
 }
 

@@ -2,7 +2,7 @@
 //! `sluice-gateway serve --manifests DIR/manifests.yaml --listen 127.0.0.1:0` would.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,19 +72,7 @@ impl TestGateway {
         let dir = tempfile::tempdir().context("making a tempdir")?;
         let path = dir.path().join("manifests.yaml");
         std::fs::write(&path, manifests).context("writing manifests")?;
-        let args = ServeArgs {
-            manifests: vec![path.clone()],
-            snapshot: None,
-            listen: "127.0.0.1:0".parse()?,
-            ledger: format!("sqlite://{}", dir.path().join("ledger.db").display()),
-            secrets_dir: None,
-            auth: opts.auth,
-            max_body_bytes: opts.max_body_bytes,
-            reload_interval: opts.reload_interval,
-            health_window: opts.health_window,
-            flush_interval: opts.flush_interval,
-            gateway_id: Some("sluice-tests".into()),
-        };
+        let args = serve_args(&path, &dir.path().join("ledger.db"), &opts)?;
         let state = build(&args).await?;
         let listener = TcpListener::bind(args.listen).await.context("binding the gateway")?;
         let addr = listener.local_addr()?;
@@ -124,6 +112,35 @@ impl TestGateway {
     pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.metric(name, labels).unwrap_or(0.0)
     }
+}
+
+/// `serve` flags parsed as the CLI parses them, so that every flag a test does not
+/// set keeps the CLI's default.
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+fn serve_args(manifests: &Path, ledger: &Path, opts: &GatewayOptions) -> anyhow::Result<ServeArgs> {
+    let mut cli = <Cli as clap::Parser>::try_parse_from([
+        "serve".to_string(),
+        "--manifests".into(),
+        manifests.display().to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--ledger".into(),
+        format!("sqlite://{}", ledger.display()),
+        "--gateway-id".into(),
+        "sluice-tests".into(),
+    ])?;
+    let args = &mut cli.serve;
+    args.auth = opts.auth;
+    args.max_body_bytes = opts.max_body_bytes;
+    args.reload_interval = opts.reload_interval;
+    args.health_window = opts.health_window;
+    args.flush_interval = opts.flush_interval;
+    Ok(cli.serve)
 }
 
 impl Drop for TestGateway {

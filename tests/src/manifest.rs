@@ -70,3 +70,21 @@ pub fn yaml(docs: &[Doc]) -> String {
         .collect::<Vec<_>>()
         .join("---\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_nested_fields_and_multi_document_yaml() {
+        let r = route("chat", "m", &[("a", 100), ("b", 50)])
+            .with("spec.backoff.maxAttempts", 3)
+            .with("spec.deadline", "2s")
+            .candidate(1, "price", json!({"input": "1.00", "output": "2.00"}));
+        assert_eq!(r.0["spec"]["backoff"], json!({"maxAttempts": 3}));
+        assert_eq!(r.0["spec"]["candidates"][1]["price"]["output"], "2.00");
+        let text = yaml(&[upstream_doc("a", "http://127.0.0.1:1/v1"), r]);
+        assert_eq!(text.matches("---\n").count(), 1);
+        assert!(text.contains("kind: ModelRoute"));
+    }
+}

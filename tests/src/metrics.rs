@@ -48,3 +48,21 @@ pub fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 pub fn has_labels(s: &Sample, labels: &[(&str, &str)]) -> bool {
     labels.iter().all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_samples_by_name_and_labels() {
+        let text = "# TYPE sluice_requests counter\n\
+                    sluice_requests_total{route=\"chat\",code=\"200\"} 3\n\
+                    sluice_requests_total{route=\"chat\",code=\"503\"} 1\n\
+                    sluice_reservations_open 0\n# EOF\n";
+        assert_eq!(value(text, "sluice_requests_total", &[("code", "503")]), Some(1.0));
+        assert_eq!(value(text, "sluice_requests_total", &[("route", "chat"), ("code", "200")]), Some(3.0));
+        assert_eq!(value(text, "sluice_requests_total", &[("code", "429")]), None);
+        assert_eq!(value(text, "sluice_reservations_open", &[]), Some(0.0));
+        assert_eq!(samples(text).len(), 3);
+    }
+}

@@ -74,3 +74,29 @@ async fn a_healthy_primary_serves_alone() -> anyhow::Result<()> {
     assert_eq!((primary.requests(), backup.requests()), (5, 0));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_reset_before_the_first_byte_fails_over_for_streams_too() -> anyhow::Result<()> {
+    let (primary, backup, gw) = pair().await?;
+    // TCP reset before any header: nothing reached the client, so the backup may answer.
+    primary.script(json!({"reset_after_chunks": 0}))?;
+    let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
+    assert_eq!(s.status, 200, "{}", s.body);
+    assert_eq!(s.header("x-sluice-upstream"), Some("backup"));
+    assert_eq!(s.header("x-sluice-failover"), Some("reset"));
+    assert!(s.done());
+    assert_eq!(s.contents().len(), 5);
+    assert_eq!((primary.state.resets(), backup.requests()), (1, 1));
+    drop(gw);
+
+    // A 503 on a streaming request: the client only ever sees the backup's stream.
+    let (primary, backup, gw) = pair().await?;
+    primary.script(json!({"status": 503}))?;
+    let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
+    assert_eq!(s.status, 200);
+    assert_eq!(s.header("x-sluice-upstream"), Some("backup"));
+    assert_eq!(s.header("x-sluice-failover"), Some("http_5xx"));
+    assert!(s.done());
+    assert_eq!((primary.requests(), backup.requests()), (1, 1));
+    Ok(())
+}
