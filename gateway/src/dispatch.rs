@@ -89,6 +89,8 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
         last_walk.clear();
         let mut next = 0usize;
         let mut running: FuturesUnordered<AttemptFuture<'_>> = FuturesUnordered::new();
+        // Attempts still running that a hedge was started for.
+        let mut hedged: Vec<usize> = Vec::new();
         loop {
             if running.is_empty() {
                 if next >= picks.len() {
@@ -132,9 +134,22 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                                     record_attempt(&c.upstream, ctx.settings, ctx.sli, Outcome::Ok, trial, None, Some(started.first_byte));
                                 }
                             }
+                            // A hedged attempt that was still silent when the winner
+                            // answered lost to its first-byte watchdog: count it so.
+                            for loser in hedged.iter().filter(|h| **h != idx) {
+                                if let Some(c) = route.candidates.get(*loser) {
+                                    record_attempt(&c.upstream, ctx.settings, ctx.sli, Outcome::FirstByteTimeout, false, None, None);
+                                }
+                                failovers.push(Outcome::FirstByteTimeout);
+                                ctx.metrics
+                                    .failovers
+                                    .get_or_create(&RouteReason { route: cfg.name.clone(), reason: Outcome::FirstByteTimeout })
+                                    .inc();
+                            }
                             return Ok(Dispatched { started, candidate: idx, trial, attempts, failovers });
                         }
                         Err(e) => {
+                            hedged.retain(|h| *h != idx);
                             if let Some(c) = route.candidates.get(idx) {
                                 record_attempt(&c.upstream, ctx.settings, ctx.sli, e.outcome, trial, e.retry_after, None);
                             }
@@ -158,6 +173,9 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                     }
                 }
                 () = &mut hedge_timer => {
+                    if let Some(silent) = picks.get(next.saturating_sub(1)) {
+                        hedged.push(silent.idx);
+                    }
                     if let Some(pick) = picks.get(next).copied() {
                         next += 1;
                         attempts += 1;

@@ -71,6 +71,8 @@ async fn hedge_keeps_the_slow_primary_and_takes_the_first_byte_of_either() -> an
     assert_eq!(s.status, 200, "{}", s.body);
     assert_eq!(s.header("x-sluice-upstream"), Some("primary"), "the primary kept running and won");
     assert_eq!(s.header("x-sluice-attempts"), Some("2"));
+    // The primary won: nothing failed over.
+    assert_eq!(s.header("x-sluice-failover"), None);
     assert!(s.done());
     let first = s.first_event_at().unwrap_or(Duration::MAX);
     assert!(first >= Duration::from_millis(150) && first < Duration::from_millis(400), "first byte at {first:?}");
@@ -85,6 +87,8 @@ async fn hedge_keeps_the_slow_primary_and_takes_the_first_byte_of_either() -> an
     assert_eq!(s.status, 200, "{}", s.body);
     assert_eq!(s.header("x-sluice-upstream"), Some("backup"));
     assert_eq!(s.header("x-sluice-attempts"), Some("2"));
+    // The silent primary lost to its first-byte watchdog, and says so.
+    assert_eq!(s.header("x-sluice-failover"), Some("first_byte_timeout"));
     assert!(s.done());
     let first = s.first_event_at().unwrap_or(Duration::MAX);
     eprintln!("hedge: backup first byte at {:.1} ms", ms(first));

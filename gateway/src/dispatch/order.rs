@@ -47,14 +47,21 @@ pub fn order(
                 up.health.cancel_trial();
                 skipped.push((idx, weight));
             }
-            Availability::Trial => trials.push(Pick { idx, trial: true }),
+            Availability::Trial => {
+                up.metrics.effective_weight.set(weight * up.health.success_ratio(settings, now));
+                trials.push(Pick { idx, trial: true });
+            }
             Availability::Available(ratio) if !saturated => {
                 let effective = weight * ratio;
                 up.metrics.effective_weight.set(effective);
                 available.push((idx, effective));
             }
             Availability::Available(ratio) => skipped.push((idx, weight * ratio)),
-            Availability::Skipped => skipped.push((idx, weight * up.health.success_ratio(settings, now))),
+            Availability::Skipped => {
+                let effective = weight * up.health.success_ratio(settings, now);
+                up.metrics.effective_weight.set(effective);
+                skipped.push((idx, effective));
+            }
         }
         up.metrics.circuit.set(up.health.circuit(now).gauge());
     }

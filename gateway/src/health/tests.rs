@@ -64,7 +64,9 @@ fn demoted_upstream_gets_a_trial_after_open_for() {
     let t0 = Instant::now();
     h.record(Outcome::Http5xx, false, None, &cb(), &s, t0);
     assert_eq!(h.availability(&cb(), &s, t0), Availability::Available(0.0));
-    let later = t0 + Duration::from_secs(30);
+    // Half of openFor (30 s) later.
+    assert_eq!(h.availability(&cb(), &s, t0 + Duration::from_secs(14)), Availability::Available(0.0));
+    let later = t0 + Duration::from_secs(15);
     assert_eq!(h.availability(&cb(), &s, later), Availability::Trial);
     // Only one trial at a time.
     assert_eq!(h.availability(&cb(), &s, later), Availability::Available(0.0));
