@@ -58,6 +58,30 @@ pub struct ServeArgs {
     pub gateway_id: Option<String>,
 }
 
+/// A URL with any password replaced by `***`, for logs and errors.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (authority, tail) = rest.split_once('/').map_or((rest, ""), |(a, t)| (a, t));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let slash = if tail.is_empty() && !rest.contains('/') { "" } else { "/" };
+            format!("{scheme}://{user}:***@{host}{slash}{tail}")
+        }
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(super::redact("postgres://app:s3cret@db:5432/sluice"), "postgres://app:***@db:5432/sluice");
+        assert_eq!(super::redact("postgres://db/sluice"), "postgres://db/sluice");
+        assert_eq!(super::redact("sqlite://sluice.db"), "sqlite://sluice.db");
+    }
+}
+
 /// Parses a humane duration for CLI flags.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     sluice_crds::duration::parse(text)
@@ -65,7 +89,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Builds the gateway for `args` (config loaded, ledger connected), without serving.
 pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
-    let ledger = Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", args.ledger))?;
+    let ledger = Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", redact(&args.ledger)))?;
     let settings = HealthSettings { window: args.health_window, ..HealthSettings::default() };
     let mut gw = Gateway::new(settings, Secrets::new(args.secrets_dir.clone()), Some(ledger), args.auth);
     gw.max_body = args.max_body_bytes;

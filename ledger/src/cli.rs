@@ -19,7 +19,7 @@ use crate::money::{format_usd, parse_usd};
 #[derive(Clone, Debug, Args)]
 pub struct AdminArgs {
     /// Ledger URL: sqlite://PATH or postgres://…
-    #[arg(long, env = "SLUICE_LEDGER", default_value = "sqlite://sluice.db")]
+    #[arg(long, env = "SLUICE_LEDGER_URL", default_value = "sqlite://sluice.db")]
     pub ledger: String,
     /// What to do.
     #[command(subcommand)]

@@ -96,6 +96,27 @@ NON_DEFAULT: dict[str, Any] = {
 }
 
 
+# Values whose content is an open structure (a ResourceRequirements), not more keys.
+OPAQUE = {"gateway.resources", "operator.resources", "ledger.postgres.resources"}
+
+
+def load_values() -> dict[str, Any]:
+    """The chart's values.yaml."""
+    return yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def leaf_keys(values: dict[str, Any], prefix: str = "") -> set[str]:
+    """Dotted paths of the values' keys (resource maps count as one key)."""
+    keys = set()
+    for k, v in values.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and path not in OPAQUE:
+            keys |= leaf_keys(v, path + ".")
+        else:
+            keys.add(path)
+    return keys
+
+
 def render(values: dict[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE) -> dict[str, str]:
     """Template path → rendered text, as `helm template` would print them."""
     with helm.Chart.load(CHART) as chart:

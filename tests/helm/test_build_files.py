@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CHART, REPO, render, require, yaml
+from conftest import CHART, REPO, objects, render, require, yaml
 
 kv = require("kubernetes_validate")
 
@@ -99,6 +99,25 @@ def test_tiltfile_applies_the_generated_crds_and_the_chart_without_them():
     assert args == ("charts/sluice",) and kw["skip_crds"] is True
     assert tilt.resources["sluice-operator"]["resource_deps"] == ["sluice-crds", "sluice-postgres"]
     assert tilt.resources["sluice-operator"]["port_forwards"] == ["9090:8080"]
+
+
+def test_tiltfile_object_selectors_name_objects_the_chart_renders():
+    # Tilt fails on a selector that matches nothing: keep them in step with the chart.
+    tilt = run_tiltfile()
+    ((_, kw),) = tilt.helm
+    from conftest import helm
+
+    values = helm.parse_set_string(",".join(kw["set"]))
+    rendered = objects(values, name=kw["name"], namespace=kw["namespace"])
+    crds = [yaml.safe_load(p.read_text()) for p in (CHART / "crds").iterdir()]
+    inline = [d for item in tilt.yaml if isinstance(item, tuple) and item[0] == "blob" for d in yaml.safe_load_all(item[1]) if d]
+    known = {f"{d['metadata']['name']}:{d['kind'].lower()}" for d in rendered + crds + inline}
+    for resource in tilt.resources.values():
+        for selector in resource.get("objects", []):
+            assert selector in known, selector
+    workloads = {d["metadata"]["name"] for d in rendered + inline if d["kind"] in ("Deployment", "StatefulSet")}
+    for name, resource in tilt.resources.items():
+        assert resource.get("new_name") or name in workloads, name
 
 
 @pytest.mark.parametrize("auth", ["none", "keys"])

@@ -107,11 +107,12 @@ def test_operator_env_follows_the_cli_contract_with_defaults(default_objects):
     }
     assert env["SLUICE_LEADER_ELECTION"] == "false"
     assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["SLUICE_OPERATOR_LISTEN"] == "0.0.0.0:8080"
     # Only the operator's own variables: a typo'd name would be silently ignored by clap.
     assert set(env) == {
         "SLUICE_LEDGER_URL", "SLUICE_GATEWAY_IMAGE", "SLUICE_GATEWAY_REPLICAS", "SLUICE_GATEWAY_AUTH",
-        "SLUICE_GATEWAY_RESOURCES", "SLUICE_LEADER_ELECTION", "POD_NAMESPACE", "SLUICE_OPERATOR_LISTEN",
+        "SLUICE_GATEWAY_RESOURCES", "SLUICE_LEADER_ELECTION", "POD_NAMESPACE", "POD_NAME", "SLUICE_OPERATOR_LISTEN",
     }
     assert operator(default_objects)["image"] == "ghcr.io/sluice-dev/sluice-operator:0.1.0"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CHART, NON_DEFAULT, helm, render, yaml
+from conftest import CHART, NON_DEFAULT, OPAQUE, helm, leaf_keys, load_values, render
 
 # DESIGN §7a, plus the keys this chart adds (docs/install.md marks them "added").
 CONTRACT_KEYS = {
@@ -35,25 +35,6 @@ ADDED_KEYS = {
     "image.pullPolicy",
     "prometheusRule.objective",
 }
-# Values whose content is an open structure (a ResourceRequirements), not more keys.
-OPAQUE = {"gateway.resources", "operator.resources", "ledger.postgres.resources"}
-
-
-def leaf_keys(values: dict[str, Any], prefix: str = "") -> set[str]:
-    keys = set()
-    for k, v in values.items():
-        path = f"{prefix}{k}"
-        if isinstance(v, dict) and path not in OPAQUE:
-            keys |= leaf_keys(v, path + ".")
-        else:
-            keys.add(path)
-    return keys
-
-
-def load_values() -> dict[str, Any]:
-    return yaml.safe_load((CHART / "values.yaml").read_text())
-
-
 def load_schema() -> dict[str, Any]:
     return json.loads((CHART / "values.schema.json").read_text())
 
