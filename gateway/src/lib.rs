@@ -16,6 +16,7 @@ pub mod handler;
 pub mod health;
 pub mod metrics;
 pub mod outcome;
+pub mod probe;
 pub mod relay;
 pub mod request;
 pub mod serve;

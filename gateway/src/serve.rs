@@ -162,6 +162,7 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
             }
         }
     }));
+    handles.push(tokio::spawn(crate::probe::run(gw.clone())));
     if let Some(ledger) = gw.ledger.clone() {
         let g = gw.clone();
         let every = args.flush_interval;
