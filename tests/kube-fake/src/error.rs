@@ -57,13 +57,21 @@ impl ApiError {
     }
 
     pub fn conflict(rt: &ResourceType, name: &str, why: &str) -> Self {
-        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {} \"{name}\": {why}", rt.group_resource()))
-            .with_details(json!({"name": name, "group": rt.group, "kind": rt.plural}))
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", rt.group_resource()),
+        )
+        .with_details(json!({"name": name, "group": rt.group, "kind": rt.plural}))
     }
 
     /// 409 for a resourceVersion precondition that failed.
     pub fn modified(rt: &ResourceType, name: &str) -> Self {
-        Self::conflict(rt, name, "the object has been modified; please apply your changes to the latest version and try again")
+        Self::conflict(
+            rt,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
     }
 
     /// 422 `Invalid` listing field errors.

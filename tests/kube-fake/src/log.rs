@@ -62,8 +62,11 @@ impl RequestRecord {
         if !self.resource_request {
             return None;
         }
-        let resource =
-            if self.subresource.is_empty() { self.resource.clone() } else { format!("{}/{}", self.resource, self.subresource) };
+        let resource = if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        };
         Some(Permission { api_group: self.api_group.clone(), resource, verb: self.verb.clone() })
     }
 }
@@ -135,8 +138,15 @@ mod tests {
 
     #[test]
     fn request_infos() {
-        let r = request_info("PATCH", "/apis/sluice.dev/v1alpha1/namespaces/ns/modelroutes/a/status", "&force=true&fieldManager=op");
-        assert_eq!((r.verb.as_str(), r.api_group.as_str(), r.resource.as_str(), r.subresource.as_str()), ("patch", "sluice.dev", "modelroutes", "status"));
+        let r = request_info(
+            "PATCH",
+            "/apis/sluice.dev/v1alpha1/namespaces/ns/modelroutes/a/status",
+            "&force=true&fieldManager=op",
+        );
+        assert_eq!(
+            (r.verb.as_str(), r.api_group.as_str(), r.resource.as_str(), r.subresource.as_str()),
+            ("patch", "sluice.dev", "modelroutes", "status")
+        );
         assert_eq!((r.namespace.as_str(), r.name.as_str(), r.field_manager.as_str()), ("ns", "a", "op"));
         let r = request_info("GET", "/api/v1/namespaces/ns/configmaps", "watch=true&resourceVersion=3");
         assert_eq!(r.verb, "watch");

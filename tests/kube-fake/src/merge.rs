@@ -47,7 +47,11 @@ impl<'a> Ctx<'a> {
 
     pub fn key(&self, k: &'a str) -> Ctx<'a> {
         let schema = self.schema.and_then(|s| {
-            s["properties"].get(k).or(if s["additionalProperties"].is_object() { Some(&s["additionalProperties"]) } else { None })
+            s["properties"].get(k).or(if s["additionalProperties"].is_object() {
+                Some(&s["additionalProperties"])
+            } else {
+                None
+            })
         });
         Ctx {
             schema,
@@ -83,14 +87,21 @@ impl<'a> Ctx<'a> {
             return match s["x-kubernetes-list-type"].as_str() {
                 Some("set") => ListKind::Set,
                 Some("map") => ListKind::Map(
-                    s["x-kubernetes-list-map-keys"].as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_string)).collect(),
+                    s["x-kubernetes-list-map-keys"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|k| k.as_str().map(str::to_string))
+                        .collect(),
                 ),
                 _ => ListKind::Atomic,
             };
         }
         let all_have = |k: &str| !items.is_empty() && items.iter().all(|i| i.get(k).is_some());
         let keys: &[&str] = match self.field {
-            "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets" => &["name"],
+            "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets" => {
+                &["name"]
+            }
             "volumeMounts" => &["mountPath"],
             "volumeDevices" => &["devicePath"],
             "conditions" => &["type"],
@@ -150,7 +161,10 @@ fn strip_directives(v: &Value) -> Value {
             m.iter().filter(|(k, _)| !k.starts_with('$')).map(|(k, v)| (k.clone(), strip_directives(v))).collect(),
         ),
         Value::Array(a) => Value::Array(
-            a.iter().filter(|i| i.get("$patch").and_then(Value::as_str) != Some("delete")).map(strip_directives).collect(),
+            a.iter()
+                .filter(|i| i.get("$patch").and_then(Value::as_str) != Some("delete"))
+                .map(strip_directives)
+                .collect(),
         ),
         other => other.clone(),
     }
@@ -251,7 +265,8 @@ pub fn strategic_merge(target: &mut Value, patch: &Value, ctx: Ctx) {
 /// RFC 6902, except that `test` of `null` against a missing path succeeds (the real API
 /// server behaves so, and kube-runtime's `finalizer()` relies on it).
 pub fn json_patch(doc: &mut Value, body: &Value) -> Result<(), String> {
-    let ops: json_patch::Patch = serde_json::from_value(body.clone()).map_err(|e| format!("invalid JSON patch: {e}"))?;
+    let ops: json_patch::Patch =
+        serde_json::from_value(body.clone()).map_err(|e| format!("invalid JSON patch: {e}"))?;
     for op in &ops.0 {
         if let json_patch::PatchOperation::Test(t) = op
             && t.value.is_null()
@@ -376,7 +391,7 @@ pub fn fields_of(obj: &Value, scope: Scope, schema: Option<&Value>) -> FieldSet 
     out
 }
 
-fn find_element<'a>(items: &'a [Value], token: &str) -> Option<usize> {
+fn find_element(items: &[Value], token: &str) -> Option<usize> {
     if let Some(k) = token.strip_prefix("k:") {
         let key: Value = serde_json::from_str(k).ok()?;
         let key = key.as_object()?;
@@ -554,7 +569,14 @@ pub fn write_managed(obj: &mut Value, entries: &[Managed]) {
 
 /// Records a non-apply write by `manager`: the fields it changed become its own and
 /// nobody else's; every entry forgets fields that no longer exist.
-pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, scope: Scope, schema: Option<&Value>, api_version: &str) {
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    scope: Scope,
+    schema: Option<&Value>,
+    api_version: &str,
+) {
     let mut entries = old.map(read_managed).unwrap_or_default();
     let subresource = if scope == Scope::Status { "status" } else { "" };
     let new_fields = fields_of(new, scope, schema);
@@ -674,7 +696,11 @@ pub fn server_side_apply(
             if force {
                 e.fields.remove(p);
             } else {
-                conflicts.push(Conflict { manager: e.manager.clone(), api_version: e.api_version.clone(), path: display_path(p) });
+                conflicts.push(Conflict {
+                    manager: e.manager.clone(),
+                    api_version: e.api_version.clone(),
+                    path: display_path(p),
+                });
             }
         }
     }
@@ -690,7 +716,11 @@ pub fn server_side_apply(
     }
     apply_merge(&mut new, &cfg_merge, Ctx::root(schema));
     // Fields this manager applied before and no longer applies, owned by nobody else, go.
-    let previous = entries.iter().find(|e| e.same_owner(manager, "Apply", subresource)).map(|e| e.fields.clone()).unwrap_or_default();
+    let previous = entries
+        .iter()
+        .find(|e| e.same_owner(manager, "Apply", subresource))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
     let others: FieldSet = entries
         .iter()
         .filter(|e| !e.same_owner(manager, "Apply", subresource))
@@ -744,7 +774,8 @@ mod tests {
 
     #[test]
     fn strategic_merge_by_key_and_directives() {
-        let mut t = json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b", "image": "1"}], "args": ["x"]}});
+        let mut t =
+            json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b", "image": "1"}], "args": ["x"]}});
         let p = json!({"spec": {
             "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
             "containers": [{"name": "a", "image": "2"}, {"name": "b", "$patch": "delete"}],
@@ -773,30 +804,70 @@ mod tests {
                          "spec": {"containers": [{"name": "c", "image": "i"}], "n": 1}});
         let set = fields_of(&obj, Scope::Main { with_status: true }, None);
         let mut o = obj.clone();
-        write_managed(&mut o, &[Managed {
-            manager: "m".into(),
-            operation: "Apply".into(),
-            subresource: String::new(),
-            api_version: "v1".into(),
-            time: "t".into(),
-            fields: set.clone(),
-        }]);
+        write_managed(
+            &mut o,
+            &[Managed {
+                manager: "m".into(),
+                operation: "Apply".into(),
+                subresource: String::new(),
+                api_version: "v1".into(),
+                time: "t".into(),
+                fields: set.clone(),
+            }],
+        );
         assert_eq!(read_managed(&o)[0].fields, set);
-        assert!(set.contains(&vec!["f:spec".to_string(), "f:containers".into(), "k:{\"name\":\"c\"}".into(), "f:image".into()]));
+        assert!(set.contains(&vec![
+            "f:spec".to_string(),
+            "f:containers".into(),
+            "k:{\"name\":\"c\"}".into(),
+            "f:image".into()
+        ]));
     }
 
     #[test]
     fn apply_removes_fields_a_manager_stops_applying_and_detects_conflicts() {
         let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}});
-        let a = server_side_apply(&live, &json!({"data": {"a": "1", "b": "2"}}), "m", false, Scope::Main { with_status: true }, None, "v1");
+        let a = server_side_apply(
+            &live,
+            &json!({"data": {"a": "1", "b": "2"}}),
+            "m",
+            false,
+            Scope::Main { with_status: true },
+            None,
+            "v1",
+        );
         let Ok(a) = a else { panic!("apply failed") };
-        let Ok(b) = server_side_apply(&a, &json!({"data": {"a": "1"}}), "m", false, Scope::Main { with_status: true }, None, "v1") else {
+        let Ok(b) = server_side_apply(
+            &a,
+            &json!({"data": {"a": "1"}}),
+            "m",
+            false,
+            Scope::Main { with_status: true },
+            None,
+            "v1",
+        ) else {
             panic!("apply failed")
         };
         assert_eq!(b["data"], json!({"a": "1"}));
-        let c = server_side_apply(&b, &json!({"data": {"a": "other"}}), "n", false, Scope::Main { with_status: true }, None, "v1");
+        let c = server_side_apply(
+            &b,
+            &json!({"data": {"a": "other"}}),
+            "n",
+            false,
+            Scope::Main { with_status: true },
+            None,
+            "v1",
+        );
         assert!(matches!(c, Err(ref cs) if cs.len() == 1 && cs[0].path == ".data.a" && cs[0].manager == "m"));
-        let Ok(d) = server_side_apply(&b, &json!({"data": {"a": "other"}}), "n", true, Scope::Main { with_status: true }, None, "v1") else {
+        let Ok(d) = server_side_apply(
+            &b,
+            &json!({"data": {"a": "other"}}),
+            "n",
+            true,
+            Scope::Main { with_status: true },
+            None,
+            "v1",
+        ) else {
             panic!("forced apply failed")
         };
         assert_eq!(d["data"], json!({"a": "other"}));

@@ -88,7 +88,17 @@ impl ResourceType {
 }
 
 /// `(group, version, plural, singular, kind, namespaced, short names, categories, status subresource)`.
-type Builtin = (&'static str, &'static str, &'static str, &'static str, &'static str, bool, &'static [&'static str], &'static [&'static str], bool);
+type Builtin = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    &'static [&'static str],
+    bool,
+);
 
 const BUILTINS: &[Builtin] = &[
     ("", "v1", "namespaces", "namespace", "Namespace", false, &["ns"], &[], true),
@@ -106,11 +116,31 @@ const BUILTINS: &[Builtin] = &[
     ("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", true, &["pdb"], &[], true),
     ("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, &[], &[], false),
     ("events.k8s.io", "v1", "events", "event", "Event", true, &["ev"], &[], false),
-    ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition", false, &["crd", "crds"], &["api-extensions"], true),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"],
+        &["api-extensions"],
+        true,
+    ),
     ("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, &[], &[], false),
     ("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, &[], &[], false),
     ("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, &[], &[], false),
-    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false, &[], &[], false),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        false,
+        &[],
+        &[],
+        false,
+    ),
     ("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", true, &["netpol"], &[], false),
 ];
 

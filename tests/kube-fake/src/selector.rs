@@ -58,7 +58,10 @@ impl LabelSelector {
             } else if let Some((k, v)) = part.split_once('=') {
                 Req::Eq(k.trim().into(), v.trim().into())
             } else if let Some((k, v)) = part.split_once(" notin ") {
-                Req::NotIn(k.trim().into(), set_values(v).ok_or_else(|| format!("unable to parse requirement: {part}"))?)
+                Req::NotIn(
+                    k.trim().into(),
+                    set_values(v).ok_or_else(|| format!("unable to parse requirement: {part}"))?,
+                )
             } else if let Some((k, v)) = part.split_once(" in ") {
                 Req::In(k.trim().into(), set_values(v).ok_or_else(|| format!("unable to parse requirement: {part}"))?)
             } else if part.contains(' ') || part.contains('(') {

@@ -156,7 +156,12 @@ fn without_rv(v: &Value) -> Value {
 }
 
 fn finalizers(v: &Value) -> Vec<String> {
-    v["metadata"]["finalizers"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(str::to_string)).collect()
+    v["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(str::to_string))
+        .collect()
 }
 
 impl Default for Store {
@@ -364,10 +369,14 @@ impl Store {
                     .filter(|v| v["storage"] == json!(true))
                     .map(|v| v["name"].clone())
                     .collect();
+                if obj["status"]["conditions"].is_array() {
+                    // Established once; later writes keep the conditions (and their times).
+                    obj["status"]["acceptedNames"] = obj["spec"]["names"].clone();
+                    obj["status"]["storedVersions"] = json!(storage);
+                    return;
+                }
                 let now = util::now();
-                let cond = |t: &str, reason: &str, msg: &str| {
-                    json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg})
-                };
+                let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
                 obj["status"] = json!({
                     "acceptedNames": obj["spec"]["names"].clone(),
                     "conditions": [
@@ -486,7 +495,8 @@ impl Store {
             if !out.unknown_fields.is_empty() {
                 match opts.field_validation {
                     FieldValidation::Strict => {
-                        let list: Vec<String> = out.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+                        let list: Vec<String> =
+                            out.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")).collect();
                         return Err(ApiError::bad_request(format!(
                             "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {}",
                             list.join(", "),
@@ -494,7 +504,9 @@ impl Store {
                             v = rt.version
                         )));
                     }
-                    FieldValidation::Warn => warnings.extend(out.unknown_fields.iter().map(|f| format!("unknown field \"{f}\""))),
+                    FieldValidation::Warn => {
+                        warnings.extend(out.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")))
+                    }
                     FieldValidation::Ignore => {}
                 }
             }
@@ -507,16 +519,26 @@ impl Store {
             if !added.is_empty() {
                 errors.push(FieldError::forbidden(
                     "metadata.finalizers",
-                    &format!("no new finalizers can be added if the object is being deleted, found new finalizers {added:?}")
-                        .replace('[', "[]string{")
-                        .replace(']', "}"),
+                    &format!(
+                        "no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                    )
+                    .replace('[', "[]string{")
+                    .replace(']', "}"),
                 ));
             }
         }
         if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
-            let want = format!("{}.{}", new["spec"]["names"]["plural"].as_str().unwrap_or_default(), new["spec"]["group"].as_str().unwrap_or_default());
+            let want = format!(
+                "{}.{}",
+                new["spec"]["names"]["plural"].as_str().unwrap_or_default(),
+                new["spec"]["group"].as_str().unwrap_or_default()
+            );
             if name != want {
-                errors.push(FieldError::invalid("metadata.name", &Value::String(name.clone()), "must be spec.names.plural+\".\"+spec.group"));
+                errors.push(FieldError::invalid(
+                    "metadata.name",
+                    &Value::String(name.clone()),
+                    "must be spec.names.plural+\".\"+spec.group",
+                ));
             }
         }
         if !errors.is_empty() {
@@ -573,19 +595,16 @@ impl Store {
         if obj["metadata"].get("deletionTimestamp").is_some() {
             return Some((obj, false));
         }
-        let mut fins = finalizers(&obj);
-        if propagation == Propagation::Orphan && self.has_dependents(meta_str(&obj, "uid")) && !fins.iter().any(|f| f == "orphan") {
-            // The orphan finalizer is handled right away: dependents lose their reference.
-            let uid = meta_str(&obj, "uid").to_string();
-            if !dry_run {
-                self.orphan_dependents(&uid);
-            }
-        }
-        fins.retain(|f| f != "orphan" && f != "foregroundDeletion");
+        let pending = !finalizers(&obj).is_empty();
         if dry_run {
-            return Some((obj, fins.is_empty()));
+            return Some((obj, !pending));
         }
-        if !finalizers(&obj).is_empty() {
+        if propagation == Propagation::Orphan {
+            // The real server adds the `orphan` finalizer and lets the garbage collector
+            // strip the references; the fake strips them right away.
+            self.orphan_dependents(meta_str(&obj, "uid"));
+        }
+        if pending {
             let mut marked = obj.clone();
             let meta = meta_mut(&mut marked);
             meta.insert("deletionTimestamp".into(), Value::String(util::now()));
@@ -601,13 +620,16 @@ impl Store {
         Some((removed, true))
     }
 
-    fn has_dependents(&self, uid: &str) -> bool {
-        !uid.is_empty() && self.objects.values().any(|o| owner_uids(o).iter().any(|u| u == uid))
-    }
-
     fn orphan_dependents(&mut self, uid: &str) {
-        let deps: Vec<Key> =
-            self.objects.iter().filter(|(_, o)| owner_uids(o).iter().any(|u| u == uid)).map(|(k, _)| k.clone()).collect();
+        if uid.is_empty() {
+            return;
+        }
+        let deps: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| owner_uids(o).iter().any(|u| u == uid))
+            .map(|(k, _)| k.clone())
+            .collect();
         for k in deps {
             if let Some(mut o) = self.objects.get(&k).cloned() {
                 strip_owner_refs(&mut o, |r| r["uid"].as_str() != Some(uid));
@@ -641,7 +663,7 @@ impl Store {
             return;
         }
         let deps: Vec<Key> =
-            self.objects.iter().filter(|(_, o)| owner_uids(o).iter().any(|u| *u == uid)).map(|(k, _)| k.clone()).collect();
+            self.objects.iter().filter(|(_, o)| owner_uids(o).contains(&uid)).map(|(k, _)| k.clone()).collect();
         for k in deps {
             self.check_owners(&k);
         }
@@ -675,12 +697,24 @@ impl Store {
 }
 
 fn owner_uids(obj: &Value) -> Vec<String> {
-    obj["metadata"]["ownerReferences"].as_array().into_iter().flatten().filter_map(|r| r["uid"].as_str().map(str::to_string)).collect()
+    obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["uid"].as_str().map(str::to_string))
+        .collect()
 }
 
 fn strip_owner_refs(obj: &mut Value, keep: impl Fn(&Value) -> bool) {
     let meta = meta_mut(obj);
-    let refs: Vec<Value> = meta.get("ownerReferences").and_then(Value::as_array).into_iter().flatten().filter(|r| keep(r)).cloned().collect();
+    let refs: Vec<Value> = meta
+        .get("ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| keep(r))
+        .cloned()
+        .collect();
     if refs.is_empty() {
         meta.remove("ownerReferences");
     } else {

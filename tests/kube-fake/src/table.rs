@@ -70,8 +70,10 @@ fn parse_path(path: &str) -> Option<Vec<Step>> {
                     };
                     let fields = lhs.trim().strip_prefix("@.")?.split('.').map(str::to_string).collect();
                     let rhs = rhs.trim();
-                    let value = if let Some(s) =
-                        rhs.strip_prefix('"').and_then(|s| s.strip_suffix('"')).or_else(|| rhs.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')))
+                    let value = if let Some(s) = rhs
+                        .strip_prefix('"')
+                        .and_then(|s| s.strip_suffix('"'))
+                        .or_else(|| rhs.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')))
                     {
                         Value::String(s.to_string())
                     } else {
@@ -186,7 +188,9 @@ pub fn columns(rt: &ResourceType) -> Vec<Value> {
                 }));
             }
         }
-        Some(_) => cols.push(json!({"name": "Age", "type": "date", "format": "", "description": "Creation timestamp", "priority": 0})),
+        Some(_) => cols.push(
+            json!({"name": "Age", "type": "date", "format": "", "description": "Creation timestamp", "priority": 0}),
+        ),
         None => {
             if rt.plural == "namespaces" {
                 cols.push(json!({"name": "Status", "type": "string", "format": "", "description": "The status of the namespace", "priority": 0}));

@@ -100,14 +100,16 @@ pub fn prune_and_default(schema: &Value, value: &mut Value, path: &str, root: bo
                     }
                     continue;
                 }
-                let sub = props.and_then(|p| p.get(&key)).or(if additional.is_object() { Some(additional) } else { None });
+                let sub =
+                    props.and_then(|p| p.get(&key)).or(if additional.is_object() { Some(additional) } else { None });
                 match sub {
                     Some(s) => {
                         if map.get(&key).is_some_and(Value::is_null) && !is_true(&s["nullable"]) {
                             map.remove(&key);
                             continue;
                         }
-                        let p = if props.is_some_and(|pr| pr.contains_key(&key)) { p } else { format!("{path}[{key}]") };
+                        let p =
+                            if props.is_some_and(|pr| pr.contains_key(&key)) { p } else { format!("{path}[{key}]") };
                         if let Some(v) = map.get_mut(&key) {
                             prune_and_default(s, v, &p, false, unknown);
                         }
@@ -200,12 +202,20 @@ pub fn validate_schema(schema: &Value, value: &Value, path: &str, root: bool, er
                 && len > max
             {
                 let unit = if max == 1 { "byte" } else { "bytes" };
-                errs.push(FieldError::new(path, "FieldValueTooLong", format!("Too long: may not be more than {max} {unit}")));
+                errs.push(FieldError::new(
+                    path,
+                    "FieldValueTooLong",
+                    format!("Too long: may not be more than {max} {unit}"),
+                ));
             }
             if let Some(min) = schema["minLength"].as_u64()
                 && len < min
             {
-                errs.push(FieldError::invalid(path, value, &format!("{name} in body should be at least {min} chars long")));
+                errs.push(FieldError::invalid(
+                    path,
+                    value,
+                    &format!("{name} in body should be at least {min} chars long"),
+                ));
             }
             if let Some(p) = schema["pattern"].as_str() {
                 match regex::Regex::new(p) {
@@ -223,21 +233,33 @@ pub fn validate_schema(schema: &Value, value: &Value, path: &str, root: bool, er
                 let excl = is_true(&schema["exclusiveMinimum"]);
                 if (excl && x <= min) || (!excl && x < min) {
                     let op = if excl { "greater than" } else { "greater than or equal to" };
-                    errs.push(FieldError::invalid(path, value, &format!("{name} in body should be {op} {}", fmt_f(min))));
+                    errs.push(FieldError::invalid(
+                        path,
+                        value,
+                        &format!("{name} in body should be {op} {}", fmt_f(min)),
+                    ));
                 }
             }
             if let Some(max) = num(&schema["maximum"]) {
                 let excl = is_true(&schema["exclusiveMaximum"]);
                 if (excl && x >= max) || (!excl && x > max) {
                     let op = if excl { "less than" } else { "less than or equal to" };
-                    errs.push(FieldError::invalid(path, value, &format!("{name} in body should be {op} {}", fmt_f(max))));
+                    errs.push(FieldError::invalid(
+                        path,
+                        value,
+                        &format!("{name} in body should be {op} {}", fmt_f(max)),
+                    ));
                 }
             }
             if let Some(m) = num(&schema["multipleOf"])
                 && m != 0.0
                 && (x / m).fract() != 0.0
             {
-                errs.push(FieldError::invalid(path, value, &format!("{name} in body should be a multiple of {}", fmt_f(m))));
+                errs.push(FieldError::invalid(
+                    path,
+                    value,
+                    &format!("{name} in body should be a multiple of {}", fmt_f(m)),
+                ));
             }
         }
         Value::Array(items) => {
@@ -245,18 +267,30 @@ pub fn validate_schema(schema: &Value, value: &Value, path: &str, root: bool, er
             if let Some(max) = schema["maxItems"].as_u64()
                 && len > max
             {
-                errs.push(FieldError::new(path, "FieldValueTooMany", format!("Too many: {len}: must have at most {max} items")));
+                errs.push(FieldError::new(
+                    path,
+                    "FieldValueTooMany",
+                    format!("Too many: {len}: must have at most {max} items"),
+                ));
             }
             if let Some(min) = schema["minItems"].as_u64()
                 && len < min
             {
-                errs.push(FieldError::invalid(path, &Value::from(len), &format!("{name} in body should have at least {min} items")));
+                errs.push(FieldError::invalid(
+                    path,
+                    &Value::from(len),
+                    &format!("{name} in body should have at least {min} items"),
+                ));
             }
             let list_type = schema["x-kubernetes-list-type"].as_str();
             if list_type == Some("set") || is_true(&schema["uniqueItems"]) {
                 for (i, item) in items.iter().enumerate() {
                     if items[..i].contains(item) {
-                        errs.push(FieldError::new(&format!("{path}[{i}]"), "FieldValueDuplicate", format!("Duplicate value: {}", go_value(item))));
+                        errs.push(FieldError::new(
+                            &format!("{path}[{i}]"),
+                            "FieldValueDuplicate",
+                            format!("Duplicate value: {}", go_value(item)),
+                        ));
                     }
                 }
             }
@@ -270,7 +304,11 @@ pub fn validate_schema(schema: &Value, value: &Value, path: &str, root: bool, er
                 let ids: Vec<Value> = items.iter().map(|it| list_map_key(it, &keys)).collect();
                 for i in 0..ids.len() {
                     if ids[..i].contains(&ids[i]) {
-                        errs.push(FieldError::new(&format!("{path}[{i}]"), "FieldValueDuplicate", format!("Duplicate value: {}", go_map(&ids[i]))));
+                        errs.push(FieldError::new(
+                            &format!("{path}[{i}]"),
+                            "FieldValueDuplicate",
+                            format!("Duplicate value: {}", go_map(&ids[i])),
+                        ));
                     }
                 }
             }
@@ -289,12 +327,20 @@ pub fn validate_schema(schema: &Value, value: &Value, path: &str, root: bool, er
             if let Some(max) = schema["maxProperties"].as_u64()
                 && map.len() as u64 > max
             {
-                errs.push(FieldError::new(path, "FieldValueTooMany", format!("Too many: {}: must have at most {max} items", map.len())));
+                errs.push(FieldError::new(
+                    path,
+                    "FieldValueTooMany",
+                    format!("Too many: {}: must have at most {max} items", map.len()),
+                ));
             }
             if let Some(min) = schema["minProperties"].as_u64()
                 && (map.len() as u64) < min
             {
-                errs.push(FieldError::invalid(path, &Value::from(map.len()), &format!("{name} in body should have at least {min} properties")));
+                errs.push(FieldError::invalid(
+                    path,
+                    &Value::from(map.len()),
+                    &format!("{name} in body should have at least {min} properties"),
+                ));
             }
             let props = schema["properties"].as_object();
             for (k, v) in map {
@@ -331,20 +377,32 @@ pub fn validate_schema(schema: &Value, value: &Value, path: &str, root: bool, er
     if schema["anyOf"].is_array() {
         let (ok, n) = count_ok(&schema["anyOf"]);
         if n > 0 && ok == 0 {
-            errs.push(FieldError::invalid(path, value, &format!("{name} in body must validate at least one schema (anyOf)")));
+            errs.push(FieldError::invalid(
+                path,
+                value,
+                &format!("{name} in body must validate at least one schema (anyOf)"),
+            ));
         }
     }
     if schema["oneOf"].is_array() {
         let (ok, n) = count_ok(&schema["oneOf"]);
         if n > 0 && ok != 1 {
-            errs.push(FieldError::invalid(path, value, &format!("{name} in body must validate one and only one schema (oneOf)")));
+            errs.push(FieldError::invalid(
+                path,
+                value,
+                &format!("{name} in body must validate one and only one schema (oneOf)"),
+            ));
         }
     }
     if schema["not"].is_object() {
         let mut e = Vec::new();
         validate_schema(&schema["not"], value, path, root, &mut e);
         if e.is_empty() {
-            errs.push(FieldError::invalid(path, value, &format!("{name} in body should not validate the schema provided")));
+            errs.push(FieldError::invalid(
+                path,
+                value,
+                &format!("{name} in body should not validate the schema provided"),
+            ));
         }
     }
 }
@@ -361,13 +419,21 @@ fn schema_at<'a>(schema: &'a Value, path: &str) -> &'a Value {
         if let Some(r) = rest.strip_prefix('[') {
             let end = r.find(']').unwrap_or(r.len());
             let key = &r[..end];
-            node = if node.get("items").is_some() && key.parse::<usize>().is_ok() { &node["items"] } else { &node["additionalProperties"] };
+            node = if node.get("items").is_some() && key.parse::<usize>().is_ok() {
+                &node["items"]
+            } else {
+                &node["additionalProperties"]
+            };
             rest = r.get(end + 1..).unwrap_or_default();
         } else {
             let r = rest.strip_prefix('.').unwrap_or(rest);
             let end = r.find(['.', '[']).unwrap_or(r.len());
             let key = &r[..end];
-            node = if node["properties"].get(key).is_some() { &node["properties"][key] } else { &node["additionalProperties"] };
+            node = if node["properties"].get(key).is_some() {
+                &node["properties"][key]
+            } else {
+                &node["additionalProperties"]
+            };
             rest = &r[end..];
         }
     }
@@ -382,7 +448,9 @@ pub fn validate_cel(schema: &Value, value: &Value, old: Option<&Value>, errs: &m
         let err = match e.reason.as_deref() {
             Some("FieldValueRequired") => FieldError::required(&field, &e.message),
             Some("FieldValueForbidden") => FieldError::forbidden(&field, &e.message),
-            Some("FieldValueDuplicate") => FieldError::new(&field, "FieldValueDuplicate", format!("Duplicate value: {:?}", e.message)),
+            Some("FieldValueDuplicate") => {
+                FieldError::new(&field, "FieldValueDuplicate", format!("Duplicate value: {:?}", e.message))
+            }
             _ => {
                 let ty = schema_at(schema, &field)["type"].as_str().unwrap_or("object").to_string();
                 FieldError::invalid(&field, &Value::String(ty), &e.message)
@@ -448,9 +516,9 @@ mod tests {
         assert_eq!(
             errs,
             vec![
+                "spec.l: Too many: 3: must have at most 2 items",
                 "spec.n: Invalid value: 0: spec.n in body should be greater than or equal to 1",
                 "spec.s: Unsupported value: \"c\": supported values: \"a\", \"b\"",
-                "spec.l: Too many: 3: must have at most 2 items",
             ]
         );
         assert_eq!(unknown, vec!["spec.x", "spec.y"]);
