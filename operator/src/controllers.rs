@@ -1,0 +1,234 @@
+//! The three controllers on kube-runtime, sharing one client and one [`Context`], and
+//! the route status loop.
+//!
+//! | controller  | main stream (filter)                | also triggered by                                           |
+//! |-------------|-------------------------------------|-------------------------------------------------------------|
+//! | ModelRoute  | generation, finalizers, deletion    | Upstreams and ErrorBudgets (generation, deletes) mapped to the routes that name them; owned ConfigMaps (any change) and Deployments (generation, availability) mapped to their owners |
+//! | Upstream    | generation                          | Secrets (key set, deletes) mapped to the Upstreams using them; every status interval |
+//! | ErrorBudget | generation                          | ModelRoutes (generation, deletion, deletes) mapped to the budgets naming them; every status interval |
+//!
+//! Route statuses are refreshed every status interval by [`route::refresh_statuses`],
+//! which writes status without applying anything.
+//!
+//! Watches (all namespaces; with `--namespace ns`, `/namespaces/ns` is inserted before
+//! the plural): each lists `GET <path>?&limit=500` then watches `GET <path>?&watch=true
+//! &timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=<rv>`:
+//! `/apis/sluice.dev/v1alpha1/modelroutes` (twice), `…/upstreams` (twice),
+//! `…/errorbudgets` (twice), `/api/v1/secrets`, and, with
+//! `labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsluice-operator`, `/api/v1/configmaps`
+//! and `/apis/apps/v1/deployments`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use sluice_crds::{ErrorBudget, ModelRoute, Upstream};
+use sluice_ledger::Ledger;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::metrics::{Kind, Metrics};
+use crate::reconcile::{Context, Stores, budget, error_policy, route, upstream};
+use crate::render::MANAGED_SELECTOR;
+use crate::triggers::{changes, deployment_availability, generation, resource_version, secret_keys, spec_or_lifecycle};
+
+/// Reconciles of one object closer together than this are merged.
+const DEBOUNCE: Duration = Duration::from_millis(500);
+
+/// The debounce for a status interval: a request arriving within the debounce restarts
+/// it, so it must stay well below the interval or periodic reconciles would never run.
+fn debounce(interval: Duration) -> Duration {
+    DEBOUNCE.min(interval / 4)
+}
+
+/// An `Api` over all namespaces, or over the watched one.
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn events<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher(api, config).default_backoff()
+}
+
+/// A future for `graceful_shutdown_on` (which needs it `Sync`).
+fn stopped(token: &CancellationToken) -> impl Future<Output = ()> + Send + Sync + 'static {
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let token = token.clone();
+    tokio::spawn(async move {
+        token.cancelled().await;
+        let _ = tx.send(true);
+    });
+    async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+/// Every `interval`, from the first tick on.
+fn ticks(interval: Duration) -> impl Stream<Item = ()> + Send {
+    let mut timer = tokio::time::interval(interval);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    stream::unfold(timer, |mut t| async move {
+        t.tick().await;
+        Some(((), t))
+    })
+}
+
+/// Runs the controllers and the route status loop until `token` is cancelled.
+pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Metrics>, token: CancellationToken) {
+    let ns = config.namespace.clone();
+    let ns = ns.as_deref();
+    let managed = || watcher::Config::default().labels(MANAGED_SELECTOR);
+    let all = watcher::Config::default;
+
+    let (routes, routes_w) = reflector::store::<ModelRoute>();
+    let (upstreams, upstreams_w) = reflector::store::<Upstream>();
+    let (budgets, budgets_w) = reflector::store::<ErrorBudget>();
+    let (configmaps, configmaps_w) = reflector::store::<ConfigMap>();
+    let (deployments, deployments_w) = reflector::store::<Deployment>();
+    let stores = Stores {
+        routes: routes.clone(),
+        upstreams: upstreams.clone(),
+        budgets: budgets.clone(),
+        configmaps,
+        deployments,
+    };
+    let interval = config.status_interval;
+    let ctx = Arc::new(Context::new(client.clone(), config, ledger, stores, metrics));
+    let controller_config = controller::Config::default().debounce(debounce(interval));
+
+    let route_controller = Controller::for_stream(
+        changes(events(api::<ModelRoute>(&client, ns), all()).reflect(routes_w), spec_or_lifecycle, false),
+        routes.clone(),
+    )
+    .watches_stream(changes(events(api::<Upstream>(&client, ns), all()), generation, true), {
+        let routes = routes.clone();
+        move |u: Upstream| routes_naming_upstream(&routes, &u)
+    })
+    .watches_stream(changes(events(api::<ErrorBudget>(&client, ns), all()), generation, true), {
+        let routes = routes.clone();
+        move |b: ErrorBudget| routes_named_by_budget(&routes, &b)
+    })
+    .owns_stream(changes(events(api::<ConfigMap>(&client, ns), managed()).reflect(configmaps_w), resource_version, true))
+    .owns_stream(changes(events(api::<Deployment>(&client, ns), managed()).reflect(deployments_w), deployment_availability, true))
+    .with_config(controller_config.clone())
+    .graceful_shutdown_on(stopped(&token))
+    .run(route::reconcile, error_policy(Kind::ModelRoute), ctx.clone())
+    .for_each(|r| log_result(Kind::ModelRoute, r));
+
+    let upstream_controller = Controller::for_stream(
+        changes(events(api::<Upstream>(&client, ns), all()).reflect(upstreams_w), generation, false),
+        upstreams.clone(),
+    )
+    .watches_stream(changes(events(api::<Secret>(&client, ns), all()), secret_keys, true), {
+        let upstreams = upstreams.clone();
+        move |s: Secret| upstreams_using_secret(&upstreams, &s)
+    })
+    .reconcile_all_on(ticks(interval))
+    .with_config(controller_config.clone())
+    .graceful_shutdown_on(stopped(&token))
+    .run(upstream::reconcile, error_policy(Kind::Upstream), ctx.clone())
+    .for_each(|r| log_result(Kind::Upstream, r));
+
+    let budget_controller = Controller::for_stream(
+        changes(events(api::<ErrorBudget>(&client, ns), all()).reflect(budgets_w), generation, false),
+        budgets.clone(),
+    )
+    .watches_stream(changes(events(api::<ModelRoute>(&client, ns), all()), spec_or_lifecycle, true), {
+        let budgets = budgets.clone();
+        move |r: ModelRoute| budgets_naming_route(&budgets, &r)
+    })
+    .reconcile_all_on(ticks(interval))
+    .with_config(controller_config)
+    .graceful_shutdown_on(stopped(&token))
+    .run(budget::reconcile, error_policy(Kind::ErrorBudget), ctx.clone())
+    .for_each(|r| log_result(Kind::ErrorBudget, r));
+
+    let status_loop = route_status_loop(ctx, interval, token);
+    tracing::info!(namespace = ns.unwrap_or("(all)"), "controllers started");
+    tokio::join!(route_controller, upstream_controller, budget_controller, status_loop);
+    tracing::info!("controllers stopped");
+}
+
+async fn log_result<K: Resource, E: std::fmt::Display>(kind: Kind, result: Result<(ObjectRef<K>, controller::Action), E>) {
+    match result {
+        Ok((obj, _)) => tracing::debug!(kind = kind.as_str(), object = %obj, "reconciled"),
+        // Reconcile errors were logged by the error policy; these are watch and queue errors.
+        Err(e) => tracing::debug!(kind = kind.as_str(), error = %e, "controller"),
+    }
+}
+
+async fn route_status_loop(ctx: Arc<Context>, interval: Duration, token: CancellationToken) {
+    let mut ticks = std::pin::pin!(ticks(interval));
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            Some(()) = ticks.next() => {
+                match route::refresh_statuses(&ctx).await {
+                    Ok(n) => tracing::debug!(written = n, "route statuses refreshed"),
+                    Err(e) => tracing::warn!(error = %e, "refreshing route statuses failed"),
+                }
+            }
+        }
+    }
+}
+
+/// Live routes in the Upstream's namespace with a candidate naming it.
+pub fn routes_naming_upstream(routes: &Store<ModelRoute>, upstream: &Upstream) -> Vec<ObjectRef<ModelRoute>> {
+    let (ns, name) = (upstream.namespace(), upstream.name_any());
+    routes
+        .state()
+        .iter()
+        .filter(|r| r.namespace() == ns && r.spec.candidates.iter().any(|c| c.upstream == name))
+        .map(|r| ObjectRef::from_obj(&**r))
+        .collect()
+}
+
+/// Routes (cached) that the ErrorBudget names.
+pub fn routes_named_by_budget(routes: &Store<ModelRoute>, budget: &ErrorBudget) -> Vec<ObjectRef<ModelRoute>> {
+    let ns = budget.namespace();
+    routes
+        .state()
+        .iter()
+        .filter(|r| r.namespace() == ns && budget.spec.routes.contains(&r.name_any()))
+        .map(|r| ObjectRef::from_obj(&**r))
+        .collect()
+}
+
+/// Budgets (cached) that name the route.
+pub fn budgets_naming_route(budgets: &Store<ErrorBudget>, route: &ModelRoute) -> Vec<ObjectRef<ErrorBudget>> {
+    let (ns, name) = (route.namespace(), route.name_any());
+    budgets
+        .state()
+        .iter()
+        .filter(|b| b.namespace() == ns && b.spec.routes.contains(&name))
+        .map(|b| ObjectRef::from_obj(&**b))
+        .collect()
+}
+
+/// Upstreams (cached) whose auth names the Secret.
+pub fn upstreams_using_secret(upstreams: &Store<Upstream>, secret: &Secret) -> Vec<ObjectRef<Upstream>> {
+    let (ns, name) = (secret.namespace(), secret.name_any());
+    upstreams
+        .state()
+        .iter()
+        .filter(|u| u.namespace() == ns && u.spec.auth.as_ref().is_some_and(|a| a.secret_ref.name == name))
+        .map(|u| ObjectRef::from_obj(&**u))
+        .collect()
+}

@@ -1,0 +1,104 @@
+//! `run_until` end to end against a minimal in-process API server (an axum Router as
+//! the client's service): the CRD check, every list and watch the controllers open,
+//! one Upstream reconciled through the real kube-runtime Controller, a clean shutdown.
+
+#![expect(clippy::unwrap_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::response::Response;
+use serde_json::{Value, json};
+use sluice_operator::Config;
+
+type Seen = Arc<Mutex<Vec<String>>>;
+
+fn list_kind(path: &str) -> (&'static str, &'static str) {
+    let plural = path.rsplit('/').next().unwrap_or_default();
+    match plural {
+        "modelroutes" => ("sluice.dev/v1alpha1", "ModelRouteList"),
+        "upstreams" => ("sluice.dev/v1alpha1", "UpstreamList"),
+        "errorbudgets" => ("sluice.dev/v1alpha1", "ErrorBudgetList"),
+        "secrets" => ("v1", "SecretList"),
+        "configmaps" => ("v1", "ConfigMapList"),
+        "deployments" => ("apps/v1", "DeploymentList"),
+        _ => ("v1", "List"),
+    }
+}
+
+fn upstream() -> Value {
+    json!({
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "Upstream",
+        "metadata": {"name": "east", "namespace": "team-a", "uid": "u1", "resourceVersion": "1", "generation": 1},
+        "spec": {"baseUrl": "https://east.example/v1"},
+    })
+}
+
+async fn fake(seen: Seen, req: Request) -> Response {
+    let method = req.method().to_string();
+    let uri = req.uri().to_string();
+    seen.lock().unwrap().push(format!("{method} {uri}"));
+    let path = uri.split('?').next().unwrap_or_default().to_string();
+    if uri.contains("watch=true") {
+        // A watch that never sends an event (until the client goes away).
+        return Response::new(Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>()));
+    }
+    let json = if method == "PATCH" && path.ends_with("/status") {
+        let bytes = axum::body::to_bytes(req.into_body(), 1 << 20).await.unwrap();
+        let patch: Value = serde_json::from_slice(&bytes).unwrap();
+        let mut obj = upstream();
+        obj["status"] = patch["status"].clone();
+        obj
+    } else {
+        let (api_version, kind) = list_kind(&path);
+        let items = if kind == "UpstreamList" { vec![upstream()] } else { vec![] };
+        json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items})
+    };
+    Response::new(Body::from(serde_json::to_vec(&json).unwrap()))
+}
+
+#[tokio::test]
+async fn the_operator_lists_and_watches_everything_reconciles_and_stops_cleanly() {
+    let seen: Seen = Arc::default();
+    let app = Router::new().fallback({
+        let seen = seen.clone();
+        move |req: Request| fake(seen.clone(), req)
+    });
+    let client = kube::Client::new(app, "default");
+    let mut config = Config::new("sqlite::memory:");
+    config.status_interval = Duration::from_secs(30);
+    config.listen = Some("127.0.0.1:0".parse().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(sluice_operator::run_until(client, config, async move {
+        let _ = stopped.await;
+    }));
+
+    // Wait until the Upstream's status was written through the Controller.
+    let patched = |seen: &Seen| seen.lock().unwrap().iter().any(|c| c.starts_with("PATCH /apis/sluice.dev/v1alpha1/namespaces/team-a/upstreams/east/status"));
+    for _ in 0..100 {
+        if patched(&seen) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(patched(&seen), "no status patch; calls: {:#?}", seen.lock().unwrap());
+    stop.send(()).unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), operator).await.expect("shutdown hung").unwrap();
+    result.unwrap();
+
+    let calls = seen.lock().unwrap().clone();
+    let has = |call: &str| calls.iter().any(|c| c == call);
+    for crd in ["modelroutes", "upstreams", "errorbudgets"] {
+        assert!(has(&format!("GET /apis/sluice.dev/v1alpha1/{crd}?&limit=1")), "CRD check of {crd}: {calls:#?}");
+        let lists = calls.iter().filter(|c| *c == &format!("GET /apis/sluice.dev/v1alpha1/{crd}?&limit=500")).count();
+        assert_eq!(lists, 2, "{crd} is watched twice (own controller and a trigger): {calls:#?}");
+    }
+    let selector = "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsluice-operator";
+    assert!(has(&format!("GET /api/v1/configmaps?&{selector}&limit=500")), "{calls:#?}");
+    assert!(has(&format!("GET /apis/apps/v1/deployments?&{selector}&limit=500")), "{calls:#?}");
+    assert!(has("GET /api/v1/secrets?&limit=500"), "{calls:#?}");
+    assert!(calls.iter().any(|c| c.starts_with("GET /api/v1/secrets?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true")), "{calls:#?}");
+}
