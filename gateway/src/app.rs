@@ -84,7 +84,7 @@ impl Gateway {
     }
 
     /// Installs a snapshot directly (tests, demo).
-    pub fn install(&self, snapshot: sluice_crds::Snapshot) -> Result<(), reqwest::Error> {
+    pub fn install(&self, snapshot: sluice_crds::Snapshot) -> Result<(), crate::config::BuildError> {
         self.secrets.refresh(&snapshot);
         let runtime = Runtime::build(snapshot, &self.carry, &self.metrics)?;
         self.current.set(runtime);

@@ -27,6 +27,54 @@ pub struct UpstreamHandle {
     pub metrics: UpstreamMetrics,
     /// Requests in flight, against `maxConcurrentRequests`.
     pub in_flight: Arc<AtomicU32>,
+    /// `{baseUrl}/chat/completions`, `/completions`, `/embeddings`, parsed once per
+    /// config version rather than on every attempt.
+    pub urls: EndpointUrls,
+}
+
+/// The parsed URL of each OpenAI endpoint of an upstream.
+#[derive(Clone, Debug)]
+pub struct EndpointUrls {
+    /// Chat completions.
+    pub chat: reqwest::Url,
+    /// Legacy completions.
+    pub completions: reqwest::Url,
+    /// Embeddings.
+    pub embeddings: reqwest::Url,
+}
+
+impl EndpointUrls {
+    fn parse(base: &str) -> Result<Self, BuildError> {
+        let url = |path: &str| {
+            reqwest::Url::parse(&format!("{base}{path}")).map_err(|e| BuildError::Url(format!("{base}{path}"), e))
+        };
+        use crate::request::Endpoint;
+        Ok(Self {
+            chat: url(Endpoint::Chat.upstream_path())?,
+            completions: url(Endpoint::Completions.upstream_path())?,
+            embeddings: url(Endpoint::Embeddings.upstream_path())?,
+        })
+    }
+
+    /// The URL of an endpoint.
+    pub fn of(&self, endpoint: crate::request::Endpoint) -> &reqwest::Url {
+        match endpoint {
+            crate::request::Endpoint::Chat => &self.chat,
+            crate::request::Endpoint::Completions => &self.completions,
+            crate::request::Endpoint::Embeddings => &self.embeddings,
+        }
+    }
+}
+
+/// Why a snapshot could not be compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The HTTP client could not be built.
+    #[error("building the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    /// A base URL does not parse.
+    #[error("upstream URL {0:?}: {1}")]
+    Url(String, url::ParseError),
 }
 
 /// One candidate of a route.
@@ -95,8 +143,8 @@ impl Carry {
 }
 
 impl Runtime {
-    /// Compiles a snapshot. Fails only if an HTTP client cannot be built.
-    pub fn build(snapshot: Snapshot, carry: &Carry, metrics: &Metrics) -> Result<Runtime, reqwest::Error> {
+    /// Compiles a snapshot. Fails if an HTTP client cannot be built or a URL does not parse.
+    pub fn build(snapshot: Snapshot, carry: &Carry, metrics: &Metrics) -> Result<Runtime, BuildError> {
         let mut upstreams = HashMap::new();
         for (key, cfg) in &snapshot.upstreams {
             let handle = UpstreamHandle {
@@ -104,6 +152,7 @@ impl Runtime {
                 client: carry.client(cfg.connect_timeout_ms)?,
                 metrics: UpstreamMetrics::new(metrics, &cfg.name),
                 in_flight: carry.in_flight(key),
+                urls: EndpointUrls::parse(&cfg.base_url)?,
                 cfg: cfg.clone(),
             };
             upstreams.insert(key.clone(), Arc::new(handle));

@@ -220,7 +220,7 @@ fn launch<'a>(
         let budget = deadline.saturating_duration_since(began) / u32::try_from(untried.max(1)).unwrap_or(1);
         let first_byte = (req.stream && !hedge).then(|| c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte));
         let spec = attempt::AttemptSpec {
-            path: req.endpoint.upstream_path(),
+            endpoint: req.endpoint,
             body: req.upstream_body(&c.cfg.model, route.cfg.default_max_tokens),
             stream: req.stream,
             first_byte,

@@ -5,6 +5,11 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+// The request path allocates many short-lived buffers; mimalloc cuts the allocator's
+// share of each request's instructions (see bench/PROFILE.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "sluice-gateway", version, about = "An LLM gateway that keeps your API up when providers fail")]
 struct Cli {

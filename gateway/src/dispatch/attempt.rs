@@ -55,8 +55,8 @@ impl Drop for InFlight {
 
 /// What one attempt needs.
 pub struct AttemptSpec<'a> {
-    /// Upstream path after the base URL, e.g. `/chat/completions`.
-    pub path: &'a str,
+    /// The endpoint called.
+    pub endpoint: crate::request::Endpoint,
     /// The request body for this candidate.
     pub body: Bytes,
     /// Streaming request?
@@ -81,7 +81,7 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
     };
     let mut request = upstream
         .client
-        .post(format!("{}{}", upstream.cfg.base_url, spec.path))
+        .post(upstream.urls.of(spec.endpoint).clone())
         .header(header::CONTENT_TYPE, "application/json")
         .header("x-request-id", spec.request_id)
         .body(spec.body);
