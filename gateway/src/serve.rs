@@ -112,7 +112,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let id = args.gateway_id.clone().unwrap_or_else(|| format!("gateway-{}", std::process::id()));
     let loops = spawn_loops(gw.clone(), &args, id);
     let app = crate::server::app(gw.clone());
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+    axum::serve(nodelay(listener), app).with_graceful_shutdown(shutdown_signal()).await?;
     loops.abort();
     // Flush what the last seconds counted.
     if let Some(ledger) = &gw.ledger
@@ -122,6 +122,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The listener with `TCP_NODELAY` on every accepted socket: SSE events are small
+/// writes that Nagle's algorithm would otherwise hold back behind delayed ACKs.
+pub fn nodelay(listener: TcpListener) -> impl axum::serve::Listener<Addr = SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    })
 }
 
 /// The background loops; dropping the handle does not stop them, `abort()` does.
