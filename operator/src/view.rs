@@ -91,8 +91,12 @@ pub fn group_view(
     budgets: &[ErrorBudget],
 ) -> GroupView {
     let in_ns = |ns: Option<&str>| ns.unwrap_or(defaults::NAMESPACE) == namespace;
-    let upstreams: Vec<Upstream> =
+    // Inputs come from watch caches in no particular order (it differs from one operator
+    // process to the next); sorted by name, the rendered snapshot is the same whatever
+    // the order, so an operator restart does not rewrite ConfigMaps or reload gateways.
+    let mut upstreams: Vec<Upstream> =
         upstreams.iter().filter(|u| in_ns(u.metadata.namespace.as_deref()) && is_live(*u)).cloned().collect();
+    upstreams.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut routes: Vec<ModelRoute> = routes
         .iter()
         .filter(|r| in_ns(r.metadata.namespace.as_deref()) && is_live(*r) && group_of(r) == group)
@@ -100,12 +104,13 @@ pub fn group_view(
         .collect();
     routes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let names: BTreeSet<&str> = routes.iter().filter_map(|r| r.metadata.name.as_deref()).collect();
-    let budgets: Vec<ErrorBudget> = budgets
+    let mut budgets: Vec<ErrorBudget> = budgets
         .iter()
         .filter(|b| in_ns(b.metadata.namespace.as_deref()) && is_live(*b))
         .filter(|b| b.spec.routes.iter().any(|r| names.contains(r.as_str())))
         .cloned()
         .collect();
+    budgets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let manifests = Manifests { upstreams, routes: routes.clone(), budgets, problems: Vec::new() };
     // Secret presence does not change what a gateway is given (a missing key is mounted
     // as absent and reported on the Upstream), so every reference counts as present.

@@ -82,6 +82,21 @@ fn a_budget_is_resolved_across_groups() {
 }
 
 #[test]
+fn the_snapshot_does_not_depend_on_the_order_of_the_caches() {
+    let upstreams = [upstream("a", "west"), upstream("a", "east")];
+    let routes = [route("a", "zeta", "m1", None, &["east", "west"]), route("a", "alpha", "m2", None, &["west"])];
+    let budgets = [budget("a", "slo-b", &["zeta"]), budget("a", "slo-a", &["alpha", "zeta"]), budget("a", "slo-c", &["alpha"])];
+    fn rev<T: Clone>(v: &[T]) -> Vec<T> {
+        v.iter().rev().cloned().collect()
+    }
+    let one = group_view("a", "default", &upstreams, &routes, &budgets);
+    let two = group_view("a", "default", &rev(&upstreams), &rev(&routes), &rev(&budgets));
+    assert_eq!(one.resolved, two.resolved);
+    let names: Vec<_> = one.resolved.snapshot.budgets.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["slo-a", "slo-b", "slo-c"]);
+}
+
+#[test]
 fn a_budget_without_any_served_route_is_valid_but_counts_nothing() {
     let b = budget("a", "slo", &["nothing"]);
     let v = budget_view(&b, &[], &[]);

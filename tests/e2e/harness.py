@@ -1,0 +1,437 @@
+"""Processes and clients of the operator end-to-end tests: the fake API server
+(`kube-fake`), `kubectl` against it, chaos upstreams, the operator, the ledger schema
+in Postgres, and small polling helpers. No pytest here (see conftest.py).
+
+Every process listens on 127.0.0.1 with port 0 and is found through the
+`… on http://ADDR` line it logs; its output goes to a log file next to the test's
+artifacts, and it dies with the test process (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+BIN_DIR = Path(os.environ.get("SLUICE_BIN_DIR", TARGET / "debug"))
+POSTGRES_URL = os.environ.get("SLUICE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
+
+#: `listening on http://ADDR` (gateway, chaos, kube-fake) and `serving /metrics and
+#: /healthz on http://ADDR` (operator).
+LISTENING = re.compile(r" on http://(\d+\.\d+\.\d+\.\d+:\d+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+#: User-Agent of the harness's own API calls (the mini-kubelet's and the tests'), so
+#: that the request log tells them from kubectl's and the operator's (kube-rs sends none).
+HARNESS_UA = "sluice-e2e-harness/1"
+
+# Traffic goes to 127.0.0.1 only: never through a proxy from the environment.
+for _var in ("NO_PROXY", "no_proxy"):
+    os.environ[_var] = ",".join(x for x in (os.environ.get(_var, ""), "127.0.0.1,localhost") if x)
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def binary(name: str) -> Path:
+    """A workspace binary (`cargo build --workspace --bins` puts them in target/debug)."""
+    return BIN_DIR / name
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL the child when the thread that started it dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # pragma: no cover - not Linux
+        pass
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.25) -> Any:
+    """Calls `fn` until it returns something truthy (returned) or raises nothing and
+    `timeout` passes (AssertionError naming `what` and the last value or error)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = fn()
+            if last:
+                return last
+        except AssertionError as e:
+            last = e
+        except Exception as e:  # noqa: BLE001 - report whatever kept it from passing
+            last = e
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------- processes
+
+
+@dataclass
+class Proc:
+    """A started process whose stdout and stderr go to `log`."""
+
+    name: str
+    argv: list[str]
+    popen: subprocess.Popen
+    log: Path
+    addr: str = ""
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}"
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return ANSI.sub("", self.log.read_text(errors="replace"))
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 10.0) -> Optional[int]:
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=5)
+        return self.popen.returncode
+
+
+ALL_PROCS: list[Proc] = []
+
+
+def spawn(name: str, argv: list[str], logdir: Path, env: Optional[dict[str, str]] = None,
+          cwd: Optional[Path] = None) -> Proc:
+    """Starts `argv` with output to `logdir/NAME.log` (appended)."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    log = logdir / f"{name}.log"
+    with open(log, "ab") as fh:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env if env is not None else dict(os.environ, NO_COLOR="1"),
+            cwd=str(cwd or logdir),
+            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
+        )
+    proc = Proc(name=name, argv=argv, popen=popen, log=log)
+    ALL_PROCS.append(proc)
+    return proc
+
+
+def start(name: str, argv: list[str], logdir: Path, env: Optional[dict[str, str]] = None,
+          timeout: float = 60.0) -> Proc:
+    """`spawn`, then waits for the `… on http://ADDR` line."""
+    proc = spawn(name, argv, logdir, env)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = LISTENING.search(proc.log_text())
+        if m:
+            proc.addr = m.group(1)
+            return proc
+        if proc.popen.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.stop()
+    raise AssertionError(f"{name} (`{' '.join(argv)}`) did not log '… on http://ADDR' "
+                         f"(exit code {proc.popen.poll()}); its output:\n{proc.log_text()[-4000:]}")
+
+
+def stop_all() -> None:
+    for p in reversed(ALL_PROCS):
+        try:
+            p.stop(timeout=5)
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+def http(method: str, url: str, body: Any = None, headers: Optional[dict[str, str]] = None,
+         timeout: float = 10.0) -> tuple[int, bytes]:
+    """One request without proxies; returns (status, body) for any status."""
+    data = None
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def http_json(method: str, url: str, body: Any = None) -> Any:
+    status, data = http(method, url, body, {"content-type": "application/json"})
+    assert 200 <= status < 300, f"{method} {url} -> {status}: {data.decode(errors='replace')}"
+    return json.loads(data)
+
+
+# ---------------------------------------------------------------- chaos upstreams
+
+
+@dataclass
+class Chaos:
+    """One chaos upstream (`sluice-gateway chaos`, DESIGN §6)."""
+
+    name: str
+    proc: Proc
+
+    @property
+    def url(self) -> str:
+        return self.proc.url
+
+    def script(self, **fields: Any) -> dict:
+        """`POST /_chaos`: the script of every request without `x-chaos-*` headers."""
+        return http_json("POST", f"{self.url}/_chaos", fields)
+
+    def counters(self) -> dict:
+        return http_json("GET", f"{self.url}/_chaos")["counters"]
+
+    def requests(self) -> int:
+        return int(self.counters()["requests"])
+
+
+def start_chaos(name: str, logdir: Path) -> Chaos:
+    return Chaos(name, start(f"chaos-{name}", [str(binary("sluice-gateway")), "chaos", "--listen", "127.0.0.1:0"], logdir))
+
+
+# ---------------------------------------------------------------- the fake API server
+
+
+@dataclass
+class KubeFake:
+    """`kube-fake` as a process, `kubectl` against it, and raw API calls."""
+
+    proc: Proc
+    kubeconfig: Path
+    request_log: Path
+    cache: Path
+    url: str
+    token: str = "kube-fake-token"
+
+    @classmethod
+    def start(cls, workdir: Path) -> "KubeFake":
+        workdir.mkdir(parents=True, exist_ok=True)
+        kubeconfig = workdir / "kubeconfig"
+        request_log = workdir / "requests.json"
+        proc = start("kube-fake", [str(binary("kube-fake")), "--kubeconfig-out", str(kubeconfig),
+                                   "--request-log", str(request_log)], workdir)
+        text = kubeconfig.read_text()
+        token = re.search(r"token:\s*(\S+)", text)
+        return cls(proc=proc, kubeconfig=kubeconfig, request_log=request_log, cache=workdir / "kubectl-cache",
+                   url=proc.url, token=token.group(1) if token else "kube-fake-token")
+
+    # -- kubectl
+
+    def kubectl_env(self) -> dict[str, str]:
+        return dict(os.environ, KUBECONFIG=str(self.kubeconfig), KUBECACHEDIR=str(self.cache))
+
+    def kubectl(self, *args: str, input: Optional[str] = None, check: bool = True,
+                timeout: float = 60.0) -> subprocess.CompletedProcess:
+        cmd = ["kubectl", *args]
+        done = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
+                              env=self.kubectl_env())
+        if check and done.returncode != 0:
+            raise AssertionError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        return done
+
+    def get_json(self, *args: str) -> Any:
+        """`kubectl get ARGS -o json`, parsed; None when not found."""
+        done = self.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=True)
+        return json.loads(done.stdout) if done.stdout.strip() else None
+
+    # -- raw API (the mini-kubelet and a few reads)
+
+    def api(self, method: str, path: str, body: Any = None,
+            content_type: str = "application/json") -> tuple[int, Any]:
+        headers = {"authorization": f"Bearer {self.token}", "user-agent": HARNESS_UA, "accept": "application/json"}
+        if body is not None:
+            headers["content-type"] = content_type
+        status, data = http(method, self.url + path, body, headers)
+        try:
+            parsed = json.loads(data) if data else None
+        except ValueError:
+            parsed = data.decode(errors="replace")
+        return status, parsed
+
+    def requests(self) -> list[dict]:
+        """The live request log (`GET /_fake/requests`)."""
+        status, data = self.api("GET", "/_fake/requests")
+        assert status == 200, data
+        return data
+
+    def stop(self) -> list[dict]:
+        """SIGTERM: kube-fake writes `--request-log`; returns it."""
+        code = self.proc.stop(timeout=15)
+        assert code == 0, f"kube-fake exited with {code}:\n{self.proc.log_text()[-2000:]}"
+        return json.loads(self.request_log.read_text())
+
+
+def secret_value(obj: dict, key: str) -> str:
+    return base64.b64decode(obj["data"][key]).decode()
+
+
+# ---------------------------------------------------------------- ledger
+
+
+@dataclass
+class LedgerSchema:
+    """A private schema in the test Postgres: every process of a test shares it."""
+
+    base: str
+    schema: str
+    url: str = ""
+
+    @classmethod
+    def create(cls) -> "LedgerSchema":
+        schema = f"sluice_operator_e2e_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        psql(POSTGRES_URL, f"CREATE SCHEMA {schema}")
+        sep = "&" if "?" in POSTGRES_URL else "?"
+        return cls(base=POSTGRES_URL, schema=schema, url=f"{POSTGRES_URL}{sep}options=-c%20search_path%3D{schema}")
+
+    def drop(self) -> None:
+        psql(self.base, f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+
+    def admin(self, *args: str) -> str:
+        """`sluice-gateway admin --ledger URL ARGS`; returns stdout."""
+        cmd = [str(binary("sluice-gateway")), "admin", "--ledger", self.url, *args]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, NO_COLOR="1"))
+        assert done.returncode == 0, f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+        return done.stdout
+
+
+def psql(url: str, sql: str) -> str:
+    done = subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, f"psql {sql!r} failed: {done.stderr}"
+    return done.stdout
+
+
+def have_postgres() -> Optional[str]:
+    """None when Postgres answers, else why not."""
+    if not shutil.which("psql"):
+        return "psql (the PostgreSQL client) is not installed"
+    done = subprocess.run(["psql", POSTGRES_URL, "-qAtc", "SELECT 1"], capture_output=True, text=True, timeout=30)
+    return None if done.returncode == 0 else f"Postgres at {POSTGRES_URL} does not answer: {done.stderr.strip()}"
+
+
+# ---------------------------------------------------------------- the operator
+
+
+def start_operator(name: str, fake: KubeFake, ledger_url: str, logdir: Path, *extra: str) -> Proc:
+    """The real `sluice-operator` binary against the fake, as one would run it by hand
+    (`KUBECONFIG`, flags); returns once `/healthz` is served."""
+    env = dict(fake.kubectl_env(), NO_COLOR="1", RUST_LOG=os.environ.get("SLUICE_E2E_RUST_LOG", "info,kube=warn"))
+    argv = [str(binary("sluice-operator")), "--ledger-url", ledger_url, "--listen", "127.0.0.1:0", *extra]
+    return start(name, argv, logdir, env)
+
+
+@dataclass
+class Artifacts:
+    """Text saved for the report (kubectl outputs, RBAC comparison)."""
+
+    dir: Path
+    written: list[Path] = field(default_factory=list)
+
+    def save(self, name: str, text: str) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / name
+        path.write_text(text)
+        self.written.append(path)
+        print(f"--- {name}\n{text}")
+        return path
+
+
+# ---------------------------------------------------------------- the quickstart
+
+QUICKSTART = REPO / "examples" / "quickstart"
+#: The quickstart's Upstreams and the placeholder base URLs they point at.
+QUICKSTART_UPSTREAMS = {
+    "anthropic-us-east-1": "http://127.0.0.1:9101",
+    "anthropic-eu-west-1": "http://127.0.0.1:9102",
+    "openai-us": "http://127.0.0.1:9103",
+}
+
+
+def quickstart_upstreams(urls: dict[str, str]) -> str:
+    """examples/quickstart/upstreams.yaml with each Upstream's baseUrl pointed at `urls[name]`."""
+    text = (QUICKSTART / "upstreams.yaml").read_text()
+    for name, placeholder in QUICKSTART_UPSTREAMS.items():
+        assert text.count(placeholder + "/v1") == 1, f"{placeholder} not found once in upstreams.yaml"
+        text = text.replace(placeholder + "/v1", urls[name] + "/v1")
+    return text
+
+
+def quickstart_secrets(fake: "KubeFake", namespace: str = "default") -> dict[str, str]:
+    """`kubectl create secret generic` for the quickstart's two keys (from its files)."""
+    values = {}
+    for d in sorted((QUICKSTART / "secrets").iterdir()):
+        for f in d.iterdir():
+            fake.kubectl("create", "secret", "generic", d.name, f"--from-file={f.name}={f}", "-n", namespace)
+            values[f"{d.name}/{f.name}"] = f.read_text()
+    return values
+
+
+def parse_table(text: str) -> list[dict[str, str]]:
+    """`kubectl get` table output → rows (column name → cell), cut at the header's
+    column offsets (kubectl pads columns, and cells may be empty)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = lines[0]
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    names = header.split()
+    rows = []
+    for line in lines[1:]:
+        cells = [line[s:e].strip() for s, e in zip(starts, starts[1:] + [len(line) + 1])]
+        rows.append(dict(zip(names, cells)))
+    return rows
+
+
+def table(fake: "KubeFake", resource: str, namespace: str = "default") -> dict[str, dict[str, str]]:
+    """Printer columns of `kubectl get RESOURCE -n NS`, by NAME."""
+    out = fake.kubectl("get", resource, "-n", namespace).stdout
+    return {row["NAME"]: row for row in parse_table(out)}
+
+
+def condition(obj: dict, kind: str) -> dict:
+    """The status condition of type `kind` ({} when absent)."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == kind:
+            return c
+    return {}
+
+
+def number(cell: str) -> float:
+    """A printer-column cell as a number (an empty cell is NaN)."""
+    try:
+        return float(cell)
+    except ValueError:
+        return float("nan")

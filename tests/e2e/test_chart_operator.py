@@ -1,0 +1,160 @@
+"""The chart's operator Deployment, run as rendered: `helm template` (Helm's Go SDK)
+→ `kubectl apply` into kube-fake → the mini-kubelet runs the operator pod with
+exactly its args and env (image `…/sluice-operator:<appVersion>` → the local
+binary) → it reconciles the quickstart → the gateway Deployment it renders is run
+too and serves the OpenAI SDK. Then the chart's RBAC is checked against every call
+that operator made. Once with the default values (no leader election), once with
+`operator.leaderElection.enabled=true` (the Lease Role is exercised too).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import openai
+import pytest
+import yaml
+
+import chart
+from conftest import DIAGNOSTICS
+from harness import (QUICKSTART, REPO, KubeFake, LedgerSchema, binary, condition, quickstart_secrets, quickstart_upstreams, start_chaos, table,
+                     wait_for)
+from kubelet import MiniKubelet
+
+pytestmark = pytest.mark.step
+
+OPERATOR = "sluice-operator"
+GATEWAY = "sluice-gateway-default"
+
+
+@pytest.fixture(scope="module", params=["default-values", "leader-election"])
+def install(request, workdir, artifacts):
+    """Per parameter: a ledger schema, kube-fake with the CRDs, the chart rendered for
+    that ledger, chaos upstreams and a mini-kubelet; the chart is not applied yet."""
+    ledger = LedgerSchema.create()
+    fake = KubeFake.start(workdir / f"kube-{request.param}")
+    fake.kubectl("apply", "-f", str(REPO / "charts" / "sluice" / "crds"))
+    election = request.param == "leader-election"
+    values = {"ledger": {"url": ledger.url, "postgres": {"enabled": False}}}
+    if election:
+        values["operator"] = {"leaderElection": {"enabled": True}}
+    objs = chart.render(values)
+    artifacts.save(f"{request.param}-rendered.yaml", chart.to_yaml(objs))
+    chaos = {name: start_chaos(f"{request.param}-{name}", workdir)
+             for name in ("anthropic-us-east-1", "anthropic-eu-west-1", "openai-us")}
+    kubelet = MiniKubelet(fake, workdir / f"node-{request.param}", {
+        "sluice-gateway": binary("sluice-gateway"),
+        "sluice-operator": binary("sluice-operator"),
+    }).start()
+
+    def diagnostics():
+        out = [("mini-kubelet events", "\n".join(kubelet.events[-30:]))]
+        for ns, name in ((chart.NAMESPACE, OPERATOR), ("default", GATEWAY)):
+            pod = kubelet.current(ns, name)
+            if pod:
+                out.append((f"{pod.name} log", "\n".join(pod.log_text().splitlines()[-30:])))
+        return out
+
+    DIAGNOSTICS.append(diagnostics)
+    state = {"param": request.param, "election": election, "values": values, "objs": objs, "chaos": chaos,
+             "kubelet": kubelet, "fake": fake, "ledger": ledger, "artifacts": artifacts}
+    try:
+        yield state
+    finally:
+        DIAGNOSTICS.remove(diagnostics)
+        kubelet.stop()
+        for c in chaos.values():
+            c.proc.stop()
+        fake.proc.stop()
+        ledger.drop()
+
+
+def test_the_chart_operator_pod_runs_with_exactly_the_rendered_args_and_env(install):
+    fake, kubelet, objs = install["fake"], install["kubelet"], install["objs"]
+    fake.kubectl("create", "namespace", chart.NAMESPACE)
+    fake.kubectl("apply", "-f", "-", input=chart.to_yaml(objs))
+    pod = kubelet.wait_ready(chart.NAMESPACE, OPERATOR, timeout=60)
+
+    rendered = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == OPERATOR)
+    c = rendered["spec"]["template"]["spec"]["containers"][0]
+    app_version = yaml.safe_load((chart.CHART / "Chart.yaml").read_text())["appVersion"]
+    assert c["image"] == f"ghcr.io/sluice-dev/sluice-operator:{app_version}"
+    assert not c.get("command") and not c.get("args"), "the chart passes everything through env"
+    assert pod.argv == [str(binary("sluice-operator"))]
+    names = [e["name"] for e in c["env"]]
+    assert set(pod.env) == set(names) | {"PATH", "HOME", "HOSTNAME", "NO_COLOR", "RUST_LOG", "KUBECONFIG"}
+    literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    for name, value in literal.items():
+        expected = "127.0.0.1:0" if value == "0.0.0.0:8080" else value
+        assert pod.env[name] == expected, name
+    assert pod.env["SLUICE_LEDGER_URL"] == install["ledger"].url  # secretKeyRef to the chart's Secret
+    assert (pod.env["POD_NAME"], pod.env["POD_NAMESPACE"]) == (pod.name, chart.NAMESPACE)  # fieldRefs
+    assert pod.env["SLUICE_LEADER_ELECTION"] == ("true" if install["election"] else "false")
+    chart_values = yaml.safe_load((chart.CHART / "values.yaml").read_text())
+    assert json.loads(pod.env["SLUICE_GATEWAY_RESOURCES"]) == chart_values["gateway"]["resources"]
+    if install["election"]:
+        def leading():
+            lease = fake.get_json("lease", "sluice-operator", "-n", chart.NAMESPACE)
+            return lease and lease["spec"].get("holderIdentity") == pod.name and lease
+        wait_for("the operator pod to hold the Lease", leading, timeout=30)
+    assert re.search(r"controllers started", pod.log_text()), pod.log_text()[-2000:]
+
+
+def test_the_chart_operator_reconciles_the_quickstart_into_a_serving_gateway(install):
+    fake, kubelet = install["fake"], install["kubelet"]
+    quickstart_secrets(fake)
+    fake.kubectl("apply", "-f", "-", input=quickstart_upstreams({n: c.url for n, c in install["chaos"].items()}))
+    fake.kubectl("apply", "-f", str(QUICKSTART / "routes.yaml"), "-f", str(QUICKSTART / "budgets.yaml"))
+
+    gw = kubelet.wait_ready("default", GATEWAY, timeout=60)
+    deploy = fake.get_json("deployment", GATEWAY)
+    operator_pod = kubelet.current(chart.NAMESPACE, OPERATOR)
+    chart_values = yaml.safe_load((chart.CHART / "values.yaml").read_text())
+    c = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert deploy["spec"]["replicas"] == chart_values["gateway"]["replicas"]
+    assert c["image"] == operator_pod.env["SLUICE_GATEWAY_IMAGE"]
+    assert c["resources"] == chart_values["gateway"]["resources"]
+    assert c["args"][c["args"].index("--auth") + 1] == chart_values["gateway"]["auth"] == "keys"
+    assert gw.env["SLUICE_LEDGER_URL"] == install["ledger"].url
+
+    def ready():
+        rows = table(fake, "modelroutes")
+        assert all(rows[r]["READY"] == "True" for r in ("claude-opus", "gpt-4o")), rows
+        return rows
+    wait_for("the routes to be Ready", ready, timeout=30)
+    route = fake.get_json("modelroute", "claude-opus")
+    assert "1/2 replicas available" in condition(route, "Ready")["message"], condition(route, "Ready")
+
+    ledger = install["ledger"]
+    account = f"chart-{install['param']}"
+    ledger.admin("account", "create", account, "--balance", "10.00")
+    key = ledger.admin("key", "create", account).strip()
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0, timeout=30.0,
+                           http_client=openai.DefaultHttpxClient(trust_env=False))
+    raw = client.chat.completions.with_raw_response.create(
+        model="claude-opus-4", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    assert raw.status_code == 200 and raw.headers["x-sluice-upstream"] == "anthropic-us-east-1"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-sluice-wrong", max_retries=0,
+                      http_client=openai.DefaultHttpxClient(trust_env=False)).chat.completions.create(
+            model="claude-opus-4", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+
+
+def test_the_chart_rbac_allows_every_call_its_operator_made(install):
+    fake, kubelet = install["fake"], install["kubelet"]
+    # Uninstall the operator the way a user would; the kubelet stops the pod (SIGTERM),
+    # which releases the Lease when elected.
+    fake.kubectl("delete", "deployment", OPERATOR, "-n", chart.NAMESPACE)
+    stopped = kubelet.wait_gone(chart.NAMESPACE, OPERATOR, timeout=30)
+    assert [p.proc.popen.returncode for p in stopped] == [0], [p.log_text()[-2000:] for p in stopped]
+    records = fake.stop()
+    cmp = chart.compare(records, install["objs"])
+    install["artifacts"].save(f"{install['param']}-rbac.md",
+                              cmp.report(f"chart operator ({install['param']}) calls vs the chart's RBAC"))
+    assert not cmp.missing, "the chart does not allow: " + ", ".join(map(str, cmp.missing))
+    leases = {(n.resource, n.verb) for n in cmp.needed if n.api_group == "coordination.k8s.io"}
+    if install["election"]:
+        assert {("leases", "get"), ("leases", "patch")} <= leases, leases
+    else:
+        assert not leases, leases
