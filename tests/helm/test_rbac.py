@@ -22,9 +22,12 @@ CLUSTER_NEEDS = {
     *{("", "secrets", v, "sluice-ledger") for v in ("create", "patch", "delete")},
     *{
         (g, r, v, None)
-        for g, r in (("", "configmaps"), ("", "services"), ("apps", "deployments"), ("policy", "poddisruptionbudgets"))
+        for g, r in (("", "configmaps"), ("apps", "deployments"))
         for v in ("get", "list", "watch", "create", "patch", "delete")
     },
+    # Applied and deleted, never watched (operator/src/controllers.rs owns ConfigMaps
+    # and Deployments only).
+    *{(g, r, v, None) for g, r in (("", "services"), ("policy", "poddisruptionbudgets")) for v in ("create", "patch", "delete")},
 }
 LEASE_NEEDS = {
     ("coordination.k8s.io", "leases", "create", None),
