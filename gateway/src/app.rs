@@ -11,6 +11,9 @@ use crate::health::HealthSettings;
 use crate::metrics::{Metrics, ReloadLabel, ReloadResult};
 use crate::sli::Sli;
 
+/// Default of [`Gateway::body_timeout`].
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How clients authenticate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum AuthMode {
@@ -38,6 +41,9 @@ pub struct Gateway {
     pub auth: AuthMode,
     /// Request body limit in bytes.
     pub max_body: usize,
+    /// How long a request body may take to arrive, from the handler's start (a client
+    /// trickling its body must not hold a connection and a task forever).
+    pub body_timeout: Duration,
     /// Reservation lifetime before the reaper may release it.
     pub reservation_ttl: Duration,
     /// Rollups not yet flushed.
@@ -58,6 +64,7 @@ impl Gateway {
             ledger,
             auth,
             max_body: 8 * 1024 * 1024,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
             reservation_ttl: Duration::from_secs(900),
             sli: Sli::default(),
             source: None,

@@ -125,6 +125,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
         health_window: Duration::from_secs(60),
         flush_interval: Duration::from_secs(2),
         reservation_ttl: Duration::from_secs(300),
+        body_timeout: crate::app::DEFAULT_BODY_TIMEOUT,
         gateway_id: Some("demo".into()),
     };
     let gw = build(&serve_args).await?;

@@ -26,6 +26,12 @@ pub enum ApiError {
     /// Body over the limit.
     #[error("request body is larger than the limit of {0} bytes")]
     RequestTooLarge(usize),
+    /// An endpoint called with a method it does not serve.
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// The body did not arrive in time.
+    #[error("the request body did not arrive within {}s", .0.as_secs())]
+    RequestTimeout(Duration),
     /// Every candidate throttled after backoff.
     #[error("{message}")]
     RateLimited {
@@ -57,6 +63,8 @@ impl ApiError {
             ApiError::InsufficientQuota(_) => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "insufficient_quota"),
             ApiError::ModelNotFound(_) => (StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found"),
             ApiError::RequestTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large"),
+            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed"),
+            ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "invalid_request_error", "request_timeout"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limited"),
             ApiError::UpstreamsUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "upstreams_unavailable"),
             ApiError::DeadlineExceeded(_) => (StatusCode::GATEWAY_TIMEOUT, "api_error", "deadline_exceeded"),

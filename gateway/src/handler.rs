@@ -20,6 +20,9 @@ use crate::relay::{self, StreamEnd};
 use crate::request::{ClientRequest, Endpoint};
 use crate::sse::Usage;
 
+/// How long the end of a stream waits for its settlement before sending the last event.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Handles one OpenAI request end to end.
 pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
     let request_id = request_id(&headers);
@@ -65,7 +68,14 @@ async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body:
     let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
     let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
     let reservation = match &account {
-        Some(a) => reserve(gw, &route, &req, a, request_id).await?,
+        Some(a) => match reserve(gw, &route, &req, a, request_id).await {
+            Ok(r) => r,
+            Err(e) => {
+                // The route is known: a refused request (402) is one of its answers.
+                count_request(gw, &route, e.status(), started);
+                return Err(e);
+            }
+        },
         None => None,
     };
     let ctx = DispatchCtx { secrets: &gw.secrets, settings: &gw.settings, metrics: &gw.metrics, request_id, sli: &gw.sli };
@@ -148,8 +158,9 @@ impl Drop for OpenGauge {
     }
 }
 
-/// Settles with the serving candidate's price, or releases on failure. Runs in the
-/// background of a finished stream, so errors are logged, not returned.
+/// Settles with the serving candidate's price, or releases on failure. Also runs at the
+/// end of a relayed stream, where nobody could take an error, so errors are logged, not
+/// returned.
 async fn settle(route: &Route, candidate: Option<usize>, reservation: Option<Held>, usage: Option<Usage>) {
     // `_open` leaves `sluice_reservations_open` when this settlement is done.
     let Some(Held { reservation: r, _open }) = reservation else { return };
@@ -249,12 +260,18 @@ fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: D
             (end.content_events > 0).then_some(Usage { prompt_tokens: input_bound, completion_tokens: end.content_events })
         });
         count_tokens(&route2, usage);
-        tokio::spawn(async move { settle(&route2, Some(candidate), reservation, usage).await });
+        // The relay awaits this before the last event, so a client that saw `[DONE]` was
+        // billed even if the process dies right after. A slow ledger holds `[DONE]` back
+        // at most SETTLE_WAIT; the settlement then goes on in the background.
+        let settling = tokio::spawn(async move { settle(&route2, Some(candidate), reservation, usage).await });
+        async move {
+            let _ = tokio::time::timeout(SETTLE_WAIT, settling).await;
+        }
     };
     let body = match s.rest {
         Some(rest) => relay::relay(s.first, rest, req.wants_usage, idle, on_end),
         None => {
-            on_end(StreamEnd { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0 });
+            tokio::spawn(on_end(StreamEnd { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0 }));
             axum::body::Body::empty()
         }
     };

@@ -3,8 +3,13 @@
 //! not ask for it, a stream that finished without `[DONE]` finalised at once, and a
 //! stream that breaks after bytes were sent ended with an SSE error event, never a clean
 //! close.
+//!
+//! The last event (`[DONE]` or the error event) is sent only after `on_end`'s future
+//! (the settlement) is done: a client that saw `[DONE]` has been billed, even if the
+//! process dies right after sending it.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,26 +38,33 @@ pub struct StreamEnd {
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// Starts relaying; returns the client body stream. `on_end` runs exactly once, when the
-/// upstream stream is finished or abandoned, even if the client went away.
-pub fn relay<F>(first: Bytes, rest: BodyStream, wants_usage: bool, idle: Duration, on_end: F) -> axum::body::Body
+/// upstream stream is finished or abandoned, even if the client went away; the future it
+/// returns is awaited before the last event is sent.
+pub fn relay<F, Fut>(first: Bytes, rest: BodyStream, wants_usage: bool, idle: Duration, on_end: F) -> axum::body::Body
 where
-    F: FnOnce(StreamEnd) + Send + 'static,
+    F: FnOnce(StreamEnd) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
-        let end = pump(first, rest, wants_usage, idle, &tx).await;
-        on_end(end);
+        let (end, last) = pump(first, rest, wants_usage, idle, &tx).await;
+        on_end(end).await;
+        if let Some(last) = last {
+            let _ = tx.send(Ok(last)).await;
+        }
     });
     axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
+/// Forwards events until the stream ends; returns how it ended and the last event still
+/// to send (`[DONE]` or an error event; none when the client went away).
 async fn pump(
     first: Bytes,
     mut rest: BodyStream,
     wants_usage: bool,
     idle: Duration,
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
-) -> StreamEnd {
+) -> (StreamEnd, Option<Bytes>) {
     let mut end = StreamEnd { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0 };
     let mut splitter = Splitter::default();
     let mut finished = false;
@@ -61,10 +73,7 @@ async fn pump(
         if let Some(bytes) = chunk.take() {
             for event in splitter.push(&bytes) {
                 let out = match event {
-                    Event::Done => {
-                        let _ = tx.send(Ok(Bytes::from_static(DONE))).await;
-                        return end;
-                    }
+                    Event::Done => return (end, Some(Bytes::from_static(DONE))),
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
                         finished |= f;
                         if usage.is_some() {
@@ -88,14 +97,13 @@ async fn pump(
                     && tx.send(Ok(raw)).await.is_err()
                 {
                     end.client_gone = true;
-                    return end;
+                    return (end, None);
                 }
             }
             // Finished and usage known: nothing more is owed, so do not wait for the
             // upstream's `[DONE]` (or its silence).
             if finished && end.usage.is_some() {
-                let _ = tx.send(Ok(Bytes::from_static(DONE))).await;
-                return end;
+                return (end, Some(Bytes::from_static(DONE)));
             }
         }
         // A client that left is noticed at once, not at the next upstream chunk: a
@@ -104,30 +112,26 @@ async fn pump(
             next = tokio::time::timeout(idle, rest.next()) => next,
             () = tx.closed() => {
                 end.client_gone = true;
-                return end;
+                return (end, None);
             }
         };
         match next {
             Ok(Some(Ok(bytes))) => chunk = Some(bytes),
-            Ok(None) if finished => {
-                // Ended without `[DONE]` but with a finish reason: complete.
-                let _ = tx.send(Ok(Bytes::from_static(DONE))).await;
-                return end;
-            }
-            Ok(None) => return broken(tx, end, Outcome::Reset, "the upstream closed the stream before it finished").await,
-            Ok(Some(Err(e))) => return broken(tx, end, Outcome::Reset, &format!("the upstream stream broke: {e}")).await,
+            // Ended without `[DONE]` but with a finish reason: complete.
+            Ok(None) if finished => return (end, Some(Bytes::from_static(DONE))),
+            Ok(None) => return broken(end, Outcome::Reset, "the upstream closed the stream before it finished"),
+            Ok(Some(Err(e))) => return broken(end, Outcome::Reset, &format!("the upstream stream broke: {e}")),
             Err(_) => {
                 let reason = format!("the upstream sent nothing for {}ms", idle.as_millis());
-                return broken(tx, end, Outcome::IdleTimeout, &reason).await;
+                return broken(end, Outcome::IdleTimeout, &reason);
             }
         }
     }
 }
 
-async fn broken(tx: &mpsc::Sender<Result<Bytes, Infallible>>, mut end: StreamEnd, outcome: Outcome, reason: &str) -> StreamEnd {
+fn broken(mut end: StreamEnd, outcome: Outcome, reason: &str) -> (StreamEnd, Option<Bytes>) {
     end.outcome = outcome;
     let event = serde_json::json!({"error": {"message": reason, "type": "api_error", "code": "upstream_stream_broken"}});
-    let _ = tx.send(Ok(Bytes::from(format!("data: {event}\n\n")))).await;
     tracing::warn!(reason, outcome = outcome.as_str(), "stream broke after bytes reached the client");
-    end
+    (end, Some(Bytes::from(format!("data: {event}\n\n"))))
 }

@@ -39,6 +39,9 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// How long a request body may take to arrive; a slower one gets 408.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
     /// How often config and secret files are checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub reload_interval: Duration,
@@ -94,6 +97,7 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
     let mut gw = Gateway::new(settings, Secrets::new(args.secrets_dir.clone()), Some(ledger), args.auth);
     gw.max_body = args.max_body_bytes;
     gw.reservation_ttl = args.reservation_ttl;
+    gw.body_timeout = args.body_timeout;
     gw.source = Some(match &args.snapshot {
         Some(path) => Source::Snapshot(path.clone()),
         None => Source::Manifests(args.manifests.clone()),

@@ -25,6 +25,8 @@ pub fn app(gw: Arc<Gateway>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        // Without it a wrong method gets an empty 405 body, not the OpenAI shape.
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         // The body is read whole (it is re-sent per candidate); the limit refuses a
         // larger one with the documented 413 instead of buffering it.
@@ -34,7 +36,14 @@ pub fn app(gw: Arc<Gateway>) -> Router {
 
 async fn read_body(gw: &Gateway, req: Request) -> Result<(HeaderMap, Bytes), ApiError> {
     let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, gw.max_body).await {
+    // A declared length over the limit is refused before anything is read.
+    if !usize::try_from(axum::body::HttpBody::size_hint(&body).lower()).is_ok_and(|n| n <= gw.max_body) {
+        return Err(ApiError::RequestTooLarge(gw.max_body));
+    }
+    let Ok(read) = tokio::time::timeout(gw.body_timeout, axum::body::to_bytes(body, gw.max_body)).await else {
+        return Err(ApiError::RequestTimeout(gw.body_timeout));
+    };
+    match read {
         Ok(b) => Ok((parts.headers, b)),
         Err(e) => {
             let too_large = std::error::Error::source(&e)
@@ -105,6 +114,11 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
         response.headers_mut().insert(header::CONTENT_TYPE, v);
     }
     response
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    let message = format!("{} is not allowed on {}", req.method(), req.uri().path());
+    handler::refuse(req.headers(), ApiError::MethodNotAllowed(message))
 }
 
 async fn not_found(req: Request) -> Response {

@@ -103,8 +103,16 @@ impl Client {
 
     /// A streaming chat completion for `model`, read to its end.
     pub async fn chat_stream(&self, model: &str, extra: Value) -> anyhow::Result<SseReply> {
+        self.chat_stream_with(model, extra, &[]).await
+    }
+
+    /// A streaming chat completion with extra request headers (e.g. `x-request-id`).
+    pub async fn chat_stream_with(&self, model: &str, extra: Value, headers: &[(&str, &str)]) -> anyhow::Result<SseReply> {
         let body = chat_body(model, true, extra).to_string();
-        let r = self.request(reqwest::Method::POST, "/v1/chat/completions").header("content-type", "application/json").body(body);
+        let mut r = self.request(reqwest::Method::POST, "/v1/chat/completions").header("content-type", "application/json").body(body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
         let t0 = Instant::now();
         let resp = r.send().await?;
         SseReply::read(resp, t0).await
@@ -240,6 +248,24 @@ impl SseReply {
     /// Whether the stream carried `data: [DONE]`.
     pub fn done(&self) -> bool {
         self.events.iter().any(SseEvent::is_done)
+    }
+
+    /// A complete answer as a client must judge it: 200, ended cleanly with `[DONE]`
+    /// as the last event, and no error event.
+    pub fn complete(&self) -> bool {
+        self.status == 200
+            && self.end.is_ok()
+            && self.events.last().is_some_and(SseEvent::is_done)
+            && self.events.iter().all(|e| e.error_code().is_none())
+    }
+
+    /// The `usage` the stream carried (the client asked for it), as
+    /// `(prompt_tokens, completion_tokens)`.
+    pub fn usage(&self) -> Option<(u64, u64)> {
+        self.events.iter().rev().find(|e| e.has_usage()).and_then(|e| {
+            let u = e.json()["usage"].clone();
+            Some((u["prompt_tokens"].as_u64()?, u["completion_tokens"].as_u64()?))
+        })
     }
 
     /// The events' payloads, for assertion messages.

@@ -9,12 +9,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use sluice_gateway::app::{AuthMode, Gateway};
 use sluice_gateway::serve::{Loops, ServeArgs, build, spawn_loops};
+use sluice_ledger::Ledger;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::metrics;
+use crate::rollups::Rollups;
 
 /// Serve flags a test may change; the defaults are the CLI's except `--auth none`
 /// and a 100 ms reload interval.
@@ -30,6 +32,13 @@ pub struct GatewayOptions {
     pub reload_interval: Duration,
     /// `--flush-interval`.
     pub flush_interval: Duration,
+    /// `--ledger`; `None` is a SQLite file in the gateway's tempdir.
+    pub ledger: Option<String>,
+    /// `--reservation-ttl`; `None` keeps the CLI default.
+    pub reservation_ttl: Option<Duration>,
+    /// How long a request body may take to arrive (`Gateway::body_timeout`, no flag);
+    /// `None` keeps the default.
+    pub body_timeout: Option<Duration>,
 }
 
 impl Default for GatewayOptions {
@@ -40,6 +49,9 @@ impl Default for GatewayOptions {
             health_window: Duration::from_secs(60),
             reload_interval: Duration::from_millis(100),
             flush_interval: Duration::from_secs(10),
+            ledger: None,
+            reservation_ttl: None,
+            body_timeout: None,
         }
     }
 }
@@ -72,14 +84,18 @@ impl TestGateway {
         let dir = tempfile::tempdir().context("making a tempdir")?;
         let path = dir.path().join("manifests.yaml");
         std::fs::write(&path, manifests).context("writing manifests")?;
-        let args = serve_args(&path, &dir.path().join("ledger.db"), &opts)?;
-        let state = build(&args).await?;
+        let ledger = opts.ledger.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("ledger.db").display()));
+        let args = serve_args(&path, &ledger, &opts)?;
+        let mut state = build(&args).await?;
+        if let (Some(t), Some(gw)) = (opts.body_timeout, Arc::get_mut(&mut state)) {
+            gw.body_timeout = t;
+        }
         let listener = TcpListener::bind(args.listen).await.context("binding the gateway")?;
         let addr = listener.local_addr()?;
         let loops = spawn_loops(state.clone(), &args, "sluice-tests".into());
         let app = sluice_gateway::server::app(state.clone());
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(sluice_gateway::serve::nodelay(listener), app).await;
         });
         Ok(Self { base: format!("http://{addr}"), addr, state, manifests: path, dir, loops, server })
     }
@@ -112,6 +128,27 @@ impl TestGateway {
     pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.metric(name, labels).unwrap_or(0.0)
     }
+
+    /// The gateway's own ledger handle.
+    pub fn ledger(&self) -> anyhow::Result<Ledger> {
+        self.state.ledger.clone().ok_or_else(|| anyhow::anyhow!("the gateway has no ledger"))
+    }
+
+    /// Writes the pending SLI rollups now, as the flush loop would, then reads back
+    /// what the ledger holds for the routes and upstreams named here (namespace
+    /// `default`) over the last ten minutes.
+    pub async fn rollups(&self, routes: &[&str], upstreams: &[&str]) -> anyhow::Result<Rollups> {
+        let ledger = self.ledger()?;
+        self.state.sli.flush(&ledger).await?;
+        Rollups::read(&ledger, routes, upstreams).await
+    }
+
+    /// Creates an account with `balance_nanos` and one key for it.
+    pub async fn account(&self, name: &str, balance_nanos: i64) -> anyhow::Result<String> {
+        let ledger = self.ledger()?;
+        ledger.create_account(name, balance_nanos).await?;
+        Ok(ledger.create_key(name).await?)
+    }
 }
 
 /// `serve` flags parsed as the CLI parses them, so that every flag a test does not
@@ -122,7 +159,7 @@ struct Cli {
     serve: ServeArgs,
 }
 
-fn serve_args(manifests: &Path, ledger: &Path, opts: &GatewayOptions) -> anyhow::Result<ServeArgs> {
+fn serve_args(manifests: &Path, ledger: &str, opts: &GatewayOptions) -> anyhow::Result<ServeArgs> {
     let mut cli = <Cli as clap::Parser>::try_parse_from([
         "serve".to_string(),
         "--manifests".into(),
@@ -130,7 +167,7 @@ fn serve_args(manifests: &Path, ledger: &Path, opts: &GatewayOptions) -> anyhow:
         "--listen".into(),
         "127.0.0.1:0".into(),
         "--ledger".into(),
-        format!("sqlite://{}", ledger.display()),
+        ledger.to_string(),
         "--gateway-id".into(),
         "sluice-tests".into(),
     ])?;
@@ -140,6 +177,9 @@ fn serve_args(manifests: &Path, ledger: &Path, opts: &GatewayOptions) -> anyhow:
     args.reload_interval = opts.reload_interval;
     args.health_window = opts.health_window;
     args.flush_interval = opts.flush_interval;
+    if let Some(ttl) = opts.reservation_ttl {
+        args.reservation_ttl = ttl;
+    }
     Ok(cli.serve)
 }
 

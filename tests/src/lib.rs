@@ -12,20 +12,35 @@
 //!   with their arrival times.
 //! - [`metrics`] reads values out of `/metrics`.
 //!
+//! For resilience and billing scenarios:
+//! - [`rollups`] reads the ledger's SLI rollups back after a flush;
+//! - [`db::LedgerDb`] is a private SQLite file or Postgres schema, with the
+//!   reservation and journal rows; [`billing`] has prices, costs and an account sampler;
+//! - [`canned::CannedUpstream`] answers with a usage the test chooses;
+//! - [`process::GatewayProcess`] runs the real binary (to kill it with SIGKILL);
+//! - [`load::open_loop`] drives fixed-rate load.
+//!
 //! Everything stops when its handle is dropped (tasks are aborted) or when the test's
 //! runtime ends. No fixed ports are used.
 
+pub mod billing;
+pub mod canned;
 pub mod client;
+pub mod db;
 pub mod gateway;
+pub mod load;
 pub mod manifest;
 pub mod metrics;
+pub mod process;
+pub mod rollups;
 pub mod upstream;
 
 use std::time::Duration;
 
 pub use client::{Client, Reply, SseEvent, SseReply};
 pub use gateway::{GatewayOptions, TestGateway};
-pub use manifest::{Doc, route, upstream_doc, yaml};
+pub use manifest::{Doc, error_budget, route, upstream_doc, yaml};
+pub use rollups::Rollups;
 pub use upstream::{ChaosUpstream, refused_url};
 
 /// Serialises timing-sensitive tests of one test binary: the test harness runs tests

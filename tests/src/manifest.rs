@@ -28,6 +28,17 @@ pub fn route(name: &str, model: &str, candidates: &[(&str, u32)]) -> Doc {
     }))
 }
 
+/// An ErrorBudget `name` over `routes` with `objective` (percent) and `window`, the
+/// method and alerts left at their defaults (occurrences, SRE workbook tiers).
+pub fn error_budget(name: &str, routes: &[&str], objective: &str, window: &str) -> Doc {
+    Doc(json!({
+        "apiVersion": "sluice.dev/v1alpha1",
+        "kind": "ErrorBudget",
+        "metadata": {"name": name},
+        "spec": {"routes": routes, "objective": objective, "window": window},
+    }))
+}
+
 impl Doc {
     /// Sets a field by dotted path, creating objects on the way:
     /// `.with("spec.timeouts.firstByte", "50ms")`.

@@ -1,0 +1,200 @@
+//! Outages on the real clock (these two tests run side by side, ~2.5 minutes):
+//!
+//! - A flapping primary (DESIGN §4.1): 503 for 60 s, then healthy, one request every
+//!   4 s, default `openFor` 30 s. The backup answers every request during the outage,
+//!   the primary is tried about once per openFor/2 (not hammered), and serves again
+//!   within 30 s of its recovery.
+//! - Error-budget consumption (DESIGN §2, §3 `budgets`): a route whose only upstream
+//!   fails with 503 for 2 minutes at 4 req/s. Once the rollups are flushed (every 1 s
+//!   here), `sluice-gateway budgets` (the real binary) shows exactly the bad and total
+//!   events the clients saw, the consumption and burn rates they imply, and the state;
+//!   a budget over a healthy route next to it stays Healthy.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sluice_tests::load::{Shot, open_loop};
+use sluice_tests::process;
+use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, error_budget, route, yaml};
+
+const GAP: Duration = Duration::from_secs(4);
+const OUTAGE: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn a_flapping_primary_is_served_around_and_found_again_within_30s() -> anyhow::Result<()> {
+    let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
+    let docs = [primary.doc(), backup.doc(), route("chat", "chat-model", &[("primary", 100), ("backup", 50)])];
+    let gw = TestGateway::start(&yaml(&docs)).await?;
+    let client = gw.client()?;
+    let mut sent = 0u64;
+    for _ in 0..2 {
+        let r = client.chat("chat-model", json!({})).await?;
+        assert_eq!((r.status, r.header("x-sluice-upstream")), (200, Some("primary")));
+        sent += 1;
+        tokio::time::sleep(GAP).await;
+    }
+    primary.script(json!({"status": 503}))?;
+    let outage = Instant::now();
+    while outage.elapsed() < OUTAGE {
+        let r = client.chat("chat-model", json!({})).await?;
+        assert_eq!((r.status, r.header("x-sluice-upstream")), (200, Some("backup")), "at {:?} into the outage: {}", outage.elapsed(), r.text());
+        sent += 1;
+        tokio::time::sleep(GAP).await;
+    }
+    let trials = primary.requests() - 2;
+    primary.healthy();
+    let recovered = Instant::now();
+    let mut back_after = None;
+    while recovered.elapsed() < Duration::from_secs(45) {
+        let r = client.chat("chat-model", json!({})).await?;
+        assert_eq!(r.status, 200);
+        sent += 1;
+        if r.header("x-sluice-upstream") == Some("primary") {
+            back_after = Some(recovered.elapsed());
+            break;
+        }
+        tokio::time::sleep(GAP).await;
+    }
+    eprintln!("flapping: primary tried {trials} times during the 60 s outage; serving again {back_after:?} after recovering");
+    let back_after = back_after.ok_or_else(|| anyhow::anyhow!("the primary did not serve again within 45 s"))?;
+    assert!(back_after <= Duration::from_secs(30), "primary back after {back_after:?}");
+    // Two successes, then 100 × 2/(2 + k) < 50 first holds at k = 3 failures; after
+    // that, at most one trial per openFor/2 (15 s): at most 3 + 4 in 60 s.
+    assert!((4..=7).contains(&trials), "the failing primary was asked {trials} times in 60 s");
+    let roll = gw.rollups(&["chat"], &["primary", "backup"]).await?;
+    assert_eq!(roll.route("chat"), (sent, 0), "no client saw the outage");
+    assert_eq!(roll.route_failovers("chat"), trials);
+    assert_eq!(roll.attempts("primary", "http_5xx"), trials);
+    assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "primary"), ("outcome", "http_5xx")]), trials as f64);
+    assert_eq!(gw.count("sluice_requests_total", &[("route", "chat"), ("code", "200")]), sent as f64);
+    Ok(())
+}
+
+fn shot_of(n: u64, at: Duration, r: anyhow::Result<sluice_tests::Reply>) -> Shot {
+    match r {
+        Ok(r) => Shot { n, at, latency: r.elapsed, status: Some(r.status), ok: r.status == 200, ..Shot::default() },
+        Err(e) => Shot { n, at, error: Some(e.to_string()), ..Shot::default() },
+    }
+}
+
+/// `(good, bad)` as DESIGN §2 counts them; panics on client errors or no answer.
+fn events(shots: &[Shot]) -> (u64, u64) {
+    let odd: Vec<_> = shots.iter().filter(|s| !matches!(s.status, Some(200 | 429 | 500..=599))).collect();
+    assert!(odd.is_empty(), "answers that are neither good nor bad: {odd:?}");
+    let good = shots.iter().filter(|s| s.ok).count() as u64;
+    (good, shots.len() as u64 - good)
+}
+
+fn report<'a>(json: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
+    json.as_array()
+        .and_then(|a| a.iter().find(|b| b["name"] == name))
+        .map(|b| &b["status"])
+        .ok_or_else(|| anyhow::anyhow!("no budget {name} in {json}"))
+}
+
+fn number(v: &Value) -> f64 {
+    v.as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_show_a_two_minute_outage() -> anyhow::Result<()> {
+    let [flaky, steady] = ChaosUpstream::start_all(["flaky", "steady"]).await?;
+    let docs = [
+        flaky.doc(),
+        steady.doc(),
+        route("chat", "chat-model", &[("flaky", 100)]),
+        route("other", "other-model", &[("steady", 100)]),
+        error_budget("chat-slo", &["chat"], "99", "1h"),
+        error_budget("other-slo", &["other"], "99.5", "1h"),
+    ];
+    let opts = GatewayOptions { flush_interval: Duration::from_secs(1), ..GatewayOptions::default() };
+    let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
+    let client = gw.client()?;
+
+    // 10 s healthy, 120 s of 503, 10 s healthy; 4 req/s on chat, 2 on the other route.
+    let script = flaky.state.clone();
+    let outage = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let _ = script.set_script(sluice_gateway::chaos::Script { status: Some(503), ..Default::default() });
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        script.reset_script();
+    });
+    let run = Duration::from_secs(140);
+    let c = client.clone();
+    let other = tokio::spawn(async move {
+        open_loop(2.0, run, 100, move |n, at| {
+            let c = c.clone();
+            async move { shot_of(n, at, c.chat("other-model", json!({})).await) }
+        })
+        .await
+    });
+    let c = client.clone();
+    let chat = open_loop(4.0, run, 200, move |n, at| {
+        let c = c.clone();
+        async move { shot_of(n, at, c.chat("chat-model", json!({})).await) }
+    })
+    .await;
+    let other = other.await?;
+    outage.await?;
+    let (good, bad) = events(&chat);
+    let (other_good, other_bad) = events(&other);
+    let total = good + bad;
+    assert!(bad >= 400 && good >= 60, "the outage did not happen as scripted: {good} good, {bad} bad");
+    assert_eq!(other_bad, 0);
+
+    // The flush loop writes the rollups: wait until the CLI sees every request.
+    let ledger_url = format!("sqlite://{}", gw.dir.path().join("ledger.db").display());
+    let manifests = gw.manifests.display().to_string();
+    let budgets_json = || async {
+        let out = process::run(&["budgets", "--manifests", &manifests, "--ledger", &ledger_url, "--json"]).await?;
+        anyhow::ensure!(out.code == Some(0), "budgets failed: {}", out.stderr);
+        Ok::<Value, anyhow::Error>(serde_json::from_str(&out.stdout)?)
+    };
+    let t0 = Instant::now();
+    let json = loop {
+        let json = budgets_json().await?;
+        if report(&json, "chat-slo")?["total_events"] == total && report(&json, "other-slo")?["total_events"] == other_good {
+            break json;
+        }
+        anyhow::ensure!(t0.elapsed() < Duration::from_secs(10), "the rollups never reached {total} events: {json}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+
+    let chat_slo = report(&json, "chat-slo")?;
+    eprintln!("budgets: clients saw {good} good and {bad} bad of {total}; chat-slo: {chat_slo}");
+    assert_eq!(chat_slo["good_events"], good);
+    assert_eq!(chat_slo["consumed"], bad.to_string(), "occurrences: consumed = bad events");
+    assert_eq!(chat_slo["budget"], (total / 100).to_string(), "allowed bad events = ⌊total × (1 − 0.99)⌋");
+    let consumed = bad as f64 / (total as f64 * 0.01) * 100.0;
+    assert!((number(&chat_slo["consumed_percent"]) - consumed).abs() <= 0.051, "consumed {} %, want {consumed:.1}", chat_slo["consumed_percent"]);
+    // Every window holds all of the traffic: the same burn rate in each.
+    let burn = bad as f64 / total as f64 / 0.01;
+    for w in ["5m", "1h", "6h", "3d"] {
+        let got = number(&chat_slo["burn_rates"][w]);
+        assert!(got > 0.0 && (got - burn).abs() <= 0.051, "burn rate {w} = {got}, want {burn:.1}");
+    }
+    assert_eq!(chat_slo["state"], "Exhausted");
+    assert_eq!(chat_slo["firing_alerts"], json!(["page", "ticket"]));
+    let other_slo = report(&json, "other-slo")?;
+    assert_eq!((other_slo["consumed"].clone(), other_slo["state"].clone()), (json!("0"), json!("Healthy")), "{other_slo}");
+    assert_eq!(other_slo["burn_rates"]["1h"], "0.0");
+
+    // The table says the same.
+    let out = process::run(&["budgets", "--manifests", &manifests, "--ledger", &ledger_url]).await?;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    eprintln!("{}", out.stdout);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines.first().is_some_and(|h| h.starts_with("NAME") && h.contains("BURN-1H") && h.contains("STATE")), "{}", out.stdout);
+    let row = |name: &str| lines.iter().find(|l| l.starts_with(name)).map(|l| l.split_whitespace().collect::<Vec<_>>()).unwrap_or_default();
+    let chat_row = row("chat-slo");
+    assert!(chat_row.contains(&"Exhausted") && chat_row.contains(&format!("{bad}/{total}").as_str()), "{chat_row:?}");
+    assert!(chat_row.contains(&chat_slo["burn_rates"]["1h"].as_str().unwrap_or("?")), "{chat_row:?}");
+    let other_row = row("other-slo");
+    assert!(other_row.contains(&"Healthy") && other_row.contains(&format!("0/{other_good}").as_str()), "{other_row:?}");
+
+    // The upstream side of the rollups: the retries behind each bad answer.
+    let roll = gw.rollups(&["chat"], &["flaky"]).await?;
+    assert_eq!(roll.route("chat"), (total, bad));
+    assert!(roll.attempts("flaky", "http_5xx") >= bad, "{:?}", roll.outcomes("flaky"));
+    Ok(())
+}
