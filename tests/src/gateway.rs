@@ -95,7 +95,7 @@ impl TestGateway {
         let loops = spawn_loops(state.clone(), &args, "sluice-tests".into());
         let app = sluice_gateway::server::app(state.clone());
         let server = tokio::spawn(async move {
-            let _ = axum::serve(sluice_gateway::serve::nodelay(listener), app).await;
+            sluice_gateway::serve::serve_http(listener, app, futures::future::pending()).await;
         });
         Ok(Self { base: format!("http://{addr}"), addr, state, manifests: path, dir, loops, server })
     }

@@ -162,3 +162,29 @@ async fn pipelined_requests_and_garbage() -> anyhow::Result<()> {
     assert_eq!(only.requests(), 2);
     still_serving(&gw).await
 }
+
+#[tokio::test]
+async fn trickled_headers_are_cut_off_by_the_header_read_timeout() -> anyhow::Result<()> {
+    let (_only, gw) = start().await?;
+    let addr = gw.base.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let stream = TcpStream::connect(&addr).await?;
+    let (mut read, mut write) = stream.into_split();
+    write.write_all(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n").await?;
+    // One header byte every 500 ms, never finishing the header block.
+    let began = Instant::now();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..200 {
+            if write.write_all(b"x").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let limit = sluice_gateway::serve::HEADER_READ_TIMEOUT;
+    let closed = read_all(&mut read, limit + Duration::from_secs(10)).await;
+    trickle.abort();
+    assert!(closed.is_some(), "the connection was still open {:.0} ms after it started trickling headers", ms(began.elapsed()));
+    let took = began.elapsed();
+    assert!(took >= limit - Duration::from_millis(500), "closed after {took:?}, before the {limit:?} limit");
+    still_serving(&gw).await
+}
