@@ -86,7 +86,8 @@ async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body:
     }
 }
 
-async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<AccountRef>, ApiError> {
+/// The account of the request's API key (`None` with `--auth none`).
+pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<AccountRef>, ApiError> {
     if gw.auth == AuthMode::None {
         return Ok(None);
     }

@@ -82,7 +82,11 @@ async fn embeddings(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
     openai(gw, Endpoint::Embeddings, req).await
 }
 
-async fn models(State(gw): State<Arc<Gateway>>) -> Response {
+async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    // Like the OpenAI API, the model list needs a key when keys are in use.
+    if let Err(e) = handler::authenticate(&gw, &headers).await {
+        return handler::refuse(&headers, e);
+    }
     let Some(runtime) = gw.current.get() else {
         return ApiError::NotReady("no configuration is loaded yet".into()).into_response();
     };

@@ -83,6 +83,11 @@ async fn keys_are_required_with_auth_keys() -> anyhow::Result<()> {
     let rich = ledger.create_key("rich").await?;
     let r = gw.client()?.with_key(&rich).chat("chat-model", json!({})).await?;
     assert_eq!(r.status, 200, "{}", r.text());
+    // The model list needs a key too, as at OpenAI.
+    let r = gw.client()?.get("/v1/models").await?;
+    assert_error(&r, 401, "authentication_error", "invalid_api_key");
+    let r = gw.client()?.with_key(&rich).get("/v1/models").await?;
+    assert_eq!(r.status, 200, "{}", r.text());
 
     // A wallet that cannot cover the reservation.
     ledger.create_account("poor", 0).await?;
