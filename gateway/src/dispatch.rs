@@ -157,7 +157,7 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                             if !e.retryable {
                                 drop(running);
                                 let error = match e.passthrough {
-                                    Some(p) => ApiError::Upstream(p),
+                                    Some(p) => ApiError::Upstream(Box::new(p)),
                                     None => ApiError::UpstreamsUnavailable(e.detail),
                                 };
                                 return Err(Failed { error, attempts, failovers });

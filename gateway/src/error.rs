@@ -51,7 +51,7 @@ pub enum ApiError {
     NotReady(String),
     /// A non-retryable upstream answer, passed through unchanged.
     #[error("upstream answered {}", .0.status)]
-    Upstream(Passthrough),
+    Upstream(Box<Passthrough>),
 }
 
 impl ApiError {
@@ -95,8 +95,9 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Upstream(p) = self {
-            let mut response = (p.status, p.body).into_response();
-            if let Some(ct) = p.headers.get(header::CONTENT_TYPE) {
+            let Passthrough { status, headers, body } = *p;
+            let mut response = (status, body).into_response();
+            if let Some(ct) = headers.get(header::CONTENT_TYPE) {
                 response.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
             }
             return response;

@@ -75,15 +75,6 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn redacts_passwords_only() {
-        assert_eq!(super::redact("postgres://app:s3cret@db:5432/sluice"), "postgres://app:***@db:5432/sluice");
-        assert_eq!(super::redact("postgres://db/sluice"), "postgres://db/sluice");
-        assert_eq!(super::redact("sqlite://sluice.db"), "sqlite://sluice.db");
-    }
-}
 
 /// Parses a humane duration for CLI flags.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -270,5 +261,15 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(super::redact("postgres://app:s3cret@db:5432/sluice"), "postgres://app:***@db:5432/sluice");
+        assert_eq!(super::redact("postgres://db/sluice"), "postgres://db/sluice");
+        assert_eq!(super::redact("sqlite://sluice.db"), "sqlite://sluice.db");
     }
 }

@@ -31,7 +31,7 @@ pub async fn drive(base: String, key: String, rate: u32, duration: Duration, sta
         tick.tick().await;
         i += 1;
         let (model, stream) = match i % 10 {
-            0..=6 => ("claude-opus-4", i % 2 == 0),
+            0..=6 => ("claude-opus-4", i.is_multiple_of(2)),
             _ => ("gpt-4o", false),
         };
         let body = serde_json::json!({
