@@ -202,7 +202,8 @@ def render(results: dict, out_dir: Path) -> Path:
       "(the mock's own CPU is not included but for `direct`). `ok` counts 2xx answers over all requests sent. "
       "'Other work' is the CPU that processes outside the benchmark used during the run (the machine is shared); a run "
       f"during which it exceeded {results.get('foreign_limit_pct', 25):.0f} % of a core was repeated (up to twice) and the "
-      "least disturbed try kept.")
+      "least disturbed try kept. A system whose `ok` falls while the others stay at 100 % failed inside: its log "
+      "lines are counted at the end of this page.")
     w("")
     for rate in rates:
         w(f"### {rate} req/s")
@@ -234,6 +235,9 @@ def render(results: dict, out_dir: Path) -> Path:
             if key == "direct" or not by(runs, key, rate):
                 continue
             c = combine(by(runs, key, rate))
+            if c["success"] < 0.99:
+                w(f"| {rate} | {label} | failing: {c['success'] * 100:.1f} % of answers 2xx (median round) | | | | – | – |")
+                continue
             if c["achieved_rps"] < 0.95 * rate:
                 w(f"| {rate} | {label} | overloaded: answered {c['achieved_rps']:.0f} req/s, p50 {f(c['lat_ms']['p50'], 0)} ms "
                   "| | | | – | – |")
@@ -269,13 +273,13 @@ def render(results: dict, out_dir: Path) -> Path:
     if results.get("ceiling_runs"):
         w("<details><summary>Ceiling runs</summary>")
         w("")
-        w("| system | rate | p50 ms | p99 ms | p99.9 ms | ok | achieved req/s | CPU % | RSS MB | oha CPU % | sustained |")
-        w("|---|---|---|---|---|---|---|---|---|---|---|")
+        w("| system | rate | p50 ms | p99 ms | p99.9 ms | ok | achieved req/s | CPU % | RSS MB | oha CPU % | other work % | sustained |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in results["ceiling_runs"]:
             lat = r["lat_ms"]
             w(f"| {systems.get(r['system'], r['system'])} | {r['rate']} | {f(lat['p50'])} | {f(lat['p99'])} | {f(lat['p99.9'])} | "
               f"{r['success'] * 100:.2f} % | {r['achieved_rps']:.0f} | {r['cpu_pct']:.0f} | {r['rss_mb']:.1f} | "
-              f"{r['oha_cpu_pct']:.0f} | {'yes' if r['sustained'] else 'no'} |")
+              f"{r['oha_cpu_pct']:.0f} | {r.get('foreign_cpu_pct', 0):.0f} | {'yes' if r['sustained'] else 'no'} |")
         w("")
         w("</details>")
         w("")
@@ -388,6 +392,22 @@ def render(results: dict, out_dir: Path) -> Path:
                 e90 = c["p90"] - b["p90"] if b and c["model"] != "fo-base" and c["p90"] is not None and b["p90"] is not None else None
                 w(f"| {gw} | {label} | {c['ok']}/{c['n']} | {c['failed_over'] if c['failed_over'] is not None else '–'} | {f(c['p50'])} | "
                   f"{f(c['p90'])} | {f(e50) if e50 is not None else '–'} | {f(e90) if e90 is not None else '–'} |")
+        w("")
+
+    # ---------------- gateway logs
+    lf = results.get("log_findings")
+    if lf:
+        w("## Warnings and errors the gateways logged")
+        w("")
+        w("Counted from each sluice process's log over the whole run (most frequent first). Failover cases log a "
+          "warning per failed attempt by design; anything else here deserves a look.")
+        w("")
+        w("| process | count | first at | message |")
+        w("|---|---|---|---|")
+        for proc, items in lf.items():
+            for it in items:
+                msg = it["message"].replace("|", "\\|")
+                w(f"| {proc} | {it['count']} | {it['first'][11:19]} | {msg} |")
         w("")
 
     # ---------------- plot

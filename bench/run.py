@@ -745,6 +745,9 @@ def main() -> int:
     if args.render:
         import report  # noqa: PLC0415
         results = json.loads(args.render.read_text())
+        if "log_findings" not in results and Path(results.get("workdir", "/nonexistent")).is_dir():
+            results["log_findings"] = scan_logs(Path(results["workdir"]))
+            args.render.write_text(json.dumps(results, indent=1))
         default = ROOT if args.render.resolve().parent == (ROOT / "bench" / "results").resolve() else args.render.parent
         out = args.out or default
         report.render(results, out)
@@ -891,6 +894,7 @@ def main() -> int:
         Service.stop_all()
         if pg_created:
             drop_pg_db()
+    results["log_findings"] = scan_logs(work)
     results["load_end"] = os.getloadavg()
     results["elapsed_s"] = time.time() - started
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -1049,6 +1053,36 @@ def litellm_phase(results: dict, mode: Mode, work: Path, direct: System, mock: i
             break
     results.setdefault("failover", {})["LiteLLM (cooldowns off: every request fails over)"] = failover_phase(port, mode.failovers)
     svc.stop()
+
+
+# ---------------------------------------------------------------- gateway logs
+
+
+LOG_LINE = re.compile(r"\b(WARN|ERROR)\s+(\S+?):\s+(.*?)(?=\s+[a-z_]+=|$)")
+
+
+def scan_logs(work: Path) -> dict:
+    """Warnings and errors the gateways logged during the run, counted by message, so
+    that a gateway failing in the background (a wedged ledger, say) shows in the report."""
+    out: dict = {}
+    for path in sorted(work.glob("sluice-*.log")):
+        counts: dict = {}
+        first: dict = {}
+        for line in path.read_text(errors="replace").splitlines():
+            m = LOG_LINE.search(line)
+            if not m:
+                continue
+            level, target, message = m.group(1), m.group(2), m.group(3).strip()
+            err = re.search(r"error=(.*)$", line)
+            if err:
+                message = f"{message}: {err.group(1)[:160]}"
+            key = f"{level} {target}: {message}"
+            counts[key] = counts.get(key, 0) + 1
+            first.setdefault(key, line[:27])
+        if counts:
+            top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
+            out[path.stem] = [{"message": k, "count": v, "first": first[k]} for k, v in top]
+    return out
 
 
 # ---------------------------------------------------------------- postgres, machine, versions
