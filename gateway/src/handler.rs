@@ -123,7 +123,15 @@ async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &Acc
     }
     let Some(ledger) = &gw.ledger else { return Ok(None) };
     let estimate = i64::try_from(estimate).unwrap_or(i64::MAX);
-    match ledger.reserve(account.id, estimate, gw.reservation_ttl, request_id).await {
+    let (ledger, ttl, account_id, rid) = (ledger.clone(), gw.reservation_ttl, account.id, request_id.to_string());
+    // Ledger work runs to completion even if the client goes away: a transaction
+    // cancelled half way leaves its pooled connection unusable (sqlx's `begin` is not
+    // cancel-safe), which on SQLite stops all billing. A reservation nobody waits for
+    // any more is dropped by the task's output and released by the ledger.
+    let reserved = tokio::spawn(async move { ledger.reserve(account_id, estimate, ttl, &rid).await })
+        .await
+        .map_err(|e| ApiError::NotReady(format!("the reservation task failed: {e}")))?;
+    match reserved {
         Ok(r) => Ok(Some(Held::new(r, &gw.metrics.reservations_open))),
         Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => Err(ApiError::InsufficientQuota(format!(
             "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}) and account {:?} has ${} available",
@@ -166,23 +174,39 @@ async fn settle(route: &Route, candidate: Option<usize>, reservation: Option<Hel
     // `_open` leaves `sluice_reservations_open` when this settlement is done.
     let Some(Held { reservation: r, _open }) = reservation else { return };
     let cand = candidate.and_then(|i| route.candidates.get(i));
-    let (Some(c), Some(u)) = (cand, usage) else {
-        if let Err(e) = r.release().await {
-            tracing::error!(error = %e, "releasing a reservation failed; the reaper will release it at expiry");
+    let charge = match (cand, usage) {
+        (Some(c), Some(u)) => {
+            let cost = c.cfg.price.map_or(0, |p| p.cost_nanos(u.prompt_tokens, u.completion_tokens));
+            let usage = sluice_ledger::Usage {
+                input_tokens: u.prompt_tokens,
+                output_tokens: u.completion_tokens,
+                upstream: Some(c.upstream.cfg.key.clone()),
+            };
+            Some((i64::try_from(cost).unwrap_or(i64::MAX), usage))
         }
-        return;
+        _ => None,
     };
-    let cost = c.cfg.price.map_or(0, |p| p.cost_nanos(u.prompt_tokens, u.completion_tokens));
-    let ledger_usage = sluice_ledger::Usage {
-        input_tokens: u.prompt_tokens,
-        output_tokens: u.completion_tokens,
-        upstream: Some(c.upstream.cfg.key.clone()),
-    };
-    match r.settle(i64::try_from(cost).unwrap_or(i64::MAX), ledger_usage).await {
-        Ok(s) => {
-            route.metrics.spend.inc_by(u64::try_from(s.charged_nanos).unwrap_or(0));
+    let spend = route.metrics.spend.clone();
+    // As in `reserve`: the transaction must not be cancelled half way by a client
+    // that goes away, so it runs in its own task.
+    let task = tokio::spawn(async move {
+        let _open = _open;
+        match charge {
+            None => {
+                if let Err(e) = r.release().await {
+                    tracing::error!(error = %e, "releasing a reservation failed; the reaper will release it at expiry");
+                }
+            }
+            Some((cost, usage)) => match r.settle(cost, usage).await {
+                Ok(s) => {
+                    spend.inc_by(u64::try_from(s.charged_nanos).unwrap_or(0));
+                }
+                Err(e) => tracing::error!(error = %e, "settling a reservation failed; the reaper will release it at expiry"),
+            },
         }
-        Err(e) => tracing::error!(error = %e, "settling a reservation failed; the reaper will release it at expiry"),
+    });
+    if let Err(e) = task.await {
+        tracing::error!(error = %e, "the settlement task failed; the reaper will release the reservation at expiry");
     }
 }
 
