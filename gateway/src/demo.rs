@@ -136,7 +136,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let loops = spawn_loops(gw.clone(), &serve_args, "demo".into());
-    let server = tokio::spawn(axum::serve(crate::serve::nodelay(listener), crate::server::app(gw.clone())).into_future());
+    let server = tokio::spawn(crate::serve::serve_http(listener, crate::server::app(gw.clone()), futures::future::pending()));
 
     writeln!(out, "{}", style.bold("sluice demo"))?;
     writeln!(out, "  gateway   http://{addr}/v1   (ledger {ledger_url}, account \"demo\" with $20.00)")?;

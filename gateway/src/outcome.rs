@@ -62,13 +62,14 @@ impl Outcome {
         }
     }
 
-    /// Outcome of an upstream HTTP status.
+    /// Outcome of an upstream HTTP status: 2xx is `Ok`; anything else that is neither
+    /// 429 nor 5xx counts as `http_4xx` (a 3xx is passed through like a client error).
     pub fn of_status(status: StatusCode) -> Outcome {
         match status.as_u16() {
-            200..=399 => Outcome::Ok,
+            200..=299 => Outcome::Ok,
             429 => Outcome::Http429,
-            400..=499 => Outcome::Http4xx,
-            _ => Outcome::Http5xx,
+            500..=599 => Outcome::Http5xx,
+            _ => Outcome::Http4xx,
         }
     }
 

@@ -119,17 +119,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The listener with `TCP_NODELAY` on every accepted socket: SSE events are small
-/// writes that Nagle's algorithm would otherwise hold back behind delayed ACKs.
-pub fn nodelay(listener: TcpListener) -> impl axum::serve::Listener<Addr = SocketAddr> {
-    use axum::serve::ListenerExt;
-    listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    })
-}
-
 /// How long a client may take to send its request headers. A body has its own limit
 /// (`--body-timeout`); without this one, a client trickling its headers would hold a
 /// connection forever.

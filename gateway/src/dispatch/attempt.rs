@@ -137,11 +137,7 @@ async fn refusal(response: reqwest::Response, retry_on: &[u16]) -> AttemptError 
     let retryable = retry_on.contains(&status.as_u16());
     // The body of a retryable refusal is only read for the log; a passthrough needs it whole.
     let body = response.bytes().await.unwrap_or_default();
-    let outcome = match status.as_u16() {
-        429 => Outcome::Http429,
-        500..=599 => Outcome::Http5xx,
-        _ => Outcome::Http4xx,
-    };
+    let outcome = Outcome::of_status(status);
     AttemptError {
         outcome,
         detail: status.to_string(),
