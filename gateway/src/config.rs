@@ -7,9 +7,11 @@ use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use http::Uri;
 use sluice_crds::Snapshot;
 use sluice_crds::snapshot::{CandidateConfig, RouteConfig, UpstreamConfig};
 
+use crate::egress;
 use crate::health::Health;
 use crate::metrics::{Metrics, RouteMetrics, UpstreamMetrics};
 
@@ -21,8 +23,8 @@ pub struct UpstreamHandle {
     pub cfg: UpstreamConfig,
     /// Health, shared across config versions.
     pub health: Arc<Health>,
-    /// HTTP client with this upstream's connect timeout.
-    pub client: reqwest::Client,
+    /// HTTP client with this upstream's connect timeout and egress route.
+    pub client: crate::egress::UpstreamClient,
     /// Metric handles.
     pub metrics: UpstreamMetrics,
     /// Requests in flight, against `maxConcurrentRequests`.
@@ -32,32 +34,32 @@ pub struct UpstreamHandle {
     pub urls: EndpointUrls,
 }
 
-/// The parsed URL of each OpenAI endpoint of an upstream.
+/// The parsed URI of each OpenAI endpoint of an upstream.
 #[derive(Clone, Debug)]
 pub struct EndpointUrls {
+    /// The base URL itself (the proxy decision and probes start from it).
+    pub base: Uri,
     /// Chat completions.
-    pub chat: reqwest::Url,
+    pub chat: Uri,
     /// Legacy completions.
-    pub completions: reqwest::Url,
+    pub completions: Uri,
     /// Embeddings.
-    pub embeddings: reqwest::Url,
+    pub embeddings: Uri,
 }
 
 impl EndpointUrls {
     fn parse(base: &str) -> Result<Self, BuildError> {
-        let url = |path: &str| {
-            reqwest::Url::parse(&format!("{base}{path}")).map_err(|e| BuildError::Url(format!("{base}{path}"), e))
-        };
         use crate::request::Endpoint;
         Ok(Self {
-            chat: url(Endpoint::Chat.upstream_path())?,
-            completions: url(Endpoint::Completions.upstream_path())?,
-            embeddings: url(Endpoint::Embeddings.upstream_path())?,
+            base: uri(base)?,
+            chat: uri(&format!("{base}{}", Endpoint::Chat.upstream_path()))?,
+            completions: uri(&format!("{base}{}", Endpoint::Completions.upstream_path()))?,
+            embeddings: uri(&format!("{base}{}", Endpoint::Embeddings.upstream_path()))?,
         })
     }
 
-    /// The URL of an endpoint.
-    pub fn of(&self, endpoint: crate::request::Endpoint) -> &reqwest::Url {
+    /// The URI of an endpoint.
+    pub fn of(&self, endpoint: crate::request::Endpoint) -> &Uri {
         match endpoint {
             crate::request::Endpoint::Chat => &self.chat,
             crate::request::Endpoint::Completions => &self.completions,
@@ -66,15 +68,22 @@ impl EndpointUrls {
     }
 }
 
+/// Parses a URL as the WHATWG parser does (percent-encoding, IDNA, default ports), then
+/// into the `Uri` the HTTP client sends.
+fn uri(text: &str) -> Result<Uri, BuildError> {
+    let url = url::Url::parse(text).map_err(|e| BuildError::Url(text.to_string(), e.to_string()))?;
+    Uri::try_from(url.as_str()).map_err(|e| BuildError::Url(text.to_string(), e.to_string()))
+}
+
 /// Why a snapshot could not be compiled.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The HTTP client could not be built.
     #[error("building the HTTP client: {0}")]
-    Client(#[from] reqwest::Error),
+    Client(#[from] crate::egress::EgressError),
     /// A base URL does not parse.
     #[error("upstream URL {0:?}: {1}")]
-    Url(String, url::ParseError),
+    Url(String, String),
 }
 
 /// One candidate of a route.
@@ -110,7 +119,7 @@ pub struct Runtime {
 pub struct Carry {
     health: Mutex<HashMap<String, Arc<Health>>>,
     in_flight: Mutex<HashMap<String, Arc<AtomicU32>>>,
-    clients: Mutex<HashMap<u64, reqwest::Client>>,
+    clients: Mutex<HashMap<(u64, egress::Route), egress::UpstreamClient>>,
 }
 
 impl Carry {
@@ -124,20 +133,18 @@ impl Carry {
         map.entry(key.to_string()).or_default().clone()
     }
 
-    fn client(&self, connect_ms: u64) -> Result<reqwest::Client, reqwest::Error> {
+    /// One client (and connection pool) per connect timeout and egress route.
+    fn client(&self, connect_ms: u64, base: &Uri) -> Result<egress::UpstreamClient, egress::EgressError> {
+        let route = egress::route_for(base);
         let mut map = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = map.get(&connect_ms) {
+        if let Some(c) = map.get(&(connect_ms, route.clone())) {
             return Ok(c.clone());
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(connect_ms))
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            // Upstream redirects are answers to pass through, not to follow.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
-        map.insert(connect_ms, client.clone());
+        if let egress::Route::Proxy(proxy) = &route {
+            tracing::info!(%base, %proxy, "upstream connections go through the egress proxy");
+        }
+        let client = egress::client(Duration::from_millis(connect_ms), &route, base)?;
+        map.insert((connect_ms, route), client.clone());
         Ok(client)
     }
 }
@@ -147,12 +154,13 @@ impl Runtime {
     pub fn build(snapshot: Snapshot, carry: &Carry, metrics: &Metrics) -> Result<Runtime, BuildError> {
         let mut upstreams = HashMap::new();
         for (key, cfg) in &snapshot.upstreams {
+            let urls = EndpointUrls::parse(&cfg.base_url)?;
             let handle = UpstreamHandle {
                 health: carry.health(key),
-                client: carry.client(cfg.connect_timeout_ms)?,
+                client: carry.client(cfg.connect_timeout_ms, &urls.base)?,
                 metrics: UpstreamMetrics::new(metrics, &cfg.name),
                 in_flight: carry.in_flight(key),
-                urls: EndpointUrls::parse(&cfg.base_url)?,
+                urls,
                 cfg: cfg.clone(),
             };
             upstreams.insert(key.clone(), Arc::new(handle));

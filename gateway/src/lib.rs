@@ -11,6 +11,7 @@ pub mod demo;
 pub mod chaos;
 pub mod config;
 pub mod dispatch;
+pub mod egress;
 pub mod error;
 pub mod handler;
 pub mod health;

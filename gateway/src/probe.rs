@@ -11,7 +11,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http::HeaderValue;
+use http_body_util::{BodyExt, Full};
+
 use crate::app::Gateway;
+use crate::config::UpstreamHandle;
 use crate::dispatch::{attempt, record_attempt};
 use crate::outcome::Outcome;
 
@@ -29,16 +34,12 @@ pub async fn run(gw: Arc<Gateway>) {
                 continue;
             }
             last.insert(up.cfg.key.clone(), Instant::now());
-            let url = format!("{}{}", up.cfg.base_url, probe.path);
-            let mut request = up.client.get(url).timeout(Duration::from_millis(up.cfg.connect_timeout_ms.max(1000) * 2));
-            if let Some((name, value)) = gw.secrets.header(&up.cfg.key) {
-                request = request.header(name, value);
-            }
-            let outcome = match request.send().await {
-                Ok(r) if r.status().is_server_error() => Outcome::Http5xx,
-                Ok(_) => Outcome::Ok,
-                Err(e) if e.is_timeout() => Outcome::Budget,
-                Err(e) => attempt::classify(e).outcome,
+            let outcome = match probe_once(&gw, up, &probe.path).await {
+                Ok(outcome) => outcome,
+                Err(detail) => {
+                    tracing::warn!(upstream = %up.cfg.name, %detail, "synthetic probe could not be sent");
+                    continue;
+                }
             };
             if outcome != Outcome::Ok {
                 tracing::warn!(upstream = %up.cfg.name, reason = outcome.as_str(), "synthetic probe failed");
@@ -46,4 +47,31 @@ pub async fn run(gw: Arc<Gateway>) {
             }
         }
     }
+}
+
+/// One probe: `GET {baseUrl}{path}` with the upstream's credentials, within twice the
+/// connect timeout (at least 2s). `Err` when the URL cannot be built.
+async fn probe_once(gw: &Gateway, up: &UpstreamHandle, path: &str) -> Result<Outcome, String> {
+    let url = format!("{}{}", up.cfg.base_url, path);
+    let uri = http::Uri::try_from(url.as_str()).map_err(|e| format!("{url:?}: {e}"))?;
+    let mut request = http::Request::new(Full::new(Bytes::new()));
+    *request.uri_mut() = uri;
+    request.headers_mut().insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));
+    if let Some((name, value)) = gw.secrets.header(&up.cfg.key) {
+        request.headers_mut().insert(name, value);
+    }
+    let limit = Duration::from_millis(up.cfg.connect_timeout_ms.max(1000) * 2);
+    let exchange = async {
+        let response = up.client.request(request).await?;
+        let status = response.status();
+        // Read the body so that the connection goes back to the pool.
+        let _ = response.into_body().collect().await;
+        Ok::<_, hyper_util::client::legacy::Error>(status)
+    };
+    Ok(match tokio::time::timeout(limit, exchange).await {
+        Ok(Ok(status)) if status.is_server_error() => Outcome::Http5xx,
+        Ok(Ok(_)) => Outcome::Ok,
+        Ok(Err(e)) => attempt::classify(&e).outcome,
+        Err(_) => Outcome::Budget,
+    })
 }

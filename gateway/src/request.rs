@@ -1,8 +1,16 @@
-//! The client's request: validated once, then re-serialised per candidate with only the
-//! fields the gateway owns changed (`model`, `max_tokens`, `stream_options`).
+//! The client's request: validated once by reading only the members the gateway needs,
+//! then sent to each candidate as the client's own bytes with only the members the
+//! gateway owns spliced in (`model`, `max_tokens`, `stream_options`). No JSON tree is
+//! built or re-serialised, so a large prompt costs a copy, not a parse and a print.
+
+use std::fmt;
+use std::ops::Range;
 
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde::de::{MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::ApiError;
 
@@ -28,15 +36,14 @@ impl Endpoint {
     }
 }
 
-/// A validated client request.
+/// A validated client request: the client's bytes, kept as they came, and the few
+/// fields the gateway reads. Nothing else of the body is parsed into a tree.
 #[derive(Debug, Clone)]
 pub struct ClientRequest {
     /// Endpoint.
     pub endpoint: Endpoint,
     /// The model asked for.
     pub model: String,
-    /// The JSON body.
-    pub body: Map<String, Value>,
     /// `stream: true`.
     pub stream: bool,
     /// The client asked for the usage chunk (`stream_options.include_usage`).
@@ -45,47 +52,151 @@ pub struct ClientRequest {
     pub max_tokens: Option<u64>,
     /// Body size in bytes: an upper bound of the input tokens.
     pub input_bound: u64,
+    /// The body as the client sent it.
+    raw: Bytes,
+    /// Where the `model` value sits in `raw`.
+    model_at: Range<usize>,
+    /// Just after the body's opening `{`, where members are added.
+    open: usize,
+    /// Where a `max_tokens: null` value sits (a default replaces it rather than being
+    /// added next to it: a duplicate member's meaning depends on the parser).
+    max_tokens_null: Option<Range<usize>>,
+    /// Where the `stream_options` value sits in `raw` and, when it does not already ask
+    /// for usage, the same object with `include_usage: true`.
+    stream_options: Option<(Range<usize>, Option<String>)>,
+}
+
+/// The members the gateway reads, each as the raw JSON text it was sent as (so that
+/// `null` and wrong types are told apart from absence, and nothing else is parsed).
+#[derive(Deserialize)]
+struct Members<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    model: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    prompt: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    max_completion_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    stream_options: Option<&'a RawValue>,
+}
+
+/// A JSON value walked as strictly as parsing it into a tree would (nesting limit,
+/// escapes decoded, lone surrogates refused) without building one: what the gateway
+/// forwards is JSON any upstream parser accepts.
+struct Strict;
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Strict)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict {
+    type Value = Strict;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_unit<E>(self) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
+        while seq.next_element::<Strict>()?.is_some() {}
+        Ok(Strict)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+        while map.next_entry::<Strict, Strict>()?.is_some() {}
+        Ok(Strict)
+    }
+}
+
+/// A member that is present, even as `null` (`Option` alone would read `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::InvalidRequest(message.into())
 }
 
+/// A raw member's value as a `Value` (members the gateway reads are small).
+fn value(raw: Option<&RawValue>) -> Option<Value> {
+    raw.map(|r| serde_json::from_str(r.get()).unwrap_or(Value::Null))
+}
+
+/// Where `part` (a slice of `whole`) starts in `whole`.
+fn offset(whole: &[u8], part: &str) -> usize {
+    (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize)
+}
+
 impl ClientRequest {
     /// Parses and validates a body.
-    pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Self, ApiError> {
-        let value: Value = serde_json::from_slice(body).map_err(|e| invalid(format!("request body is not valid JSON: {e}")))?;
-        let Value::Object(map) = value else {
+    pub fn parse(endpoint: Endpoint, body: &Bytes) -> Result<Self, ApiError> {
+        // One strict pass over everything, then one that only reads the members needed.
+        serde_json::from_slice::<Strict>(body).map_err(|e| invalid(format!("request body is not valid JSON: {e}")))?;
+        let text = body.trim_ascii_start();
+        if !text.starts_with(b"{") {
             return Err(invalid("request body must be a JSON object"));
-        };
-        let model = match map.get("model") {
-            Some(Value::String(m)) if !m.is_empty() => m.clone(),
-            Some(_) => return Err(invalid("'model' must be a non-empty string")),
+        }
+        let m: Members<'_> =
+            serde_json::from_slice(body).map_err(|e| invalid(format!("request body is not valid JSON: {e}")))?;
+        let (model, model_at) = match m.model {
+            Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
+                Ok(Value::String(s)) if !s.is_empty() => (s, offset(body, raw.get())..offset(body, raw.get()) + raw.get().len()),
+                _ => return Err(invalid("'model' must be a non-empty string")),
+            },
             None => return Err(invalid("you must provide a 'model' parameter")),
         };
         let required = match endpoint {
-            Endpoint::Chat => ("messages", "an array of messages"),
-            Endpoint::Completions => ("prompt", "a string or an array"),
-            Endpoint::Embeddings => ("input", "a string or an array"),
+            Endpoint::Chat => ("messages", m.messages, "an array of messages"),
+            Endpoint::Completions => ("prompt", m.prompt, "a string or an array"),
+            Endpoint::Embeddings => ("input", m.input, "a string or an array"),
         };
-        match (endpoint, map.get(required.0)) {
-            (_, None) => return Err(invalid(format!("you must provide a '{}' parameter", required.0))),
-            (Endpoint::Chat, Some(Value::Array(a))) if !a.is_empty() => {}
-            (Endpoint::Chat, Some(Value::Array(_))) => return Err(invalid("'messages' must not be empty")),
-            (Endpoint::Completions | Endpoint::Embeddings, Some(Value::String(_) | Value::Array(_))) => {}
-            (_, Some(_)) => return Err(invalid(format!("'{}' must be {}", required.0, required.1))),
+        let Some(raw) = required.1 else {
+            return Err(invalid(format!("you must provide a '{}' parameter", required.0)));
+        };
+        let first = raw.get().as_bytes().first().copied();
+        match (endpoint, first) {
+            (Endpoint::Chat, Some(b'[')) if raw.get()[1..].trim_start().starts_with(']') => {
+                return Err(invalid("'messages' must not be empty"));
+            }
+            (Endpoint::Chat, Some(b'[')) | (Endpoint::Completions | Endpoint::Embeddings, Some(b'"' | b'[')) => {}
+            _ => return Err(invalid(format!("'{}' must be {}", required.0, required.2))),
         }
-        let stream = match map.get("stream") {
+        let stream = match value(m.stream) {
             None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
+            Some(Value::Bool(b)) => b,
             Some(_) => return Err(invalid("'stream' must be a boolean")),
         };
         if stream && endpoint == Endpoint::Embeddings {
             return Err(invalid("'stream' is not supported for embeddings"));
         }
         let mut max_tokens = None;
-        for field in ["max_tokens", "max_completion_tokens"] {
-            match map.get(field) {
+        for (field, raw) in [("max_tokens", m.max_tokens), ("max_completion_tokens", m.max_completion_tokens)] {
+            match value(raw) {
                 None | Some(Value::Null) => {}
                 Some(v) => match v.as_u64() {
                     Some(n) if n > 0 => max_tokens = Some(max_tokens.map_or(n, |m: u64| m.max(n))),
@@ -93,16 +204,40 @@ impl ClientRequest {
                 },
             }
         }
-        let wants_usage = match map.get("stream_options") {
-            None | Some(Value::Null) => false,
-            Some(Value::Object(o)) => match o.get("include_usage") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(_) => return Err(invalid("'stream_options.include_usage' must be a boolean")),
-            },
-            Some(_) => return Err(invalid("'stream_options' must be an object")),
+        let span = |raw: &RawValue| offset(body, raw.get())..offset(body, raw.get()) + raw.get().len();
+        let max_tokens_null = m.max_tokens.filter(|r| r.get() == "null").map(span);
+        let (wants_usage, stream_options) = match (value(m.stream_options), m.stream_options) {
+            (None, _) | (_, None) => (false, None),
+            (Some(Value::Null), Some(raw)) => (false, Some((span(raw), Some(r#"{"include_usage":true}"#.to_string())))),
+            (Some(Value::Object(mut o)), Some(raw)) => {
+                let wants = match o.get("include_usage") {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(_) => return Err(invalid("'stream_options.include_usage' must be a boolean")),
+                };
+                let at = span(raw);
+                let rewritten = (!wants).then(|| {
+                    o.insert("include_usage".into(), Value::Bool(true));
+                    Value::Object(o).to_string()
+                });
+                (wants, Some((at, rewritten)))
+            }
+            (Some(_), _) => return Err(invalid("'stream_options' must be an object")),
         };
-        Ok(Self { endpoint, model, body: map, stream, wants_usage, max_tokens, input_bound: body.len() as u64 })
+        let open = body.len() - text.len() + 1;
+        Ok(Self {
+            endpoint,
+            model,
+            stream,
+            wants_usage,
+            max_tokens,
+            input_bound: body.len() as u64,
+            raw: body.clone(),
+            model_at,
+            open,
+            max_tokens_null,
+            stream_options,
+        })
     }
 
     /// `max_tokens` for the reservation: the request's, else the route default.
@@ -113,58 +248,53 @@ impl ClientRequest {
         }
     }
 
-    /// The body sent to one candidate.
+    /// The body sent to one candidate: the client's bytes with only the members the
+    /// gateway owns changed, and the very same bytes when nothing changes.
     pub fn upstream_body(&self, model: &str, route_default_max_tokens: u32) -> Bytes {
-        let mut body = self.body.clone();
-        body.insert("model".into(), Value::String(model.to_string()));
+        let mut added = String::new();
+        let mut max_tokens = None;
         if self.endpoint != Endpoint::Embeddings && self.max_tokens.is_none() {
             // The reservation assumed this bound, so the upstream must honour it too.
-            body.insert("max_tokens".into(), Value::from(route_default_max_tokens));
-        }
-        if self.stream {
-            // Usage is needed for billing; the extra chunk is stripped again if the
-            // client did not ask for it (DESIGN §4.4).
-            let options = body.entry("stream_options").or_insert_with(|| Value::Object(Map::new()));
-            if let Value::Object(o) = options {
-                o.insert("include_usage".into(), Value::Bool(true));
+            match &self.max_tokens_null {
+                Some(at) => max_tokens = Some((at.clone(), route_default_max_tokens.to_string())),
+                None => added.push_str(&format!("\"max_tokens\":{route_default_max_tokens},")),
             }
         }
-        Bytes::from(serde_json::to_vec(&Value::Object(body)).unwrap_or_default())
+        // Usage is needed for billing; the extra chunk is stripped again if the client
+        // did not ask for it (DESIGN §4.4).
+        let mut options = None;
+        if self.stream {
+            match &self.stream_options {
+                None => added.push_str("\"stream_options\":{\"include_usage\":true},"),
+                Some((at, Some(rewritten))) => options = Some((at.clone(), rewritten.as_str())),
+                Some((_, None)) => {}
+            }
+        }
+        let new_model = (model != self.model).then(|| Value::String(model.to_string()).to_string());
+        if added.is_empty() && options.is_none() && new_model.is_none() && max_tokens.is_none() {
+            return self.raw.clone();
+        }
+        // Edits in body order: members added after `{`, then the two replaced values.
+        let mut edits: Vec<(Range<usize>, &str)> = vec![(self.open..self.open, added.as_str())];
+        if let Some(m) = &new_model {
+            edits.push((self.model_at.clone(), m.as_str()));
+        }
+        edits.extend(options);
+        if let Some((at, n)) = &max_tokens {
+            edits.push((at.clone(), n.as_str()));
+        }
+        edits.sort_by_key(|(at, _)| at.start);
+        let mut out = Vec::with_capacity(self.raw.len() + added.len() + model.len() + 32);
+        let mut at = 0;
+        for (range, text) in edits {
+            out.extend_from_slice(self.raw.get(at..range.start).unwrap_or_default());
+            out.extend_from_slice(text.as_bytes());
+            at = range.end;
+        }
+        out.extend_from_slice(self.raw.get(at..).unwrap_or_default());
+        Bytes::from(out)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn err(endpoint: Endpoint, body: &str) -> String {
-        match ClientRequest::parse(endpoint, body.as_bytes()) {
-            Err(e) => e.to_string(),
-            Ok(_) => "accepted".into(),
-        }
-    }
-
-    #[test]
-    fn refuses_bad_requests_naming_the_field() {
-        assert!(err(Endpoint::Chat, "{").starts_with("request body is not valid JSON"));
-        assert_eq!(err(Endpoint::Chat, "[]"), "request body must be a JSON object");
-        assert_eq!(err(Endpoint::Chat, r#"{"messages":[{}]}"#), "you must provide a 'model' parameter");
-        assert_eq!(err(Endpoint::Chat, r#"{"model":1,"messages":[{}]}"#), "'model' must be a non-empty string");
-        assert_eq!(err(Endpoint::Chat, r#"{"model":"m"}"#), "you must provide a 'messages' parameter");
-        assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":"hi"}"#), "'messages' must be an array of messages");
-        assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"stream":"yes"}"#), "'stream' must be a boolean");
-        assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"max_tokens":-1}"#), "'max_tokens' must be a positive integer");
-        assert_eq!(err(Endpoint::Embeddings, r#"{"model":"m","input":"x","stream":true}"#), "'stream' is not supported for embeddings");
-        assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[{}]}"#), "accepted");
-    }
-
-    #[test]
-    fn upstream_body_sets_model_max_tokens_and_usage() {
-        let r = ClientRequest::parse(Endpoint::Chat, br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#).unwrap();
-        let body: Value = serde_json::from_slice(&r.upstream_body("m-2025", 4096)).unwrap();
-        assert_eq!(body["model"], "m-2025");
-        assert_eq!(body["max_tokens"], 4096);
-        assert_eq!(body["stream_options"]["include_usage"], true);
-        assert!(!r.wants_usage);
-    }
-}
+mod tests;

@@ -69,8 +69,20 @@ impl GatewayProcess {
     /// Runs `sluice-gateway serve ARGS… --listen 127.0.0.1:0` and waits (up to 30 s)
     /// until it listens.
     pub async fn serve(args: &[String]) -> anyhow::Result<Self> {
+        Self::serve_with_env(args, &[]).await
+    }
+
+    /// As [`serve`](Self::serve), with these environment variables set (a value of
+    /// `None` removes one the test process has).
+    pub async fn serve_with_env(args: &[String], env: &[(&str, Option<&str>)]) -> anyhow::Result<Self> {
         let mut cmd = Command::new(gateway_bin()?);
         cmd.arg("serve").args(args).args(["--listen", "127.0.0.1:0"]);
+        for (name, value) in env {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
         cmd.env("RUST_LOG", std::env::var("SLUICE_CHILD_LOG").unwrap_or_else(|_| "info".into()));
         cmd.env("SLUICE_LOG_FORMAT", "text").env("NO_COLOR", "1");
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).kill_on_drop(true);

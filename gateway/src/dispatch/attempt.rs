@@ -8,15 +8,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use http::{HeaderMap, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http_body_util::{BodyDataStream, BodyExt, Full};
 
 use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
 use crate::dispatch::backoff;
+use crate::egress::{self, UpstreamResponse};
 use crate::outcome::{AttemptError, Outcome, Passthrough};
 
 /// The rest of an upstream body.
-pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
 
 /// An attempt that produced its first body byte: the request is committed to it.
 pub struct Started {
@@ -79,38 +81,41 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
         Some(fb) if fb < spec.budget => (fb, Outcome::FirstByteTimeout),
         _ => (spec.budget, Outcome::Budget),
     };
-    let mut request = upstream
-        .client
-        .post(upstream.urls.of(spec.endpoint).clone())
-        .header(header::CONTENT_TYPE, "application/json")
-        .header("x-request-id", spec.request_id)
-        .body(spec.body);
+    let mut request = http::Request::new(Full::new(spec.body));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = upstream.urls.of(spec.endpoint).clone();
+    let headers = request.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // The id was checked to be a header value when it was read or made.
+    if let Ok(id) = HeaderValue::from_str(spec.request_id) {
+        headers.insert("x-request-id", id);
+    }
     if spec.stream {
-        request = request.header(header::ACCEPT, "text/event-stream");
+        headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
     }
     if let Some((name, value)) = secrets.header(&upstream.cfg.key) {
-        request = request.header(name, value);
+        headers.insert(name, value);
     }
     let exchange = async {
-        let response = request.send().await.map_err(classify)?;
+        let response = upstream.client.request(request).await.map_err(|e| classify(&e))?;
         let status = response.status();
         if !status.is_success() {
             return Err(refusal(response, spec.retry_on).await);
         }
         let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
         if spec.stream {
-            let mut body: BodyStream = Box::pin(response.bytes_stream());
+            let mut body: BodyStream = Box::pin(BodyDataStream::new(response.into_body()));
             // Skip empty chunks: the watchdog waits for a real byte of the body.
             loop {
                 match body.next().await {
                     Some(Ok(chunk)) if chunk.is_empty() => continue,
                     Some(Ok(chunk)) => return Ok((status, content_type, chunk, Some(body))),
-                    Some(Err(e)) => return Err(classify(e)),
+                    Some(Err(e)) => return Err(broken(&e)),
                     None => return Err(AttemptError::transport(Outcome::Reset, "stream closed before its first byte")),
                 }
             }
         }
-        let body = response.bytes().await.map_err(classify)?;
+        let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
         Ok((status, content_type, body, None))
     };
     match tokio::time::timeout(limit, exchange).await {
@@ -127,7 +132,7 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
 }
 
 /// A non-2xx answer: retryable when listed in `retryOn`, passed through otherwise.
-async fn refusal(response: reqwest::Response, retry_on: &[u16]) -> AttemptError {
+async fn refusal(response: UpstreamResponse, retry_on: &[u16]) -> AttemptError {
     let status = response.status();
     let mut headers = HeaderMap::new();
     if let Some(ct) = response.headers().get(header::CONTENT_TYPE) {
@@ -136,7 +141,7 @@ async fn refusal(response: reqwest::Response, retry_on: &[u16]) -> AttemptError 
     let retry_after = backoff::retry_after(response.headers(), SystemTime::now());
     let retryable = retry_on.contains(&status.as_u16());
     // The body of a retryable refusal is only read for the log; a passthrough needs it whole.
-    let body = response.bytes().await.unwrap_or_default();
+    let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let outcome = Outcome::of_status(status);
     AttemptError {
         outcome,
@@ -147,14 +152,14 @@ async fn refusal(response: reqwest::Response, retry_on: &[u16]) -> AttemptError 
     }
 }
 
-/// Classifies a transport error.
-pub fn classify(e: reqwest::Error) -> AttemptError {
+/// Classifies an error of the client: no connection (refused, unreachable, connect
+/// timeout, TLS handshake) or a connection that broke.
+pub fn classify(e: &hyper_util::client::legacy::Error) -> AttemptError {
     let outcome = if e.is_connect() { Outcome::Connect } else { Outcome::Reset };
-    let mut detail = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        detail = format!("{detail}: {s}");
-        source = s.source();
-    }
-    AttemptError::transport(outcome, detail)
+    AttemptError::transport(outcome, egress::describe(e))
+}
+
+/// A body that broke while it was read.
+fn broken(e: &hyper::Error) -> AttemptError {
+    AttemptError::transport(Outcome::Reset, egress::describe(e))
 }

@@ -1,0 +1,183 @@
+//! The HTTP client that calls upstreams: hyper-util's pooled client over rustls, fed
+//! URIs parsed once per config version, with nothing between the dispatcher and the
+//! connection pool (no redirect or retry layer: the dispatcher owns retries, and an
+//! upstream's redirect is an answer to pass on, not to follow).
+//!
+//! Egress proxies are honoured the way curl and most HTTP clients do: `HTTPS_PROXY`,
+//! `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (or their lower-case forms) decide per
+//! upstream, when the config is loaded, whether its connections go through an HTTP
+//! `CONNECT` tunnel. TLS trusts the Mozilla roots and the system's (so a self-hosted
+//! upstream signed by a private CA works once its CA is installed, or `SSL_CERT_FILE`
+//! points at it).
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Uri;
+use http_body_util::Full;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tower::Service;
+
+/// A client for one (connect timeout, proxy) pair, shared by the upstreams that use it.
+pub type UpstreamClient = Client<HttpsConnector<Egress>, Full<Bytes>>;
+
+/// An upstream's answer, body still to read.
+pub type UpstreamResponse = http::Response<hyper::body::Incoming>;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    /// The TLS configuration could not be built.
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    /// The proxy named by the environment is not a usable URI.
+    #[error("proxy {0:?} from the environment: {1}")]
+    Proxy(String, String),
+}
+
+/// Where an upstream's connections go: straight to it, or through a `CONNECT` proxy.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// A direct TCP connection.
+    Direct,
+    /// A tunnel through this proxy (its URI with any credentials removed, for logs).
+    Proxy(String),
+}
+
+/// The connector under TLS: a TCP connection, tunnelled through a proxy or not.
+#[derive(Clone)]
+pub enum Egress {
+    /// Straight to the upstream.
+    Direct(HttpConnector),
+    /// Through an HTTP `CONNECT` proxy.
+    Tunnel(Tunnel<HttpConnector>),
+}
+
+impl Service<Uri> for Egress {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Egress::Direct(c) => c.poll_ready(cx).map_err(Into::into),
+            Egress::Tunnel(t) => t.poll_ready(cx).map_err(Into::into),
+        }
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        // Connections are pooled, so this runs once per new connection, not per request.
+        match self {
+            Egress::Direct(c) => {
+                let connecting = c.call(dst);
+                Box::pin(async move { connecting.await.map_err(Into::into) })
+            }
+            Egress::Tunnel(t) => {
+                let connecting = t.call(dst);
+                Box::pin(async move { connecting.await.map_err(Into::into) })
+            }
+        }
+    }
+}
+
+/// The proxy decision for every upstream, read from the environment once.
+pub fn proxies() -> &'static Matcher {
+    static MATCHER: OnceLock<Matcher> = OnceLock::new();
+    MATCHER.get_or_init(Matcher::from_env)
+}
+
+/// How connections to `base` leave the process.
+pub fn route_for(base: &Uri) -> Route {
+    match proxies().intercept(base) {
+        Some(proxy) => Route::Proxy(redacted(proxy.uri())),
+        None => Route::Direct,
+    }
+}
+
+/// Builds the client for upstreams with this connect timeout and egress route.
+pub fn client(connect_timeout: Duration, route: &Route, base: &Uri) -> Result<UpstreamClient, EgressError> {
+    let mut tcp = HttpConnector::new();
+    tcp.set_connect_timeout(Some(connect_timeout));
+    tcp.set_nodelay(true);
+    // TLS runs above this connector, so it must accept `https://` destinations.
+    tcp.enforce_http(false);
+    let egress = match route {
+        Route::Direct => Egress::Direct(tcp),
+        Route::Proxy(shown) => {
+            let intercept = proxies().intercept(base).ok_or_else(|| EgressError::Proxy(shown.clone(), "no longer set".into()))?;
+            let mut tunnel = Tunnel::new(intercept.uri().clone(), tcp);
+            if let Some(auth) = intercept.basic_auth() {
+                tunnel = tunnel.with_auth(auth.clone());
+            }
+            Egress::Tunnel(tunnel)
+        }
+    };
+    let https = HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config()?)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(egress);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(256)
+        .build(https))
+}
+
+fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
+    static ROOTS: OnceLock<Arc<rustls::RootCertStore>> = OnceLock::new();
+    let roots = ROOTS.get_or_init(|| {
+        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        let native = rustls_native_certs::load_native_certs();
+        for e in &native.errors {
+            tracing::warn!(error = %e, "reading the system's CA certificates");
+        }
+        let (added, ignored) = roots.add_parsable_certificates(native.certs);
+        tracing::debug!(added, ignored, "system CA certificates trusted for upstream TLS");
+        Arc::new(roots)
+    });
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth();
+    // ALPN (h2, http/1.1) is set by the connector builder from the enabled protocols.
+    Ok(config)
+}
+
+/// A proxy URI without its user and password.
+fn redacted(uri: &Uri) -> String {
+    let host = uri.host().unwrap_or("?");
+    match uri.port_u16() {
+        Some(port) => format!("{}://{host}:{port}", uri.scheme_str().unwrap_or("http")),
+        None => format!("{}://{host}", uri.scheme_str().unwrap_or("http")),
+    }
+}
+
+/// Text of a client error and its causes, for logs and the 503 detail.
+pub fn describe(e: &(dyn StdError + 'static)) -> String {
+    let mut detail = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !detail.ends_with(&text) {
+            detail = format!("{detail}: {text}");
+        }
+        source = s.source();
+    }
+    detail
+}
