@@ -11,11 +11,28 @@ use crate::config::Runtime;
 use crate::health::HealthSettings;
 use crate::outcome::Outcome;
 
-/// Rollups not yet flushed.
+/// Rollups not yet flushed, by minute and then by key (looked up by `&str`, so that
+/// counting a request allocates nothing once its row exists).
 #[derive(Default)]
 pub struct Sli {
-    routes: Mutex<HashMap<(String, i64), RouteMinute>>,
-    upstreams: Mutex<HashMap<(String, i64), UpstreamMinute>>,
+    routes: Mutex<HashMap<i64, HashMap<String, RouteMinute>>>,
+    upstreams: Mutex<HashMap<i64, HashMap<String, UpstreamMinute>>>,
+}
+
+/// Everything pending in `map`, which is left empty.
+fn take_all<R>(map: &Mutex<HashMap<i64, HashMap<String, R>>>) -> Vec<R> {
+    let taken = std::mem::take(&mut *map.lock().unwrap_or_else(|e| e.into_inner()));
+    taken.into_values().flat_map(HashMap::into_values).collect()
+}
+
+/// Applies `f` to the row of `key` in `minute`, made by `new` if missing.
+fn with_row<R>(map: &Mutex<HashMap<i64, HashMap<String, R>>>, minute: i64, key: &str, new: impl FnOnce() -> R, f: impl FnOnce(&mut R)) {
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    let rows = map.entry(minute).or_default();
+    match rows.get_mut(key) {
+        Some(row) => f(row),
+        None => f(rows.entry(key.to_owned()).or_insert_with(new)),
+    }
 }
 
 fn minute_now() -> i64 {
@@ -26,46 +43,38 @@ impl Sli {
     /// Counts a request that matters to the SLO (client errors are left out by the caller).
     pub fn request(&self, route_key: &str, bad: bool, latency_ms: u64, failovers: u64) {
         let minute = minute_now();
-        let mut map = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-        let row = map
-            .entry((route_key.to_string(), minute))
-            .or_insert_with(|| RouteMinute::new(route_key, minute));
-        row.record(bad, latency_ms);
-        row.failovers += failovers;
+        with_row(&self.routes, minute, route_key, || RouteMinute::new(route_key, minute), |row| {
+            row.record(bad, latency_ms);
+            row.failovers += failovers;
+        });
     }
 
     /// Counts an upstream attempt.
     pub fn attempt(&self, upstream_key: &str, outcome: Outcome, first_byte_ms: Option<u64>) {
         let minute = minute_now();
-        let mut map = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
-        let row = map
-            .entry((upstream_key.to_string(), minute))
-            .or_insert_with(|| UpstreamMinute::new(upstream_key, minute));
-        row.record(outcome.as_str(), first_byte_ms);
+        with_row(&self.upstreams, minute, upstream_key, || UpstreamMinute::new(upstream_key, minute), |row| {
+            row.record(outcome.as_str(), first_byte_ms);
+        });
     }
 
     /// Writes everything pending; on failure it stays pending.
     pub async fn flush(&self, ledger: &Ledger) -> Result<(), LedgerError> {
-        let routes: Vec<RouteMinute> = std::mem::take(&mut *self.routes.lock().unwrap_or_else(|e| e.into_inner())).into_values().collect();
-        let upstreams: Vec<UpstreamMinute> =
-            std::mem::take(&mut *self.upstreams.lock().unwrap_or_else(|e| e.into_inner())).into_values().collect();
+        let routes = take_all(&self.routes);
+        let upstreams = take_all(&self.upstreams);
         if let Err(e) = ledger.write_rollups(&routes, &upstreams).await {
-            let mut r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
             for row in routes {
-                r.entry((row.route.clone(), row.minute)).or_insert_with(|| RouteMinute::new(row.route.clone(), row.minute)).merge(&row);
+                with_row(&self.routes, row.minute, &row.route.clone(), || RouteMinute::new(row.route.clone(), row.minute), |r| r.merge(&row));
             }
-            drop(r);
-            let mut u = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
             for row in upstreams {
-                let entry = u
-                    .entry((row.upstream.clone(), row.minute))
-                    .or_insert_with(|| UpstreamMinute::new(row.upstream.clone(), row.minute));
-                for (outcome, n) in &row.attempts_by_outcome {
-                    *entry.attempts_by_outcome.entry(outcome.clone()).or_default() += n;
-                }
-                for (a, b) in entry.first_byte_buckets.iter_mut().zip(row.first_byte_buckets.iter()) {
-                    *a += b;
-                }
+                let new = || UpstreamMinute::new(row.upstream.clone(), row.minute);
+                with_row(&self.upstreams, row.minute, &row.upstream, new, |entry| {
+                    for (outcome, n) in &row.attempts_by_outcome {
+                        *entry.attempts_by_outcome.entry(outcome.clone()).or_default() += n;
+                    }
+                    for (a, b) in entry.first_byte_buckets.iter_mut().zip(row.first_byte_buckets.iter()) {
+                        *a += b;
+                    }
+                });
             }
             return Err(e);
         }

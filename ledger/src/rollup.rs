@@ -130,10 +130,13 @@ impl UpstreamMinute {
 
     /// Counts one attempt with its outcome label and, if a first byte arrived, its time.
     pub fn record(&mut self, outcome: &str, first_byte_ms: Option<u64>) {
-        *self
-            .attempts_by_outcome
-            .entry(outcome.to_owned())
-            .or_default() += 1;
+        // Looked up by `&str` first: no allocation once the outcome has been seen.
+        match self.attempts_by_outcome.get_mut(outcome) {
+            Some(n) => *n += 1,
+            None => {
+                self.attempts_by_outcome.insert(outcome.to_owned(), 1);
+            }
+        }
         if let Some(ms) = first_byte_ms {
             self.first_byte_buckets[latency_bucket_index(ms)] += 1;
         }

@@ -29,6 +29,23 @@ impl Ledger {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let expires_ms = now.saturating_add(ttl_ms);
         let mut tx = self.begin_write().await?;
+        // The reservation row first: the account row's lock is then held only for the
+        // journal insert and the commit (every request of an account queues on it).
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO reservations (account_id, request_id, amount_nanos, state, \
+             created_at_ms, expires_at_ms) VALUES ($1, $2, $3, 'open', $4, $5) RETURNING id",
+        )
+        .bind(account_id)
+        .bind(request_id)
+        .bind(estimate_nanos)
+        .bind(now)
+        .bind(expires_ms)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| match e.as_database_error() {
+            Some(db) if db.is_foreign_key_violation() => LedgerError::UnknownAccountId(account_id),
+            _ => e.into(),
+        })?;
         let row = sqlx::query(
             "UPDATE accounts SET reserved_nanos = reserved_nanos + $2 \
              WHERE id = $1 AND balance_nanos - reserved_nanos >= $2 \
@@ -54,17 +71,6 @@ impl Ledger {
                 None => LedgerError::UnknownAccountId(account_id),
             });
         };
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO reservations (account_id, request_id, amount_nanos, state, \
-             created_at_ms, expires_at_ms) VALUES ($1, $2, $3, 'open', $4, $5) RETURNING id",
-        )
-        .bind(account_id)
-        .bind(request_id)
-        .bind(estimate_nanos)
-        .bind(now)
-        .bind(expires_ms)
-        .fetch_one(&mut *tx)
-        .await?;
         let entry = Entry {
             account_id,
             kind: EntryKind::Reserve,
