@@ -21,6 +21,8 @@ pub mod source;
 pub struct UpstreamHandle {
     /// Resolved config.
     pub cfg: UpstreamConfig,
+    /// The name as the `x-sluice-upstream` header value (`None` if it cannot be one).
+    pub name_header: Option<http::HeaderValue>,
     /// Health, shared across config versions.
     pub health: Arc<Health>,
     /// HTTP client with this upstream's connect timeout and egress route.
@@ -45,12 +47,22 @@ pub struct EndpointUrls {
     pub completions: Uri,
     /// Embeddings.
     pub embeddings: Uri,
+    /// The `Host` header of every request (`host[:port]`, the port only when it is not
+    /// the scheme's default), made once instead of by the client on every request.
+    pub host: http::HeaderValue,
 }
 
 impl EndpointUrls {
     fn parse(base: &str) -> Result<Self, BuildError> {
         use crate::request::Endpoint;
+        let parsed = url::Url::parse(base).map_err(|e| BuildError::Url(base.to_string(), e.to_string()))?;
+        let host = match (parsed.host_str(), parsed.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            (None, _) => return Err(BuildError::Url(base.to_string(), "no host".into())),
+        };
         Ok(Self {
+            host: http::HeaderValue::from_str(&host).map_err(|e| BuildError::Url(base.to_string(), e.to_string()))?,
             base: uri(base)?,
             chat: uri(&format!("{base}{}", Endpoint::Chat.upstream_path()))?,
             completions: uri(&format!("{base}{}", Endpoint::Completions.upstream_path()))?,
@@ -161,6 +173,7 @@ impl Runtime {
                 metrics: UpstreamMetrics::new(metrics, &cfg.name),
                 in_flight: carry.in_flight(key),
                 urls,
+                name_header: http::HeaderValue::from_str(&cfg.name).ok(),
                 cfg: cfg.clone(),
             };
             upstreams.insert(key.clone(), Arc::new(handle));
@@ -195,5 +208,22 @@ impl Current {
     /// Installs a new version.
     pub fn set(&self, runtime: Runtime) {
         *self.inner.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(runtime));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_urls_carry_the_host_header_with_a_port_only_when_not_default() {
+        let host = |base: &str| EndpointUrls::parse(base).unwrap().host.to_str().unwrap().to_string();
+        assert_eq!(host("http://127.0.0.1:9101/v1"), "127.0.0.1:9101");
+        assert_eq!(host("https://api.openai.example/v1"), "api.openai.example");
+        assert_eq!(host("https://api.openai.example:443/v1"), "api.openai.example");
+        assert_eq!(host("http://[::1]:8000/v1"), "[::1]:8000");
+        let urls = EndpointUrls::parse("https://api.openai.example/v1").unwrap();
+        assert_eq!(urls.chat, "https://api.openai.example/v1/chat/completions");
+        assert_eq!(urls.of(crate::request::Endpoint::Embeddings), "https://api.openai.example/v1/embeddings");
     }
 }

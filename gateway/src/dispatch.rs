@@ -34,7 +34,7 @@ pub struct DispatchCtx<'a> {
     /// Metrics.
     pub metrics: &'a Metrics,
     /// Request id, sent upstream and logged.
-    pub request_id: &'a str,
+    pub request_id: &'a crate::headers::RequestId,
     /// SLI rollups.
     pub sli: &'a Sli,
 }
@@ -76,8 +76,9 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
     let mut failovers: Vec<Outcome> = Vec::new();
     let mut waited = Duration::ZERO;
     let mut last_walk: Vec<(usize, AttemptError)> = Vec::new();
-    // ThreadRng is not Send; a seeded StdRng can live across awaits.
-    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_rng(&mut rand::rng());
+    // ThreadRng is not Send; a small generator seeded from it can live across awaits
+    // (jitter and weighted picks need no cryptographic randomness).
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::from_rng(&mut rand::rng());
     let mut trials = HeldTrials { route, held: Vec::new() };
 
     for walk in 0..cfg.max_walks.max(1) {
@@ -284,7 +285,7 @@ impl Drop for HeldTrials<'_> {
 fn log_failure(ctx: &DispatchCtx<'_>, route: &Route, idx: usize, e: &AttemptError, began: Instant, deadline: Instant) {
     let upstream = route.candidates.get(idx).map_or("?", |c| c.upstream.cfg.name.as_str());
     tracing::warn!(
-        request_id = ctx.request_id,
+        request_id = ctx.request_id.as_str(),
         route = %route.cfg.name,
         upstream,
         reason = e.outcome.as_str(),

@@ -15,6 +15,7 @@ use crate::app::{AuthMode, Gateway};
 use crate::config::Route;
 use crate::dispatch::{self, DispatchCtx, Dispatched, Failed};
 use crate::error::ApiError;
+use crate::headers::{RequestId, X_REQUEST_ID, X_SLUICE_ATTEMPTS, X_SLUICE_FAILOVER, X_SLUICE_UPSTREAM};
 use crate::outcome::Outcome;
 use crate::relay::{self, StreamEnd};
 use crate::request::{ClientRequest, Endpoint};
@@ -25,7 +26,7 @@ const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Handles one OpenAI request end to end.
 pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
-    let request_id = request_id(&headers);
+    let request_id = RequestId::of(&headers);
     let response = match serve(&gw, endpoint, &headers, body, &request_id).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -36,29 +37,15 @@ pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, bo
 /// Answers an error found before [`handle`] could run (e.g. a body over the limit),
 /// with the request id echoed or made like every other answer.
 pub fn refuse(headers: &HeaderMap, error: ApiError) -> Response {
-    with_request_id(error.into_response(), &request_id(headers))
+    with_request_id(error.into_response(), &RequestId::of(headers))
 }
 
-fn request_id(headers: &HeaderMap) -> String {
-    headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map_or_else(new_request_id, str::to_string)
-}
-
-fn with_request_id(mut response: Response, request_id: &str) -> Response {
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        response.headers_mut().insert("x-request-id", v);
-    }
+fn with_request_id(mut response: Response, request_id: &RequestId) -> Response {
+    response.headers_mut().insert(X_REQUEST_ID, request_id.header());
     response
 }
 
-fn new_request_id() -> String {
-    format!("req_{:032x}", rand::random::<u128>())
-}
-
-async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body: Bytes, request_id: &str) -> Result<Response, ApiError> {
+async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body: Bytes, request_id: &RequestId) -> Result<Response, ApiError> {
     let started = Instant::now();
     let account = authenticate(gw, headers).await?;
     if body.len() > gw.max_body {
@@ -109,7 +96,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
 }
 
 /// Reserves the most the request can cost on any candidate (DESIGN §5).
-async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &AccountRef, request_id: &str) -> Result<Option<Held>, ApiError> {
+async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &AccountRef, request_id: &RequestId) -> Result<Option<Held>, ApiError> {
     let output = req.reserved_output(route.cfg.default_max_tokens);
     let estimate = route
         .candidates
@@ -123,7 +110,7 @@ async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &Acc
     }
     let Some(ledger) = &gw.ledger else { return Ok(None) };
     let estimate = i64::try_from(estimate).unwrap_or(i64::MAX);
-    let (ledger, ttl, account_id, rid) = (ledger.clone(), gw.reservation_ttl, account.id, request_id.to_string());
+    let (ledger, ttl, account_id, rid) = (ledger.clone(), gw.reservation_ttl, account.id, request_id.as_str().to_string());
     // Ledger work runs to completion even if the client goes away: a transaction
     // cancelled half way leaves its pooled connection unusable (sqlx's `begin` is not
     // cancel-safe), which on SQLite stops all billing. A reservation nobody waits for
@@ -222,15 +209,15 @@ fn count_request(gw: &Gateway, route: &Route, status: StatusCode, started: Insta
     route.metrics.duration.observe(started.elapsed().as_secs_f64());
 }
 
-fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&str>, attempts: u32, failovers: &[Outcome]) {
-    if let Some(Ok(v)) = upstream.map(HeaderValue::from_str) {
-        headers.insert("x-sluice-upstream", v);
+fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attempts: u32, failovers: &[Outcome]) {
+    if let Some(v) = upstream {
+        headers.insert(X_SLUICE_UPSTREAM, v.clone());
     }
-    headers.insert("x-sluice-attempts", HeaderValue::from(attempts));
+    headers.insert(X_SLUICE_ATTEMPTS, HeaderValue::from(attempts));
     if !failovers.is_empty() {
         let labels: Vec<&str> = failovers.iter().map(|o| o.as_str()).collect();
         if let Ok(v) = HeaderValue::from_str(&labels.join(",")) {
-            headers.insert("x-sluice-failover", v);
+            headers.insert(X_SLUICE_FAILOVER, v);
         }
     }
 }
@@ -254,7 +241,7 @@ async fn answer(gw: &Gateway, route: &Route, req: &ClientRequest, d: Dispatched,
         header::CONTENT_TYPE,
         d.started.content_type.clone().unwrap_or_else(|| HeaderValue::from_static("application/json")),
     );
-    sluice_headers(headers, Some(&d.started.upstream.cfg.name), d.attempts, &d.failovers);
+    sluice_headers(headers, d.started.upstream.name_header.as_ref(), d.attempts, &d.failovers);
     response
 }
 
@@ -305,7 +292,7 @@ fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: D
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    let name = route.candidates.get(candidate).map(|c| c.upstream.cfg.name.as_str());
+    let name = route.candidates.get(candidate).and_then(|c| c.upstream.name_header.as_ref());
     sluice_headers(headers, name, attempts, &failovers);
     response
 }

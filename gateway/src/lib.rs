@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod egress;
 pub mod error;
 pub mod handler;
+pub mod headers;
 pub mod health;
 pub mod metrics;
 pub mod outcome;

@@ -3,16 +3,16 @@
 //! gateway owns spliced in (`model`, `max_tokens`, `stream_options`). No JSON tree is
 //! built or re-serialised, so a large prompt costs a copy, not a parse and a print.
 
-use std::fmt;
 use std::ops::Range;
 
 use bytes::Bytes;
-use serde::Deserialize;
-use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::error::ApiError;
+use members::{Body, Kind};
+
+mod members;
 
 /// Which OpenAI endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,78 +66,6 @@ pub struct ClientRequest {
     stream_options: Option<(Range<usize>, Option<String>)>,
 }
 
-/// The members the gateway reads, each as the raw JSON text it was sent as (so that
-/// `null` and wrong types are told apart from absence, and nothing else is parsed).
-#[derive(Deserialize)]
-struct Members<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
-    model: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    messages: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    prompt: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    input: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    stream: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    max_tokens: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    max_completion_tokens: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    stream_options: Option<&'a RawValue>,
-}
-
-/// A JSON value walked as strictly as parsing it into a tree would (nesting limit,
-/// escapes decoded, lone surrogates refused) without building one: what the gateway
-/// forwards is JSON any upstream parser accepts.
-struct Strict;
-
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(Strict)
-    }
-}
-
-impl<'de> Visitor<'de> for Strict {
-    type Value = Strict;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Strict, E> {
-        Ok(Strict)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Strict, E> {
-        Ok(Strict)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Strict, E> {
-        Ok(Strict)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Strict, E> {
-        Ok(Strict)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Strict, E> {
-        Ok(Strict)
-    }
-    fn visit_unit<E>(self) -> Result<Strict, E> {
-        Ok(Strict)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
-        while seq.next_element::<Strict>()?.is_some() {}
-        Ok(Strict)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
-        while map.next_entry::<Strict, Strict>()?.is_some() {}
-        Ok(Strict)
-    }
-}
-
-/// A member that is present, even as `null` (`Option` alone would read `null` as absent).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
-}
-
 fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::InvalidRequest(message.into())
 }
@@ -155,14 +83,12 @@ fn offset(whole: &[u8], part: &str) -> usize {
 impl ClientRequest {
     /// Parses and validates a body.
     pub fn parse(endpoint: Endpoint, body: &Bytes) -> Result<Self, ApiError> {
-        // One strict pass over everything, then one that only reads the members needed.
-        serde_json::from_slice::<Strict>(body).map_err(|e| invalid(format!("request body is not valid JSON: {e}")))?;
-        let text = body.trim_ascii_start();
-        if !text.starts_with(b"{") {
-            return Err(invalid("request body must be a JSON object"));
-        }
-        let m: Members<'_> =
+        let parsed: Body<'_> =
             serde_json::from_slice(body).map_err(|e| invalid(format!("request body is not valid JSON: {e}")))?;
+        let Body::Object(m) = parsed else {
+            return Err(invalid("request body must be a JSON object"));
+        };
+        let text = body.trim_ascii_start();
         let (model, model_at) = match m.model {
             Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
                 Ok(Value::String(s)) if !s.is_empty() => (s, offset(body, raw.get())..offset(body, raw.get()) + raw.get().len()),
@@ -175,15 +101,11 @@ impl ClientRequest {
             Endpoint::Completions => ("prompt", m.prompt, "a string or an array"),
             Endpoint::Embeddings => ("input", m.input, "a string or an array"),
         };
-        let Some(raw) = required.1 else {
-            return Err(invalid(format!("you must provide a '{}' parameter", required.0)));
-        };
-        let first = raw.get().as_bytes().first().copied();
-        match (endpoint, first) {
-            (Endpoint::Chat, Some(b'[')) if raw.get()[1..].trim_start().starts_with(']') => {
-                return Err(invalid("'messages' must not be empty"));
-            }
-            (Endpoint::Chat, Some(b'[')) | (Endpoint::Completions | Endpoint::Embeddings, Some(b'"' | b'[')) => {}
+        match (endpoint, required.1) {
+            (_, None) => return Err(invalid(format!("you must provide a '{}' parameter", required.0))),
+            (Endpoint::Chat, Some(Kind::Array { empty: true })) => return Err(invalid("'messages' must not be empty")),
+            (Endpoint::Chat, Some(Kind::Array { .. }))
+            | (Endpoint::Completions | Endpoint::Embeddings, Some(Kind::String | Kind::Array { .. })) => {}
             _ => return Err(invalid(format!("'{}' must be {}", required.0, required.2))),
         }
         let stream = match value(m.stream) {

@@ -12,6 +12,7 @@ use http::{HeaderMap, StatusCode, header};
 use crate::app::Gateway;
 use crate::error::ApiError;
 use crate::handler;
+use crate::headers::X_REQUEST_ID;
 use crate::request::Endpoint;
 
 /// The gateway's router.
@@ -61,8 +62,8 @@ async fn read_body(gw: &Gateway, req: Request) -> Result<(HeaderMap, Bytes), Api
 async fn openai(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response {
     // Kept for the answer when the body cannot be read (x-request-id is echoed on every answer).
     let mut ids = HeaderMap::new();
-    if let Some(id) = req.headers().get("x-request-id") {
-        ids.insert("x-request-id", id.clone());
+    if let Some(id) = req.headers().get(X_REQUEST_ID) {
+        ids.insert(X_REQUEST_ID, id.clone());
     }
     match read_body(&gw, req).await {
         Ok((headers, body)) => handler::handle(gw, endpoint, headers, body).await,

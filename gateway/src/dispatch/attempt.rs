@@ -15,6 +15,7 @@ use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
 use crate::dispatch::backoff;
 use crate::egress::{self, UpstreamResponse};
+use crate::headers::X_REQUEST_ID;
 use crate::outcome::{AttemptError, Outcome, Passthrough};
 
 /// The rest of an upstream body.
@@ -70,7 +71,7 @@ pub struct AttemptSpec<'a> {
     /// Statuses that fail over.
     pub retry_on: &'a [u16],
     /// Request id sent upstream.
-    pub request_id: &'a str,
+    pub request_id: &'a crate::headers::RequestId,
 }
 
 /// Runs one attempt.
@@ -85,11 +86,9 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
     *request.method_mut() = Method::POST;
     *request.uri_mut() = upstream.urls.of(spec.endpoint).clone();
     let headers = request.headers_mut();
+    headers.insert(header::HOST, upstream.urls.host.clone());
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    // The id was checked to be a header value when it was read or made.
-    if let Ok(id) = HeaderValue::from_str(spec.request_id) {
-        headers.insert("x-request-id", id);
-    }
+    headers.insert(X_REQUEST_ID, spec.request_id.header());
     if spec.stream {
         headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
     }
