@@ -1099,7 +1099,9 @@ def create_pg_db() -> str:
     psql(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
     psql(f"CREATE DATABASE {PG_DB}")
     base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    return f"{base}/{PG_DB}"
+    # The ledger negotiates TLS when the server offers it (sslmode=prefer); on loopback
+    # that measures the cipher, not the ledger, so it is turned off here.
+    return f"{base}/{PG_DB}?sslmode=disable"
 
 
 def drop_pg_db() -> None:

@@ -25,3 +25,5 @@ mod money;
 mod overdraft;
 #[path = "ledger/rollups.rs"]
 mod rollups;
+#[path = "ledger/tls.rs"]
+mod tls;
