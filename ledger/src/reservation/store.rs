@@ -29,23 +29,11 @@ impl Ledger {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let expires_ms = now.saturating_add(ttl_ms);
         let mut tx = self.begin_write().await?;
-        // The reservation row first: the account row's lock is then held only for the
-        // journal insert and the commit (every request of an account queues on it).
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO reservations (account_id, request_id, amount_nanos, state, \
-             created_at_ms, expires_at_ms) VALUES ($1, $2, $3, 'open', $4, $5) RETURNING id",
-        )
-        .bind(account_id)
-        .bind(request_id)
-        .bind(estimate_nanos)
-        .bind(now)
-        .bind(expires_ms)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match e.as_database_error() {
-            Some(db) if db.is_foreign_key_violation() => LedgerError::UnknownAccountId(account_id),
-            _ => e.into(),
-        })?;
+        // The account row first, though its lock is then held through the inserts and the
+        // commit: inserting the reservation first takes a foreign-key share lock on the
+        // same row in every concurrent transaction, and Postgres then turns the row's
+        // lockers into a MultiXact that every update must resolve (measured: Postgres
+        // billing fell from ~800 to ~350 requests/s on one account).
         let row = sqlx::query(
             "UPDATE accounts SET reserved_nanos = reserved_nanos + $2 \
              WHERE id = $1 AND balance_nanos - reserved_nanos >= $2 \
@@ -71,6 +59,17 @@ impl Ledger {
                 None => LedgerError::UnknownAccountId(account_id),
             });
         };
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO reservations (account_id, request_id, amount_nanos, state, \
+             created_at_ms, expires_at_ms) VALUES ($1, $2, $3, 'open', $4, $5) RETURNING id",
+        )
+        .bind(account_id)
+        .bind(request_id)
+        .bind(estimate_nanos)
+        .bind(now)
+        .bind(expires_ms)
+        .fetch_one(&mut *tx)
+        .await?;
         let entry = Entry {
             account_id,
             kind: EntryKind::Reserve,
