@@ -50,6 +50,8 @@ pub struct Gateway {
     pub sli: Sli,
     /// Where config comes from.
     pub source: Option<Source>,
+    /// Set on SIGTERM: `/readyz` answers 503 while requests are still served.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 impl Gateway {
@@ -68,6 +70,7 @@ impl Gateway {
             reservation_ttl: Duration::from_secs(900),
             sli: Sli::default(),
             source: None,
+            draining: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -126,6 +126,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
         flush_interval: Duration::from_secs(2),
         reservation_ttl: Duration::from_secs(300),
         body_timeout: crate::app::DEFAULT_BODY_TIMEOUT,
+        shutdown_delay: Duration::ZERO,
         gateway_id: Some("demo".into()),
     };
     let gw = build(&serve_args).await?;

@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// (covers a gateway that crashed mid-request).
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub reservation_ttl: Duration,
+    /// On SIGTERM, keep serving this long with /readyz answering 503 before closing the
+    /// listener, so that load balancers stop sending new connections first (Kubernetes
+    /// removes a terminating pod from its Service only eventually). Requests in flight
+    /// then finish whatever this is.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
     /// Name of this process in heartbeats (default: host name and pid).
     #[arg(long, env = "POD_NAME")]
     pub gateway_id: Option<String>,
@@ -107,7 +113,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let id = args.gateway_id.clone().unwrap_or_else(|| format!("gateway-{}", std::process::id()));
     let loops = spawn_loops(gw.clone(), &args, id);
     let app = crate::server::app(gw.clone());
-    serve_http(listener, app, shutdown_signal()).await;
+    let delay = args.shutdown_delay;
+    let drain = gw.clone();
+    let shutdown = async move {
+        shutdown_signal().await;
+        drain.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        if !delay.is_zero() {
+            tracing::info!(delay_ms = delay.as_millis() as u64, "shutting down: /readyz now answers 503, still accepting for the delay");
+            tokio::time::sleep(delay).await;
+        }
+        tracing::info!("shutting down: no new connections, letting requests in flight finish");
+    };
+    serve_http(listener, app, shutdown).await;
     loops.abort();
     // Flush what the last seconds counted.
     if let Some(ledger) = &gw.ledger

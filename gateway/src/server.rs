@@ -102,6 +102,9 @@ async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response 
 }
 
 async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
+    if gw.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
     if gw.current.get().is_none() {
         return (StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded\n").into_response();
     }

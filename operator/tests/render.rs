@@ -98,9 +98,13 @@ fn deployment_matches_golden() {
             "--listen",
             "0.0.0.0:8080",
             "--auth",
-            "keys"
+            "keys",
+            "--shutdown-delay",
+            "5s"
         ]
     );
+    // Long enough for the drain delay and for streams in flight at a rollout.
+    assert_eq!(pod.termination_grace_period_seconds, Some(300));
 }
 
 #[test]

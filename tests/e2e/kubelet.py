@@ -8,8 +8,11 @@ What it does, every `period` (0.3 s), for every Deployment in every namespace:
   belongs to one pod template, identified by the SHA-256 of `spec.template`; when the
   template changes (e.g. the operator's `sluice.dev/secrets-hash` annotation), a new
   pod is started and the old one is stopped once the new one is ready (maxSurge 1,
-  maxUnavailable 0). A deleted Deployment's pods are stopped (SIGTERM, then SIGKILL
-  after 10 s). A process that exits on its own is restarted after 1 s (`restarts`).
+  maxUnavailable 0). A deleted Deployment's pods are stopped as a kubelet stops them:
+  in the background, SIGTERM, then SIGKILL after the pod's
+  `terminationGracePeriodSeconds` (default 30, at most 20 here), so that a gateway's
+  drain delay holds up neither the loop nor other pods. A process that exits on its own
+  is restarted after 1 s (`restarts`).
 - **Volumes**, laid out under `<root>/<namespace>/<pod>/volumes/<volume>/`:
   `configMap` (keys or `items` → files), `secret` (`secretName`, keys or `items`),
   `projected` (its `secret` and `configMap` sources, `items` key → path), `emptyDir`.
@@ -61,7 +64,8 @@ from typing import Optional
 from harness import LISTENING, KubeFake, Proc, http, spawn
 
 PROBE_TIMEOUT = 1.0
-STOP_GRACE = 10.0
+# Most a stopped pod is given before SIGKILL, whatever its terminationGracePeriodSeconds.
+STOP_GRACE_MAX = 20.0
 RESTART_DELAY = 1.0
 ANY_IP = re.compile(r"^0\.0\.0\.0:(\d+)$")
 
@@ -124,6 +128,7 @@ class MiniKubelet:
         self.lock = threading.RLock()
         self.pods: dict[tuple[str, str], list[Pod]] = {}
         self.gone: list[Pod] = []
+        self.stopping: list[threading.Thread] = []
         self.events: list[str] = []
         self._status_sent: dict[tuple[str, str], str] = {}
         self._stop = threading.Event()
@@ -180,7 +185,8 @@ class MiniKubelet:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                if not self.pods.get((namespace, deployment)):
+                if not self.pods.get((namespace, deployment)) and not any(
+                        (p.namespace, p.deployment) == (namespace, deployment) for p in self._still_stopping()):
                     return [p for p in self.gone if (p.namespace, p.deployment) == (namespace, deployment)]
             time.sleep(0.1)
         raise AssertionError(f"pods of {namespace}/{deployment} still running after {timeout:.0f}s")
@@ -201,6 +207,8 @@ class MiniKubelet:
                 self.pods.clear()
             for p in pods:
                 self._kill(p, "kubelet stopping")
+            for t in list(self.stopping):
+                t.join(timeout=STOP_GRACE_MAX + 10)
 
     def _list(self, path: str) -> list[dict]:
         status, body = self.fake.api("GET", path)
@@ -478,10 +486,25 @@ class MiniKubelet:
     def _kill(self, pod: Pod, why: str) -> None:
         pod.stopped = True
         pod.ready = False
-        code = pod.proc.stop(timeout=STOP_GRACE) if pod.proc else None
+        grace = float(pod.template.get("spec", {}).get("terminationGracePeriodSeconds", 30))
+
+        def stop() -> None:
+            code = pod.proc.stop(timeout=min(grace, STOP_GRACE_MAX)) if pod.proc else None
+            with self.lock:
+                self.gone.append(pod)
+            self.event(f"pod {pod.namespace}/{pod.name} stopped ({why}); exit code {code}")
+
+        t = threading.Thread(target=stop, name=f"stop-{pod.name}", daemon=True)
+        t.pod = pod  # type: ignore[attr-defined]
         with self.lock:
-            self.gone.append(pod)
-        self.event(f"pod {pod.namespace}/{pod.name} stopped ({why}); exit code {code}")
+            self.stopping.append(t)
+        t.start()
+
+    def _still_stopping(self) -> list[Pod]:
+        """Pods sent SIGTERM whose process has not exited yet."""
+        with self.lock:
+            self.stopping = [t for t in self.stopping if t.is_alive()]
+            return [t.pod for t in self.stopping]  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------ status
 

@@ -459,7 +459,9 @@ def test_a_new_secret_in_the_set_rolls_the_gateway(env: Env):
                    timeout=30)
     new = env.kubelet.wait_ready("default", GATEWAY, timeout=60)  # and the old one stopped (surge first)
     assert new.name != old.name and new.pid != old.pid
-    assert not old.running() and old.proc.popen.returncode == 0, "the old pod did not stop cleanly"
+    # The old pod drains (--shutdown-delay) before it exits.
+    wait_for("the old pod to exit", lambda: not old.running(), timeout=30)
+    assert old.proc.popen.returncode == 0, "the old pod did not stop cleanly"
     secrets_dir = Path(new.argv[new.argv.index("--secrets-dir") + 1])
     assert (secrets_dir / "openai-eu-key" / "apiKey").read_text() == "sk-openai-eu"
     assert (secrets_dir / "anthropic-key" / "apiKey").read_text() == "sk-rotated"

@@ -133,6 +133,22 @@ impl GatewayProcess {
         Ok(())
     }
 
+    /// SIGTERM, as Kubernetes sends to a terminating pod; does not wait.
+    pub async fn terminate(&self) -> anyhow::Result<()> {
+        let pid = self.child.id().context("the process has exited")?;
+        let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().await?;
+        anyhow::ensure!(status.success(), "kill -TERM {pid} failed");
+        Ok(())
+    }
+
+    /// Waits up to `limit` for the process to exit; its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> anyhow::Result<Option<i32>> {
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .with_context(|| format!("still running after {limit:?}:\n{}", self.log()))??;
+        Ok(status.code())
+    }
+
     /// The last lines the process logged.
     pub fn log(&self) -> String {
         self.log.lock().map(|l| l.iter().cloned().collect::<Vec<_>>().join("\n")).unwrap_or_default()

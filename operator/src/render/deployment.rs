@@ -85,8 +85,17 @@ pub fn desired_deployment(group: &Group<'_>, settings: &GatewaySettings) -> Opti
     })
 }
 
+/// How long a terminating gateway waits for its Service to stop sending it new
+/// connections (`--shutdown-delay`) before it closes its listener.
+const SHUTDOWN_DELAY: &str = "5s";
+
+/// How long a terminating gateway may take in all: the delay above, then the requests in
+/// flight, long streams included (the default 30 s would cut them at every rollout).
+const TERMINATION_GRACE_SECONDS: i64 = 300;
+
 fn pod_spec(group: &Group<'_>, settings: &GatewaySettings, refs: &BTreeSet<(String, String)>) -> PodSpec {
     PodSpec {
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
         // The gateway never talks to the Kubernetes API.
         automount_service_account_token: Some(false),
         security_context: Some(PodSecurityContext {
@@ -145,6 +154,8 @@ fn container(settings: &GatewaySettings) -> Container {
         &format!("0.0.0.0:{GATEWAY_PORT}"),
         "--auth",
         settings.auth.as_str(),
+        "--shutdown-delay",
+        SHUTDOWN_DELAY,
     ];
     let probe = |path: &str| Probe {
         http_get: Some(HTTPGetAction { path: Some(path.into()), port: IntOrString::String("http".into()), ..HTTPGetAction::default() }),
