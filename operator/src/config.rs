@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
 
 use crate::render::{GatewayAuth, GatewaySettings, default_image};
 
@@ -64,6 +64,11 @@ pub struct Cli {
     /// (default: requests cpu 100m, memory 64Mi; limits memory 256Mi).
     #[arg(long, env = "SLUICE_GATEWAY_RESOURCES", value_parser = parse_resources)]
     pub gateway_resources: Option<ResourceRequirements>,
+    /// Extra environment of every gateway container, as the JSON of a list of core/v1
+    /// EnvVar: an egress proxy (HTTPS_PROXY, NO_PROXY), a CA bundle (SSL_CERT_FILE),
+    /// RUST_LOG. The variables the operator sets itself cannot be overridden.
+    #[arg(long, env = "SLUICE_GATEWAY_ENV", value_parser = parse_env)]
+    pub gateway_env: Option<GatewayEnv>,
     /// How often statuses are refreshed from the ledger.
     #[arg(long, env = "SLUICE_STATUS_INTERVAL", default_value = "30s", value_parser = parse_interval)]
     pub status_interval: Duration,
@@ -94,6 +99,7 @@ impl Cli {
                 replicas: self.gateway_replicas,
                 auth: self.gateway_auth,
                 resources: self.gateway_resources.unwrap_or_else(crate::render::default_resources),
+                env: self.gateway_env.map(|e| e.0).unwrap_or_default(),
             },
             status_interval: self.status_interval,
             leader_election: self.leader_election.then(|| self.lease_namespace.unwrap_or_else(|| default_namespace.into())),
@@ -106,6 +112,23 @@ impl Cli {
 
 fn parse_resources(text: &str) -> Result<ResourceRequirements, String> {
     serde_json::from_str(text).map_err(|e| format!("not the JSON of a ResourceRequirements: {e}"))
+}
+
+/// The value of `--gateway-env` (one JSON list, not a repeated flag).
+#[derive(Clone, Debug)]
+pub struct GatewayEnv(pub Vec<EnvVar>);
+
+fn parse_env(text: &str) -> Result<GatewayEnv, String> {
+    let env: Vec<EnvVar> = serde_json::from_str(text).map_err(|e| format!("not the JSON of a list of EnvVar: {e}"))?;
+    for var in &env {
+        if var.name.is_empty() {
+            return Err("an EnvVar has an empty name".into());
+        }
+        if crate::render::OWN_GATEWAY_ENV.contains(&var.name.as_str()) {
+            return Err(format!("{:?} is set by the operator and cannot be overridden", var.name));
+        }
+    }
+    Ok(GatewayEnv(env))
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -147,6 +170,7 @@ mod tests {
             "--gateway-replicas=3",
             "--gateway-auth=none",
             r#"--gateway-resources={"limits":{"memory":"1Gi"}}"#,
+            r#"--gateway-env=[{"name":"HTTPS_PROXY","value":"http://proxy.internal:3128"}]"#,
             "--status-interval=10s",
             "--leader-election",
             "--lease-namespace=ops",
@@ -159,6 +183,8 @@ mod tests {
         assert_eq!(config.gateway.replicas, 3);
         assert_eq!(config.gateway.auth, GatewayAuth::None);
         assert_eq!(config.gateway.resources.limits.unwrap()["memory"].0, "1Gi");
+        assert_eq!(config.gateway.env[0].name, "HTTPS_PROXY");
+        assert_eq!(config.gateway.env[0].value.as_deref(), Some("http://proxy.internal:3128"));
         assert_eq!(config.status_interval, Duration::from_secs(10));
         assert_eq!(config.leader_election.as_deref(), Some("ops"));
         assert_eq!(config.listen, Some("127.0.0.1:9090".parse().unwrap()));
@@ -175,6 +201,10 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_the_reason() {
+        let err = parse(&["--ledger-url=x", r#"--gateway-env=[{"name":"SLUICE_LEDGER_URL","value":"x"}]"#]).unwrap_err().to_string();
+        assert!(err.contains("\"SLUICE_LEDGER_URL\" is set by the operator"), "{err}");
+        let err = parse(&["--ledger-url=x", r#"--gateway-env={"name":"A"}"#]).unwrap_err().to_string();
+        assert!(err.contains("not the JSON of a list of EnvVar"), "{err}");
         let err = parse(&["--ledger-url=x", "--gateway-resources=cpu"]).unwrap_err().to_string();
         assert!(err.contains("not the JSON of a ResourceRequirements"), "{err}");
         let err = parse(&["--ledger-url=x", "--gateway-auth=basic"]).unwrap_err().to_string();

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sluice_crds::Snapshot;
@@ -85,7 +85,12 @@ pub struct GatewaySettings {
     pub auth: GatewayAuth,
     /// Container resources.
     pub resources: ResourceRequirements,
+    /// Extra environment variables, after the operator's own.
+    pub env: Vec<EnvVar>,
 }
+
+/// The gateway environment variables the operator sets itself.
+pub const OWN_GATEWAY_ENV: [&str; 2] = ["SLUICE_LEDGER_URL", "POD_NAME"];
 
 impl GatewaySettings {
     /// The defaults of the operator's flags.
@@ -95,6 +100,7 @@ impl GatewaySettings {
             replicas: 2,
             auth: GatewayAuth::Keys,
             resources: default_resources(),
+            env: Vec::new(),
         }
     }
 }

@@ -108,6 +108,23 @@ fn deployment_matches_golden() {
 }
 
 #[test]
+fn extra_gateway_env_comes_after_the_operators_own() {
+    let v = view_of(&upstreams(), &routes());
+    let owners = v.owners();
+    let proxy = k8s_openapi::api::core::v1::EnvVar {
+        name: "HTTPS_PROXY".into(),
+        value: Some("http://proxy.internal:3128".into()),
+        ..Default::default()
+    };
+    let with_env = GatewaySettings { env: vec![proxy.clone()], ..settings() };
+    let d = desired_deployment(&v.group(&owners), &with_env).unwrap();
+    let env = d.spec.template.spec.unwrap().containers[0].env.clone().unwrap();
+    let names: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["SLUICE_LEDGER_URL", "POD_NAME", "HTTPS_PROXY"]);
+    assert_eq!(env[2], proxy);
+}
+
+#[test]
 fn service_pdb_and_secret_match_golden() {
     let v = view_of(&upstreams(), &routes());
     let owners = v.owners();

@@ -88,6 +88,7 @@ NON_DEFAULT: dict[str, Any] = {
         "replicas": 4,
         "auth": "none",
         "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": 2, "memory": "1Gi"}},
+        "env": [{"name": "HTTPS_PROXY", "value": "http://proxy.internal:3128"}, {"name": "NO_PROXY", "value": ".svc"}],
     },
     "image": {"registry": "registry.example.com/platform", "tag": "1.2.3", "pullPolicy": "Always"},
     "serviceMonitor": {"enabled": True},

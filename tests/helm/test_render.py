@@ -125,6 +125,7 @@ def test_operator_env_follows_non_default_values(non_default_objects):
     assert env["SLUICE_GATEWAY_REPLICAS"] == "4"
     assert env["SLUICE_GATEWAY_AUTH"] == "none"
     assert json.loads(env["SLUICE_GATEWAY_RESOURCES"]) == NON_DEFAULT["gateway"]["resources"]
+    assert json.loads(env["SLUICE_GATEWAY_ENV"]) == NON_DEFAULT["gateway"]["env"]
     assert env["SLUICE_LEADER_ELECTION"] == "true"
     assert c["image"] == "registry.example.com/platform/sluice-operator:1.2.3"
     assert c["imagePullPolicy"] == "Always"

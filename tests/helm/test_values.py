@@ -34,6 +34,7 @@ ADDED_KEYS = {
     "operator.resources",
     "image.pullPolicy",
     "prometheusRule.objective",
+    "gateway.env",
 }
 def load_schema() -> dict[str, Any]:
     return json.loads((CHART / "values.schema.json").read_text())
@@ -143,6 +144,9 @@ def test_schema_refuses_an_unknown_values_key(values, where):
         ({"prometheusRule": {"objective": "100"}}, "/prometheusRule/objective"),
         ({"prometheusRule": {"objective": 99.9}}, "/prometheusRule/objective"),
         ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+        ({"gateway": {"env": [{"value": "x"}]}}, "/gateway/env/0"),
+        ({"gateway": {"env": [{"name": "POD_NAME", "value": "x"}]}}, "/gateway/env/0/name"),
+        ({"gateway": {"env": {"HTTPS_PROXY": "x"}}}, "/gateway/env"),
     ],
 )
 def test_schema_refuses_invalid_values(values, where):

@@ -183,7 +183,10 @@ fn container(settings: &GatewaySettings) -> Container {
                 }),
                 ..EnvVar::default()
             },
-        ]),
+        ]
+        .into_iter()
+        .chain(settings.env.iter().cloned())
+        .collect()),
         ports: Some(vec![ContainerPort {
             name: Some("http".into()),
             container_port: GATEWAY_PORT,
