@@ -205,18 +205,12 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
         let mut tick = tokio::time::interval(reload_every);
         loop {
             tick.tick().await;
-            if let Some(rt) = g.current.get() {
-                // Rotated keys are picked up even when the config did not change.
-                g.secrets.refresh(&rt.snapshot);
-            }
-            let now = source.fingerprint(g.secrets.dir());
-            if now == last {
-                continue;
-            }
-            last = now;
-            match g.reload() {
-                Ok(routes) => tracing::info!(routes, "configuration reloaded"),
-                Err(e) => tracing::error!("new configuration refused, the previous one keeps serving: {e}"),
+            // File reads and a reload's parsing block: keep them off the threads that
+            // serve requests (a slow volume would otherwise stall every request).
+            let (g, source) = (g.clone(), source.clone());
+            match tokio::task::spawn_blocking(move || reload_if_changed(&g, &source, last)).await {
+                Ok(now) => last = now,
+                Err(e) => tracing::error!(error = %e, "the configuration check failed"),
             }
         }
     }));
@@ -246,6 +240,23 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
         }));
     }
     Loops(handles)
+}
+
+/// Picks up rotated keys, and reloads the config if its files changed since `last`;
+/// returns the files' fingerprint now.
+fn reload_if_changed(g: &Gateway, source: &Source, last: u64) -> u64 {
+    if let Some(rt) = g.current.get() {
+        // Rotated keys are picked up even when the config did not change.
+        g.secrets.refresh(&rt.snapshot);
+    }
+    let now = source.fingerprint(g.secrets.dir());
+    if now != last {
+        match g.reload() {
+            Ok(routes) => tracing::info!(routes, "configuration reloaded"),
+            Err(e) => tracing::error!("new configuration refused, the previous one keeps serving: {e}"),
+        }
+    }
+    now
 }
 
 /// Resolves on SIGINT or SIGTERM.
