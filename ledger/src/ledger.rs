@@ -111,6 +111,11 @@ impl Ledger {
         })
     }
 
+    /// Whether the database is Postgres (some statements have a faster Postgres form).
+    pub(crate) fn is_postgres(&self) -> bool {
+        self.inner.backend == Backend::Postgres
+    }
+
     /// `"sqlite"` or `"postgres"`.
     pub fn kind(&self) -> &'static str {
         match self.inner.backend {

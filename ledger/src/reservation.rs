@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::error::LedgerError;
 use crate::ledger::Ledger;
 
+mod postgres;
 mod store;
 
 /// An open hold on an account's money. Settle it with [`Reservation::settle`] or give it
