@@ -58,7 +58,6 @@ impl Ledger {
 
     /// Settles open reservation `id`; `None` when it is not open (settled, released or
     /// expired already): nothing was written then.
-    #[expect(clippy::too_many_arguments, reason = "the columns of one statement")]
     pub(super) async fn settle_pg(
         &self,
         id: i64,
