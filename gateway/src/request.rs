@@ -88,10 +88,11 @@ impl ClientRequest {
         let Body::Object(m) = parsed else {
             return Err(invalid("request body must be a JSON object"));
         };
-        let text = body.trim_ascii_start();
+        // Where a member's value sits in the body.
+        let span = |raw: &RawValue| offset(body, raw.get())..offset(body, raw.get()) + raw.get().len();
         let (model, model_at) = match m.model {
             Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
-                Ok(Value::String(s)) if !s.is_empty() => (s, offset(body, raw.get())..offset(body, raw.get()) + raw.get().len()),
+                Ok(Value::String(s)) if !s.is_empty() => (s, span(raw)),
                 _ => return Err(invalid("'model' must be a non-empty string")),
             },
             None => return Err(invalid("you must provide a 'model' parameter")),
@@ -126,7 +127,6 @@ impl ClientRequest {
                 },
             }
         }
-        let span = |raw: &RawValue| offset(body, raw.get())..offset(body, raw.get()) + raw.get().len();
         let max_tokens_null = m.max_tokens.filter(|r| r.get() == "null").map(span);
         let (wants_usage, stream_options) = match (value(m.stream_options), m.stream_options) {
             (None, _) | (_, None) => (false, None),
@@ -146,7 +146,7 @@ impl ClientRequest {
             }
             (Some(_), _) => return Err(invalid("'stream_options' must be an object")),
         };
-        let open = body.len() - text.len() + 1;
+        let open = body.len() - body.trim_ascii_start().len() + 1;
         Ok(Self {
             endpoint,
             model,
