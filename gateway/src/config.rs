@@ -47,22 +47,12 @@ pub struct EndpointUrls {
     pub completions: Uri,
     /// Embeddings.
     pub embeddings: Uri,
-    /// The `Host` header of every request (`host[:port]`, the port only when it is not
-    /// the scheme's default), made once instead of by the client on every request.
-    pub host: http::HeaderValue,
 }
 
 impl EndpointUrls {
     fn parse(base: &str) -> Result<Self, BuildError> {
         use crate::request::Endpoint;
-        let parsed = url::Url::parse(base).map_err(|e| BuildError::Url(base.to_string(), e.to_string()))?;
-        let host = match (parsed.host_str(), parsed.port()) {
-            (Some(h), Some(p)) => format!("{h}:{p}"),
-            (Some(h), None) => h.to_string(),
-            (None, _) => return Err(BuildError::Url(base.to_string(), "no host".into())),
-        };
         Ok(Self {
-            host: http::HeaderValue::from_str(&host).map_err(|e| BuildError::Url(base.to_string(), e.to_string()))?,
             base: uri(base)?,
             chat: uri(&format!("{base}{}", Endpoint::Chat.upstream_path()))?,
             completions: uri(&format!("{base}{}", Endpoint::Completions.upstream_path()))?,
@@ -216,12 +206,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoint_urls_carry_the_host_header_with_a_port_only_when_not_default() {
-        let host = |base: &str| EndpointUrls::parse(base).unwrap().host.to_str().unwrap().to_string();
-        assert_eq!(host("http://127.0.0.1:9101/v1"), "127.0.0.1:9101");
-        assert_eq!(host("https://api.openai.example/v1"), "api.openai.example");
-        assert_eq!(host("https://api.openai.example:443/v1"), "api.openai.example");
-        assert_eq!(host("http://[::1]:8000/v1"), "[::1]:8000");
+    fn endpoint_urls_are_the_base_url_and_the_openai_paths() {
+        let urls = EndpointUrls::parse("http://[::1]:8000/v1").unwrap();
+        assert_eq!(urls.chat, "http://[::1]:8000/v1/chat/completions");
+        // The WHATWG parser drops a scheme's default port.
+        let urls = EndpointUrls::parse("https://api.openai.example:443/v1").unwrap();
+        assert_eq!(urls.completions, "https://api.openai.example/v1/completions");
         let urls = EndpointUrls::parse("https://api.openai.example/v1").unwrap();
         assert_eq!(urls.chat, "https://api.openai.example/v1/chat/completions");
         assert_eq!(urls.of(crate::request::Endpoint::Embeddings), "https://api.openai.example/v1/embeddings");

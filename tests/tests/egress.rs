@@ -24,11 +24,18 @@ struct TlsFront {
     base: String,
     ca_pem: String,
     handshakes: Arc<AtomicUsize>,
+    /// The ALPN protocol each handshake settled on.
+    protocols: Arc<Mutex<Vec<Option<Vec<u8>>>>>,
     _task: tokio::task::JoinHandle<()>,
 }
 
 impl TlsFront {
     async fn start(behind: &ChaosUpstream) -> anyhow::Result<Self> {
+        Self::start_with_alpn(behind, Vec::new()).await
+    }
+
+    /// As `start`, offering these ALPN protocols (a hosted provider offers h2).
+    async fn start_with_alpn(behind: &ChaosUpstream, alpn: Vec<Vec<u8>>) -> anyhow::Result<Self> {
         let ca_key = rcgen::KeyPair::generate()?;
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
         ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -37,29 +44,34 @@ impl TlsFront {
         let leaf_key = rcgen::KeyPair::generate()?;
         let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])?;
         let leaf_cert = leaf.signed_by(&leaf_key, &rcgen::Issuer::new(ca, &ca_key))?;
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_single_cert(vec![leaf_cert.der().clone()], rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).map_err(anyhow::Error::msg)?)?;
+        config.alpn_protocols = alpn;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let target = behind.base.trim_start_matches("http://").to_string();
         let handshakes = Arc::new(AtomicUsize::new(0));
-        let counted = handshakes.clone();
+        let protocols: Arc<Mutex<Vec<Option<Vec<u8>>>>> = Arc::default();
+        let (counted, negotiated) = (handshakes.clone(), protocols.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, target, counted) = (acceptor.clone(), target.clone(), counted.clone());
+                let (acceptor, target, counted, negotiated) = (acceptor.clone(), target.clone(), counted.clone(), negotiated.clone());
                 tokio::spawn(async move {
                     let Ok(mut tls) = acceptor.accept(tcp).await else { return };
                     counted.fetch_add(1, Ordering::SeqCst);
+                    if let Ok(mut p) = negotiated.lock() {
+                        p.push(tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec));
+                    }
                     if let Ok(mut plain) = TcpStream::connect(&target).await {
                         let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
                     }
                 });
             }
         });
-        Ok(Self { base: format!("https://localhost:{port}/v1"), ca_pem: ca_cert.pem(), handshakes, _task: task })
+        Ok(Self { base: format!("https://localhost:{port}/v1"), ca_pem: ca_cert.pem(), handshakes, protocols, _task: task })
     }
 }
 
@@ -178,6 +190,32 @@ async fn an_https_upstream_is_served_when_its_ca_is_trusted_and_refused_when_not
     let log = untrusted.log();
     assert!(log.contains("UnknownIssuer") || log.contains("certificate"), "the log names the certificate problem:\n{log}");
     assert_eq!(inner.requests(), 3, "nothing was sent over an untrusted connection");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_https_upstream_offering_h2_is_called_over_http2() -> anyhow::Result<()> {
+    let _serial = serial().await;
+    // The chaos upstream behind the TLS front speaks HTTP/2 too (prior knowledge).
+    let inner = ChaosUpstream::start("inner").await?;
+    let front = TlsFront::start_with_alpn(&inner, vec![b"h2".to_vec(), b"http/1.1".to_vec()]).await?;
+    let docs = [upstream_doc("secure", &front.base), route("r", "h2-model", &[("secure", 100)])];
+    let s = setup(&yaml(&docs))?;
+    let ca = s.dir.path().join("ca.pem");
+    std::fs::write(&ca, &front.ca_pem)?;
+    let ca = ca.display().to_string();
+    let gw = GatewayProcess::serve_with_env(&s.args, &env_with(&[("SSL_CERT_FILE", &ca)])).await?;
+    let client = gw.client()?;
+    for _ in 0..3 {
+        let r = client.chat("h2-model", json!({})).await?;
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), gw.log());
+        assert_eq!(r.header("x-sluice-attempts"), Some("1"));
+    }
+    let stream = client.chat_stream("h2-model", json!({})).await?;
+    assert!(stream.complete(), "a stream over HTTP/2: {:?}\n{}", stream.datas(), gw.log());
+    let protocols = front.protocols.lock().map(|p| p.clone()).unwrap_or_default();
+    assert_eq!(protocols, vec![Some(b"h2".to_vec())], "one HTTP/2 connection carried every request");
+    assert_eq!(inner.requests(), 4);
     Ok(())
 }
 

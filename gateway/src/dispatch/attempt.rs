@@ -86,7 +86,8 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
     *request.method_mut() = Method::POST;
     *request.uri_mut() = upstream.urls.of(spec.endpoint).clone();
     let headers = request.headers_mut();
-    headers.insert(header::HOST, upstream.urls.host.clone());
+    // No Host header here: the client adds it on HTTP/1 connections only; on HTTP/2
+    // (ALPN with a hosted provider) the authority travels as :authority.
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(X_REQUEST_ID, spec.request_id.header());
     if spec.stream {
