@@ -72,7 +72,7 @@ impl EndpointUrls {
 
 /// Parses a URL as the WHATWG parser does (percent-encoding, IDNA, default ports), then
 /// into the `Uri` the HTTP client sends.
-fn uri(text: &str) -> Result<Uri, BuildError> {
+pub(crate) fn uri(text: &str) -> Result<Uri, BuildError> {
     let url = url::Url::parse(text).map_err(|e| BuildError::Url(text.to_string(), e.to_string()))?;
     Uri::try_from(url.as_str()).map_err(|e| BuildError::Url(text.to_string(), e.to_string()))
 }
@@ -142,10 +142,10 @@ impl Carry {
         if let Some(c) = map.get(&(connect_ms, route.clone())) {
             return Ok(c.clone());
         }
-        if let egress::Route::Proxy(proxy) = &route {
-            tracing::info!(%base, %proxy, "upstream connections go through the egress proxy");
+        if let egress::Route::Proxy { .. } = &route {
+            tracing::info!(%base, proxy = %route, "upstream connections go through the egress proxy");
         }
-        let client = egress::client(Duration::from_millis(connect_ms), &route, base)?;
+        let client = egress::client(Duration::from_millis(connect_ms), &route)?;
         map.insert((connect_ms, route), client.clone());
         Ok(client)
     }

@@ -43,9 +43,6 @@ pub enum EgressError {
     /// The TLS configuration could not be built.
     #[error("TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
-    /// The proxy named by the environment is not a usable URI.
-    #[error("proxy {0:?} from the environment: {1}")]
-    Proxy(String, String),
 }
 
 /// Where an upstream's connections go: straight to it, or through a `CONNECT` proxy.
@@ -53,8 +50,29 @@ pub enum EgressError {
 pub enum Route {
     /// A direct TCP connection.
     Direct,
-    /// A tunnel through this proxy (its URI with any credentials removed, for logs).
-    Proxy(String),
+    /// A tunnel through this proxy, with these credentials.
+    Proxy {
+        /// The proxy.
+        uri: Uri,
+        /// Its `Proxy-Authorization`, from `user:password@` in the variable.
+        auth: Option<http::HeaderValue>,
+    },
+}
+
+impl std::fmt::Display for Route {
+    /// `direct`, or the proxy without its credentials (for logs).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Route::Direct => f.write_str("direct"),
+            Route::Proxy { uri, .. } => {
+                write!(f, "{}://{}", uri.scheme_str().unwrap_or("http"), uri.host().unwrap_or("?"))?;
+                match uri.port_u16() {
+                    Some(port) => write!(f, ":{port}"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
 }
 
 /// The connector under TLS: a TCP connection, tunnelled through a proxy or not.
@@ -102,13 +120,20 @@ pub fn proxies() -> &'static Matcher {
 /// How connections to `base` leave the process.
 pub fn route_for(base: &Uri) -> Route {
     match proxies().intercept(base) {
-        Some(proxy) => Route::Proxy(redacted(proxy.uri())),
+        Some(proxy) => {
+            // Sensitive: `Debug` of the route prints it masked.
+            let auth = proxy.basic_auth().cloned().map(|mut a| {
+                a.set_sensitive(true);
+                a
+            });
+            Route::Proxy { uri: proxy.uri().clone(), auth }
+        }
         None => Route::Direct,
     }
 }
 
 /// Builds the client for upstreams with this connect timeout and egress route.
-pub fn client(connect_timeout: Duration, route: &Route, base: &Uri) -> Result<UpstreamClient, EgressError> {
+pub fn client(connect_timeout: Duration, route: &Route) -> Result<UpstreamClient, EgressError> {
     let mut tcp = HttpConnector::new();
     tcp.set_connect_timeout(Some(connect_timeout));
     tcp.set_nodelay(true);
@@ -116,13 +141,12 @@ pub fn client(connect_timeout: Duration, route: &Route, base: &Uri) -> Result<Up
     tcp.enforce_http(false);
     let egress = match route {
         Route::Direct => Egress::Direct(tcp),
-        Route::Proxy(shown) => {
-            let intercept = proxies().intercept(base).ok_or_else(|| EgressError::Proxy(shown.clone(), "no longer set".into()))?;
-            let mut tunnel = Tunnel::new(intercept.uri().clone(), tcp);
-            if let Some(auth) = intercept.basic_auth() {
-                tunnel = tunnel.with_auth(auth.clone());
-            }
-            Egress::Tunnel(tunnel)
+        Route::Proxy { uri, auth } => {
+            let tunnel = Tunnel::new(uri.clone(), tcp);
+            Egress::Tunnel(match auth {
+                Some(auth) => tunnel.with_auth(auth.clone()),
+                None => tunnel,
+            })
         }
     };
     let https = HttpsConnectorBuilder::new()
@@ -157,15 +181,6 @@ fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
         .with_no_client_auth();
     // ALPN (h2, http/1.1) is set by the connector builder from the enabled protocols.
     Ok(config)
-}
-
-/// A proxy URI without its user and password.
-fn redacted(uri: &Uri) -> String {
-    let host = uri.host().unwrap_or("?");
-    match uri.port_u16() {
-        Some(port) => format!("{}://{host}:{port}", uri.scheme_str().unwrap_or("http")),
-        None => format!("{}://{host}", uri.scheme_str().unwrap_or("http")),
-    }
 }
 
 /// Text of a client error and its causes, for logs and the 503 detail.

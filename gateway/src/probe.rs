@@ -52,8 +52,7 @@ pub async fn run(gw: Arc<Gateway>) {
 /// One probe: `GET {baseUrl}{path}` with the upstream's credentials, within twice the
 /// connect timeout (at least 2s). `Err` when the URL cannot be built.
 async fn probe_once(gw: &Gateway, up: &UpstreamHandle, path: &str) -> Result<Outcome, String> {
-    let url = format!("{}{}", up.cfg.base_url, path);
-    let uri = http::Uri::try_from(url.as_str()).map_err(|e| format!("{url:?}: {e}"))?;
+    let uri = crate::config::uri(&format!("{}{}", up.cfg.base_url, path)).map_err(|e| e.to_string())?;
     let mut request = http::Request::new(Full::new(Bytes::new()));
     *request.uri_mut() = uri;
     request.headers_mut().insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));

@@ -63,7 +63,7 @@ impl Sli {
         let upstreams = take_all(&self.upstreams);
         if let Err(e) = ledger.write_rollups(&routes, &upstreams).await {
             for row in routes {
-                with_row(&self.routes, row.minute, &row.route.clone(), || RouteMinute::new(row.route.clone(), row.minute), |r| r.merge(&row));
+                with_row(&self.routes, row.minute, &row.route, || RouteMinute::new(row.route.clone(), row.minute), |r| r.merge(&row));
             }
             for row in upstreams {
                 let new = || UpstreamMinute::new(row.upstream.clone(), row.minute);

@@ -128,7 +128,7 @@ class MiniKubelet:
         self.lock = threading.RLock()
         self.pods: dict[tuple[str, str], list[Pod]] = {}
         self.gone: list[Pod] = []
-        self.stopping: list[threading.Thread] = []
+        self.stopping: list[tuple[threading.Thread, Pod]] = []
         self.events: list[str] = []
         self._status_sent: dict[tuple[str, str], str] = {}
         self._stop = threading.Event()
@@ -207,7 +207,7 @@ class MiniKubelet:
                 self.pods.clear()
             for p in pods:
                 self._kill(p, "kubelet stopping")
-            for t in list(self.stopping):
+            for t, _ in list(self.stopping):
                 t.join(timeout=STOP_GRACE_MAX + 10)
 
     def _list(self, path: str) -> list[dict]:
@@ -495,16 +495,15 @@ class MiniKubelet:
             self.event(f"pod {pod.namespace}/{pod.name} stopped ({why}); exit code {code}")
 
         t = threading.Thread(target=stop, name=f"stop-{pod.name}", daemon=True)
-        t.pod = pod  # type: ignore[attr-defined]
         with self.lock:
-            self.stopping.append(t)
+            self.stopping.append((t, pod))
         t.start()
 
     def _still_stopping(self) -> list[Pod]:
         """Pods sent SIGTERM whose process has not exited yet."""
         with self.lock:
-            self.stopping = [t for t in self.stopping if t.is_alive()]
-            return [t.pod for t in self.stopping]  # type: ignore[attr-defined]
+            self.stopping = [(t, p) for t, p in self.stopping if t.is_alive()]
+            return [p for _, p in self.stopping]
 
     # ------------------------------------------------------------ status
 

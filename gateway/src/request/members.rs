@@ -104,6 +104,23 @@ impl<'de: 'a, 'a> Deserialize<'de> for Body<'a> {
     }
 }
 
+/// Fills `slot` once; a second value for the same member is refused.
+fn set_once<T, E: de::Error>(slot: &mut Option<T>, key: &Key, value: T) -> Result<(), E> {
+    if slot.is_some() {
+        return Err(E::duplicate_field(key.name()));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// The next value as raw text, checked strictly. Raw text alone is only checked for
+/// syntax; these members are small, so walking them again costs little.
+fn small<'de, A: MapAccess<'de>>(map: &mut A) -> Result<&'de RawValue, A::Error> {
+    let raw: &'de RawValue = map.next_value()?;
+    serde_json::from_str::<Walk>(raw.get()).map_err(A::Error::custom)?;
+    Ok(raw)
+}
+
 struct BodyVisitor;
 
 impl<'de> Visitor<'de> for BodyVisitor {
@@ -115,42 +132,24 @@ impl<'de> Visitor<'de> for BodyVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Body<'de>, A::Error> {
         let mut m = Members::default();
         while let Some(key) = map.next_key::<Key>()? {
-            let small = match key {
-                Key::Model => &mut m.model,
-                Key::Stream => &mut m.stream,
-                Key::MaxTokens => &mut m.max_tokens,
-                Key::MaxCompletionTokens => &mut m.max_completion_tokens,
-                Key::StreamOptions => &mut m.stream_options,
-                Key::Messages | Key::Prompt | Key::Input => {
-                    let large = match key {
-                        Key::Messages => &mut m.messages,
-                        Key::Prompt => &mut m.prompt,
-                        _ => &mut m.input,
-                    };
-                    if large.is_some() {
-                        return Err(A::Error::duplicate_field(key.name()));
-                    }
-                    *large = Some(map.next_value::<KindOf>()?.0);
-                    continue;
-                }
+            match key {
+                Key::Model => set_once(&mut m.model, &key, small(&mut map)?)?,
+                Key::Stream => set_once(&mut m.stream, &key, small(&mut map)?)?,
+                Key::MaxTokens => set_once(&mut m.max_tokens, &key, small(&mut map)?)?,
+                Key::MaxCompletionTokens => set_once(&mut m.max_completion_tokens, &key, small(&mut map)?)?,
+                Key::StreamOptions => set_once(&mut m.stream_options, &key, small(&mut map)?)?,
+                Key::Messages => set_once(&mut m.messages, &key, map.next_value::<Walk>()?.0)?,
+                Key::Prompt => set_once(&mut m.prompt, &key, map.next_value::<Walk>()?.0)?,
+                Key::Input => set_once(&mut m.input, &key, map.next_value::<Walk>()?.0)?,
                 Key::Other => {
-                    map.next_value::<Strict>()?;
-                    continue;
+                    map.next_value::<Walk>()?;
                 }
-            };
-            if small.is_some() {
-                return Err(A::Error::duplicate_field(key.name()));
             }
-            let raw: &'de RawValue = map.next_value()?;
-            // Raw text is only checked for syntax; these members are small, so walking
-            // them again strictly costs little.
-            serde_json::from_str::<Strict>(raw.get()).map_err(A::Error::custom)?;
-            *small = Some(raw);
         }
         Ok(Body::Object(Box::new(m)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Body<'de>, A::Error> {
-        Strict.visit_seq(seq).map(|_| Body::NotObject)
+        WalkVisitor.visit_seq(seq).map(|_| Body::NotObject)
     }
     fn visit_bool<E>(self, _: bool) -> Result<Body<'de>, E> {
         Ok(Body::NotObject)
@@ -172,89 +171,50 @@ impl<'de> Visitor<'de> for BodyVisitor {
     }
 }
 
-/// A large member walked strictly, keeping only its kind.
-struct KindOf(Kind);
+/// Any JSON value, walked strictly; keeps only its kind.
+struct Walk(Kind);
 
-impl<'de> Deserialize<'de> for KindOf {
+impl<'de> Deserialize<'de> for Walk {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KindVisitor;
-        impl<'de> Visitor<'de> for KindVisitor {
-            type Value = KindOf;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<KindOf, A::Error> {
-                let mut empty = true;
-                while seq.next_element::<Strict>()?.is_some() {
-                    empty = false;
-                }
-                Ok(KindOf(Kind::Array { empty }))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<KindOf, E> {
-                Ok(KindOf(Kind::String))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<KindOf, A::Error> {
-                Strict.visit_map(map).map(|_| KindOf(Kind::Other))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<KindOf, E> {
-                Ok(KindOf(Kind::Other))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<KindOf, E> {
-                Ok(KindOf(Kind::Other))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<KindOf, E> {
-                Ok(KindOf(Kind::Other))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<KindOf, E> {
-                Ok(KindOf(Kind::Other))
-            }
-            fn visit_unit<E>(self) -> Result<KindOf, E> {
-                Ok(KindOf(Kind::Other))
-            }
-        }
-        d.deserialize_any(KindVisitor)
+        d.deserialize_any(WalkVisitor)
     }
 }
 
-/// Any JSON value, walked strictly and dropped.
-struct Strict;
+struct WalkVisitor;
 
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(Strict)
-    }
-}
-
-impl<'de> Visitor<'de> for Strict {
-    type Value = Strict;
+impl<'de> Visitor<'de> for WalkVisitor {
+    type Value = Walk;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Walk, A::Error> {
+        let mut empty = true;
+        while seq.next_element::<Walk>()?.is_some() {
+            empty = false;
+        }
+        Ok(Walk(Kind::Array { empty }))
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Walk, A::Error> {
+        while map.next_entry::<Walk, Walk>()?.is_some() {}
+        Ok(Walk(Kind::Other))
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_str<E>(self, _: &str) -> Result<Walk, E> {
+        Ok(Walk(Kind::String))
     }
-    fn visit_f64<E>(self, _: f64) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_bool<E>(self, _: bool) -> Result<Walk, E> {
+        Ok(Walk(Kind::Other))
     }
-    fn visit_str<E>(self, _: &str) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_i64<E>(self, _: i64) -> Result<Walk, E> {
+        Ok(Walk(Kind::Other))
     }
-    fn visit_unit<E>(self) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_u64<E>(self, _: u64) -> Result<Walk, E> {
+        Ok(Walk(Kind::Other))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
-        while seq.next_element::<Strict>()?.is_some() {}
-        Ok(Strict)
+    fn visit_f64<E>(self, _: f64) -> Result<Walk, E> {
+        Ok(Walk(Kind::Other))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
-        while map.next_entry::<Strict, Strict>()?.is_some() {}
-        Ok(Strict)
+    fn visit_unit<E>(self) -> Result<Walk, E> {
+        Ok(Walk(Kind::Other))
     }
 }

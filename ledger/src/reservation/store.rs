@@ -38,17 +38,10 @@ impl Ledger {
             armed: true,
         };
         if self.is_postgres() {
-            if let Some(id) = self.reserve_pg(account_id, estimate_nanos, request_id, now, expires_ms).await? {
-                return Ok(reservation(id));
-            }
-            let available: Option<i64> = sqlx::query_scalar("SELECT balance_nanos - reserved_nanos FROM accounts WHERE id = $1")
-                .bind(account_id)
-                .fetch_optional(&self.inner.reader)
-                .await?;
-            return Err(match available {
-                Some(available_nanos) => LedgerError::InsufficientFunds { available_nanos, needed_nanos: estimate_nanos },
-                None => LedgerError::UnknownAccountId(account_id),
-            });
+            return match self.reserve_pg(account_id, estimate_nanos, request_id, now, expires_ms).await? {
+                Some(id) => Ok(reservation(id)),
+                None => Err(self.refusal(account_id, estimate_nanos).await?),
+            };
         }
         let mut tx = self.begin_write().await?;
         // (SQLite.) The account row first: on Postgres, where this order was measured,
@@ -65,20 +58,8 @@ impl Ledger {
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
-            let available: Option<i64> = sqlx::query_scalar(
-                "SELECT balance_nanos - reserved_nanos FROM accounts WHERE id = $1",
-            )
-            .bind(account_id)
-            .fetch_optional(&mut *tx)
-            .await?;
             tx.rollback().await?;
-            return Err(match available {
-                Some(available_nanos) => LedgerError::InsufficientFunds {
-                    available_nanos,
-                    needed_nanos: estimate_nanos,
-                },
-                None => LedgerError::UnknownAccountId(account_id),
-            });
+            return Err(self.refusal(account_id, estimate_nanos).await?);
         };
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO reservations (account_id, request_id, amount_nanos, state, \
@@ -107,6 +88,19 @@ impl Ledger {
         journal::append(&mut tx, &entry).await?;
         tx.commit().await?;
         Ok(reservation(id))
+    }
+
+    /// Why a reservation of `needed_nanos` on `account_id` was not made: what the account
+    /// has available, or that it does not exist.
+    async fn refusal(&self, account_id: i64, needed_nanos: i64) -> Result<LedgerError, LedgerError> {
+        let available: Option<i64> = sqlx::query_scalar("SELECT balance_nanos - reserved_nanos FROM accounts WHERE id = $1")
+            .bind(account_id)
+            .fetch_optional(&self.inner.reader)
+            .await?;
+        Ok(match available {
+            Some(available_nanos) => LedgerError::InsufficientFunds { available_nanos, needed_nanos },
+            None => LedgerError::UnknownAccountId(account_id),
+        })
     }
 
     /// Settles reservation `id` by id (what [`Reservation::settle`] calls). Idempotent:
