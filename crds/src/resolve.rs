@@ -17,7 +17,7 @@ use crate::snapshot::{
 use crate::upstream::Upstream;
 use crate::{duration, validate};
 
-/// Defaults of DESIGN.md §2, in one place.
+/// Defaults of docs/design.md §2, in one place.
 pub mod defaults {
     /// Upstream connect timeout.
     pub const CONNECT_MS: u64 = 2_000;

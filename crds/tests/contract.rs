@@ -1,4 +1,4 @@
-//! The CRDs' outward shape, DESIGN.md §2: group, version, scope, names, status
+//! The CRDs' outward shape, docs/design.md §2: group, version, scope, names, status
 //! subresource and printer columns, as `kubectl` users see them.
 #![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 

@@ -1,5 +1,5 @@
 //! The chaos upstream: a scriptable fake OpenAI-compatible provider
-//! (DESIGN.md §6) for tests, the demo and game days.
+//! (docs/design.md §6) for tests, the demo and game days.
 //!
 //! Start here: [`serve`] a [`ChaosState`] on a listener (or [`run`] it from
 //! the CLI), point an Upstream's `baseUrl` at it (with or without `/v1`), and

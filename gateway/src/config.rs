@@ -1,6 +1,6 @@
 //! The configuration a gateway serves: a [`Snapshot`] compiled into lookup tables with
 //! per-upstream health, HTTP clients and metric handles resolved once at load time
-//! (STYLE rule 8), swapped atomically on reload.
+//! (docs/contributing.md (conventions, rule 8)), swapped atomically on reload.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU32;

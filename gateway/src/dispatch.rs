@@ -1,4 +1,4 @@
-//! The dispatcher (DESIGN §4): walks a route's candidates in order of effective weight,
+//! The dispatcher (docs/design.md §4): walks a route's candidates in order of effective weight,
 //! gives each its share of the deadline, fails over only on retryable failures, backs
 //! off with full jitter between walks, and hedges on a first-byte timeout if asked to.
 

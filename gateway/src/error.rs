@@ -1,4 +1,4 @@
-//! Errors the gateway answers with, classified once at the edge (STYLE rule 3): one
+//! Errors the gateway answers with, classified once at the edge (docs/contributing.md (conventions, rule 3)): one
 //! place maps an error to HTTP status, OpenAI error body and the `code` metric label.
 
 use std::time::Duration;
@@ -8,7 +8,7 @@ use http::{HeaderValue, StatusCode, header};
 
 use crate::outcome::Passthrough;
 
-/// An error answered to the client in the OpenAI shape (DESIGN §3).
+/// An error answered to the client in the OpenAI shape (docs/design.md §3).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Bad JSON, missing or invalid fields.

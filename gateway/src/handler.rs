@@ -95,7 +95,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
     }
 }
 
-/// Reserves the most the request can cost on any candidate (DESIGN §5).
+/// Reserves the most the request can cost on any candidate (docs/design.md §5).
 async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &AccountRef, request_id: &RequestId) -> Result<Option<Held>, ApiError> {
     let output = req.reserved_output(route.cfg.default_max_tokens);
     let estimate = route

@@ -1,4 +1,4 @@
-//! The headers the gateway reads and writes (DESIGN §3.1), as values made once: a
+//! The headers the gateway reads and writes (docs/design.md §3.1), as values made once: a
 //! header name given as a string is parsed again on every insert.
 
 use http::{HeaderMap, HeaderName, HeaderValue};

@@ -1,6 +1,6 @@
 //! Per-upstream health in this process: the rolling success ratio behind effective
 //! weights, the circuit breaker, the 429 cooldown and first-byte statistics for the
-//! `auto` watchdog (DESIGN §4.1, §4.3).
+//! `auto` watchdog (docs/design.md §4.1, §4.3).
 //!
 //! Health is kept by upstream key and survives config reloads.
 
@@ -182,7 +182,7 @@ impl Health {
         }
         s.last_attempt = Some((now, ok));
         if ok && (trial || matches!(s.circuit, CircuitState::HalfOpen)) {
-            // A successful trial clears the failure history (DESIGN §4.1).
+            // A successful trial clears the failure history (docs/design.md §4.1).
             s.samples.clear();
             s.circuit = CircuitState::Closed;
         }
@@ -217,7 +217,7 @@ impl Health {
         }
     }
 
-    /// The first-byte watchdog limit (DESIGN §4.3).
+    /// The first-byte watchdog limit (docs/design.md §4.3).
     pub fn first_byte_limit(&self, setting: FirstByte) -> Duration {
         match setting {
             FirstByte::FixedMs(ms) => Duration::from_millis(ms),

@@ -1,4 +1,4 @@
-//! sluice-gateway: the OpenAI-compatible data plane (DESIGN.md §3–4, §6).
+//! sluice-gateway: the OpenAI-compatible data plane (docs/design.md §3–4, §6).
 //!
 //! Where to start: [`server::app`] is the router; [`handler::handle`] is one request's
 //! path (auth, validation, reservation, dispatch, answer, settlement); [`dispatch`] walks

@@ -1,5 +1,5 @@
-//! The contract metrics of DESIGN §3, registered once with typed, bounded labels
-//! (STYLE rule 7). Route and upstream names come from config, never from requests.
+//! The contract metrics of docs/design.md §3, registered once with typed, bounded labels
+//! (docs/contributing.md (conventions, rule 7)). Route and upstream names come from config, never from requests.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;

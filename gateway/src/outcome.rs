@@ -1,6 +1,6 @@
 //! What one upstream attempt came to, and whether the request may move on.
 //!
-//! Retry safety is data (STYLE rule 4): the attempt that fails decides its outcome
+//! Retry safety is data (docs/contributing.md (conventions, rule 4)): the attempt that fails decides its outcome
 //! label, whether another candidate may be tried, and whether the upstream may be
 //! tried again in a later walk of the same request.
 
@@ -74,7 +74,7 @@ impl Outcome {
     }
 
     /// A silent upstream is not tried again in the same request: retrying it only
-    /// multiplies the wait (DESIGN §4.2).
+    /// multiplies the wait (docs/design.md §4.2).
     pub fn timed_out(self) -> bool {
         matches!(self, Outcome::FirstByteTimeout | Outcome::Budget | Outcome::IdleTimeout)
     }

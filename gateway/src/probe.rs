@@ -5,7 +5,7 @@
 //! endpoint is demoted even while no traffic reaches it. A passing probe proves only
 //! that the endpoint answers, not that the model works (a model-level outage still
 //! answers `/models`), so it does not clear failures: recovery stays with the real
-//! trial requests of the dispatcher (DESIGN §4.1).
+//! trial requests of the dispatcher (docs/design.md §4.1).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Relays a committed upstream stream to the client (DESIGN §4.4): events are forwarded
+//! Relays a committed upstream stream to the client (docs/design.md §4.4): events are forwarded
 //! as they arrive, malformed ones dropped, the usage chunk stripped when the client did
 //! not ask for it, a stream that finished without `[DONE]` finalised at once, and a
 //! stream that breaks after bytes were sent ended with an SSE error event, never a clean

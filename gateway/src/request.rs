@@ -183,7 +183,7 @@ impl ClientRequest {
             }
         }
         // Usage is needed for billing; the extra chunk is stripped again if the client
-        // did not ask for it (DESIGN §4.4).
+        // did not ask for it (docs/design.md §4.4).
         let mut options = None;
         if self.stream {
             match &self.stream_options {

@@ -1,4 +1,4 @@
-//! The HTTP surface (DESIGN §3): OpenAI endpoints, models, health, readiness, metrics.
+//! The HTTP surface (docs/design.md §3): OpenAI endpoints, models, health, readiness, metrics.
 
 use std::sync::Arc;
 

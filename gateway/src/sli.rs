@@ -1,5 +1,5 @@
 //! Per-minute SLI rollups kept in memory and flushed to the ledger about every 10 s and
-//! at shutdown (DESIGN §5). A failed flush keeps its rows for the next one.
+//! at shutdown (docs/design.md §5). A failed flush keeps its rows for the next one.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

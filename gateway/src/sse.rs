@@ -1,5 +1,5 @@
 //! A minimal SSE event splitter for relaying upstream streams: events are forwarded as
-//! they complete, each read only for the fields the gateway needs (DESIGN §4.4).
+//! they complete, each read only for the fields the gateway needs (docs/design.md §4.4).
 
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;

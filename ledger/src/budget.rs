@@ -1,4 +1,4 @@
-//! Error-budget maths (DESIGN.md §2 ErrorBudget): pure functions from a policy and
+//! Error-budget maths (docs/design.md §2 ErrorBudget): pure functions from a policy and
 //! per-minute route rollups to what `status` and `sluice-gateway budgets` show.
 //!
 //! Start at [`evaluate`]. Definitions, all over whole unix minutes; a window of length

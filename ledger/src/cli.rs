@@ -1,4 +1,4 @@
-//! The `sluice-gateway admin` commands (DESIGN.md §3), as a clap subcommand tree that
+//! The `sluice-gateway admin` commands (docs/design.md §3), as a clap subcommand tree that
 //! the gateway binary mounts, and [`run_admin`], which writes to any `io::Write` so the
 //! output can be tested.
 //!

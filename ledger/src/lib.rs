@@ -1,4 +1,4 @@
-//! sluice-ledger: money and SLI storage for sluice (DESIGN.md §5).
+//! sluice-ledger: money and SLI storage for sluice (docs/design.md §5).
 //!
 //! # Where to start
 //!

@@ -1,4 +1,4 @@
-//! Reservations (DESIGN.md §5): hold an estimate before the upstream call, then settle
+//! Reservations (docs/design.md §5): hold an estimate before the upstream call, then settle
 //! the actual cost or release it. The hold is what makes overdraft impossible.
 //!
 //! Charging rule: a settlement charges `min(actual, reserved amount)` and releases the

@@ -1,4 +1,4 @@
-//! Per-minute SLI rollups (DESIGN.md §5).
+//! Per-minute SLI rollups (docs/design.md §5).
 //!
 //! Gateway pods aggregate in memory and flush every ~10 s with
 //! [`Ledger::write_rollups`], which *adds* to the stored minute, so several pods (and
@@ -28,7 +28,7 @@ pub const LATENCY_BUCKETS_MS: [u64; 22] = [
 /// Counters per histogram: one per bound plus the +Inf bucket.
 pub const LATENCY_BUCKET_COUNT: usize = LATENCY_BUCKETS_MS.len() + 1;
 
-/// The attempt outcomes of DESIGN.md §3 (`sluice_upstream_attempts_total{outcome}`).
+/// The attempt outcomes of docs/design.md §3 (`sluice_upstream_attempts_total{outcome}`).
 pub const UPSTREAM_OUTCOMES: [&str; 9] = [
     "ok",
     "http_4xx",

@@ -1,6 +1,6 @@
 //! sluice-operator: reconciles `ModelRoute`, `Upstream` and `ErrorBudget` resources into
 //! gateway Deployments, ConfigMaps and Services, and writes what the ledger observes back
-//! into their status (DESIGN.md §7).
+//! into their status (docs/design.md §7).
 //!
 //! # Where to start
 //!

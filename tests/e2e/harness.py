@@ -199,7 +199,7 @@ def http_json(method: str, url: str, body: Any = None) -> Any:
 
 @dataclass
 class Chaos:
-    """One chaos upstream (`sluice-gateway chaos`, DESIGN §6)."""
+    """One chaos upstream (`sluice-gateway chaos`, docs/design.md §6)."""
 
     name: str
     proc: Proc

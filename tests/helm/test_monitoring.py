@@ -28,7 +28,7 @@ def test_service_monitors_select_the_operator_and_every_gateway(non_default_obje
     assert op["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
     gw = one(non_default_objects, "ServiceMonitor", "sluice-gateways")
     assert gw["spec"]["namespaceSelector"] == {"any": True}
-    # The labels the operator puts on every gateway object (DESIGN §7).
+    # The labels the operator puts on every gateway object (docs/design.md §7).
     assert gw["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/name": "sluice-gateway",
         "app.kubernetes.io/managed-by": "sluice-operator",

@@ -1,5 +1,5 @@
 """The operator's RBAC is least privilege and covers what the operator calls
-(DESIGN §7; the calls are listed in charts/sluice/templates/rbac.yaml)."""
+(docs/design.md §7; the calls are listed in charts/sluice/templates/rbac.yaml)."""
 
 from __future__ import annotations
 

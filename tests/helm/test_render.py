@@ -1,4 +1,4 @@
-"""The chart renders the objects DESIGN §7/§7a promise, with default and non-default
+"""The chart renders the objects docs/design.md §7/§7a promise, with default and non-default
 values, and every built-in object is valid for the Kubernetes versions we support."""
 
 from __future__ import annotations

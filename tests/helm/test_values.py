@@ -10,7 +10,7 @@ import pytest
 
 from conftest import CHART, NON_DEFAULT, OPAQUE, helm, leaf_keys, load_values, render
 
-# DESIGN §7a, plus the keys this chart adds (docs/install.md marks them "added").
+# docs/design.md §7a, plus the keys this chart adds (docs/install.md marks them "added").
 CONTRACT_KEYS = {
     "ledger.url",
     "ledger.existingSecret",

@@ -201,7 +201,7 @@ def http_json(method: str, url: str, body: Optional[dict] = None) -> dict:
 
 @dataclass
 class Chaos:
-    """One chaos upstream (DESIGN §6), scripted through `/_chaos`."""
+    """One chaos upstream (docs/design.md §6), scripted through `/_chaos`."""
 
     name: str
     proc: Proc

@@ -1,4 +1,4 @@
-"""`--auth keys`: what the SDK's calls cost the account (DESIGN §5)."""
+"""`--auth keys`: what the SDK's calls cost the account (docs/design.md §5)."""
 
 import time
 

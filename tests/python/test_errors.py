@@ -1,4 +1,4 @@
-"""Gateway errors (DESIGN §3 table) as exceptions of the real `openai` SDK."""
+"""Gateway errors (docs/design.md §3 table) as exceptions of the real `openai` SDK."""
 
 import openai
 import pytest

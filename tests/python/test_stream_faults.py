@@ -1,4 +1,4 @@
-"""Streams that go wrong (DESIGN §4.3, §4.4), as the real `openai` SDK sees them."""
+"""Streams that go wrong (docs/design.md §4.3, §4.4), as the real `openai` SDK sees them."""
 
 import asyncio
 import time

@@ -1,4 +1,4 @@
-//! Billing checks (DESIGN §5): prices as manifests write them, the cost a settlement
+//! Billing checks (docs/design.md §5): prices as manifests write them, the cost a settlement
 //! must charge, and a sampler that watches an account while traffic runs so that
 //! `balance − reserved ≥ 0` is checked *during* the run, not only at its end.
 

@@ -2,7 +2,7 @@
 //! there is one scenario family, driven over real sockets on ephemeral ports.
 //!
 //! The harness runs everything in the test's own process and runtime:
-//! - [`upstream::ChaosUpstream`] starts a chaos upstream (DESIGN §6) on `127.0.0.1:0`
+//! - [`upstream::ChaosUpstream`] starts a chaos upstream (docs/design.md §6) on `127.0.0.1:0`
 //!   and exposes its base URL, its script and its counters; [`upstream::refused_url`]
 //!   gives a URL whose port refuses connections.
 //! - [`manifest`] builds Upstream and ModelRoute manifests as YAML.

@@ -1,5 +1,5 @@
 //! Manifests for a test: Upstream and ModelRoute documents built as JSON values and
-//! written as multi-document YAML, as a user would write them (DESIGN §2).
+//! written as multi-document YAML, as a user would write them (docs/design.md §2).
 
 use serde_json::{Map, Value, json};
 

@@ -1,5 +1,5 @@
 //! The real `sluice-gateway` binary as a child process: `serve` found through its
-//! `listening on http://ADDR` line (DESIGN §3), killed with SIGKILL to play a crash,
+//! `listening on http://ADDR` line (docs/design.md §3), killed with SIGKILL to play a crash,
 //! and the one-shot commands (`budgets`, `admin`) run to completion.
 //!
 //! The binary is `$SLUICE_GATEWAY_BIN`, else `$CARGO_TARGET_DIR/debug/sluice-gateway`,

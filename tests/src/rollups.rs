@@ -1,4 +1,4 @@
-//! What the ledger's per-minute SLI rollups say about a test's traffic (DESIGN §5):
+//! What the ledger's per-minute SLI rollups say about a test's traffic (docs/design.md §5):
 //! route totals, bad events and failovers, and upstream attempts by outcome, summed
 //! over the recent minutes.
 

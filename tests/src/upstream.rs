@@ -1,4 +1,4 @@
-//! Chaos upstreams in process (DESIGN §6): one server per upstream, so that a script
+//! Chaos upstreams in process (docs/design.md §6): one server per upstream, so that a script
 //! set with [`ChaosUpstream::script`] applies to every request the gateway sends it
 //! (the gateway does not forward a client's `x-chaos-*` headers).
 

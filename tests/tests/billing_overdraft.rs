@@ -1,4 +1,4 @@
-//! DESIGN §5 through the gateway: overdraft is impossible. 500 concurrent requests
+//! docs/design.md §5 through the gateway: overdraft is impossible. 500 concurrent requests
 //! against an account that can afford exactly 37 reservations: exactly 37 are served,
 //! the rest are refused with 402 before any upstream call, `balance − reserved` never
 //! goes below zero while they run, and the journal adds up to the final balance.

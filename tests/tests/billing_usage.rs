@@ -1,4 +1,4 @@
-//! DESIGN §5 settlement: the charge is the upstream's reported usage at the price of
+//! docs/design.md §5 settlement: the charge is the upstream's reported usage at the price of
 //! the candidate that served, for whole answers and streams alike (the gateway asks for
 //! usage even when the client did not); after a failover only that candidate is billed,
 //! at its own price; failed attempts are never billed.

@@ -1,4 +1,4 @@
-//! DESIGN §5 crash safety with the real binary: a gateway killed with SIGKILL leaves
+//! docs/design.md §5 crash safety with the real binary: a gateway killed with SIGKILL leaves
 //! its reservations open; a restarted one (any TTL of its own) releases them once they
 //! expire, charges nothing twice, and the journal still balances. And a stream whose
 //! `[DONE]` a client saw was billed, even if the gateway died right after sending it.

@@ -1,4 +1,4 @@
-//! DESIGN §5 under load with the Postgres ledger: the real gateway is killed with
+//! docs/design.md §5 under load with the Postgres ledger: the real gateway is killed with
 //! SIGKILL while ~60 requests per second (streams and whole answers) are in flight, and
 //! a new one is started on the same ledger. Compared with what the clients saw:
 //!

@@ -1,4 +1,4 @@
-//! DESIGN §4.2 per-candidate budget: remaining deadline ÷ candidates not yet tried,
+//! docs/design.md §4.2 per-candidate budget: remaining deadline ÷ candidates not yet tried,
 //! so that a hung candidate cannot eat the whole deadline; when it runs out, 504.
 
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! DESIGN §4.1 candidate order: effective weight = weight × success ratio of the
+//! docs/design.md §4.1 candidate order: effective weight = weight × success ratio of the
 //! upstream's last 100 attempts in the health window. A failing primary falls behind
 //! a healthy backup by that arithmetic; a recovered one is found again by a trial after
 //! `circuitBreaker.openFor`, or once its failures age out of the window.

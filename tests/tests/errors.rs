@@ -1,4 +1,4 @@
-//! DESIGN §3 errors: OpenAI-shaped `{"error":{"message","type","code"}}` with the
+//! docs/design.md §3 errors: OpenAI-shaped `{"error":{"message","type","code"}}` with the
 //! documented status, type and code.
 
 use serde_json::json;

@@ -1,4 +1,4 @@
-//! DESIGN §4.2 failover rules: retryable statuses move on to the next candidate,
+//! docs/design.md §4.2 failover rules: retryable statuses move on to the next candidate,
 //! other 4xx are passed through unchanged and nobody else is asked.
 
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! `oneshot`, a healthy chaos upstream and a SQLite ledger behind it): arbitrary bytes,
 //! arbitrary JSON, OpenAI-shaped bodies with wrong types and absurd values, odd
 //! headers, huge bodies, invalid UTF-8. Whatever comes in, the answer is a success or
-//! one of the documented OpenAI-shaped errors (DESIGN §3), never a 5xx made by the
+//! one of the documented OpenAI-shaped errors (docs/design.md §3), never a 5xx made by the
 //! gateway itself, never a panic. Socket-level abuse is in `hostile_socket.rs`.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! DESIGN §3 metrics: every contract metric name is exposed on `/metrics` with its
+//! docs/design.md §3 metrics: every contract metric name is exposed on `/metrics` with its
 //! labels after traffic, and label values come from config, never from requests.
 
 use serde_json::json;
@@ -42,7 +42,7 @@ async fn every_contract_metric_is_exposed_with_its_labels() -> anyhow::Result<()
     let has = |name: &str, labels: &[(&str, &str)]| all.iter().any(|s| s.name == name && has_labels(s, labels));
     let value = |name: &str, labels: &[(&str, &str)]| all.iter().find(|s| s.name == name && has_labels(s, labels)).map_or(0.0, |s| s.value);
 
-    // The contract names with their labels (DESIGN §3).
+    // The contract names with their labels (docs/design.md §3).
     assert_eq!(value("sluice_requests_total", &[("route", "chat"), ("code", "200")]), 3.0);
     assert!(has("sluice_request_duration_seconds_count", &[("route", "chat")]));
     assert!(has("sluice_request_duration_seconds_bucket", &[("route", "chat"), ("le", "0.1")]));

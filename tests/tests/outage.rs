@@ -1,10 +1,10 @@
 //! Outages on the real clock (these two tests run side by side, ~2.5 minutes):
 //!
-//! - A flapping primary (DESIGN §4.1): 503 for 60 s, then healthy, one request every
+//! - A flapping primary (docs/design.md §4.1): 503 for 60 s, then healthy, one request every
 //!   4 s, default `openFor` 30 s. The backup answers every request during the outage,
 //!   the primary is tried about once per openFor/2 (not hammered), and serves again
 //!   within 30 s of its recovery.
-//! - Error-budget consumption (DESIGN §2, §3 `budgets`): a route whose only upstream
+//! - Error-budget consumption (docs/design.md §2, §3 `budgets`): a route whose only upstream
 //!   fails with 503 for 2 minutes at 4 req/s. Once the rollups are flushed (every 1 s
 //!   here), `sluice-gateway budgets` (the real binary) shows exactly the bad and total
 //!   events the clients saw, the consumption and burn rates they imply, and the state;
@@ -77,7 +77,7 @@ fn shot_of(n: u64, at: Duration, r: anyhow::Result<sluice_tests::Reply>) -> Shot
     }
 }
 
-/// `(good, bad)` as DESIGN §2 counts them; panics on client errors or no answer.
+/// `(good, bad)` as docs/design.md §2 counts them; panics on client errors or no answer.
 fn events(shots: &[Shot]) -> (u64, u64) {
     let odd: Vec<_> = shots.iter().filter(|s| !matches!(s.status, Some(200 | 429 | 500..=599))).collect();
     assert!(odd.is_empty(), "answers that are neither good nor bad: {odd:?}");

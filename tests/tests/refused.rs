@@ -1,4 +1,4 @@
-//! DESIGN §4.2: a connect error fails over at once. A refused primary must cost almost
+//! docs/design.md §4.2: a connect error fails over at once. A refused primary must cost almost
 //! nothing compared with a route whose only candidate is healthy.
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! DESIGN §3 hot reload: manifests are re-read on change while serving; a bad new
+//! docs/design.md §3 hot reload: manifests are re-read on change while serving; a bad new
 //! version is refused and the old one keeps serving. Under ~200 req/s for 10 s, two
 //! good rewrites and one broken one cost zero failed requests.
 

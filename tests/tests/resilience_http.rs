@@ -1,4 +1,4 @@
-//! Resilience, one upstream HTTP fault per test (DESIGN §4.2): what the client sees,
+//! Resilience, one upstream HTTP fault per test (docs/design.md §4.2): what the client sees,
 //! and what the metrics and the ledger's SLI rollups (after a flush) record.
 //! Throttling is not hammered; a 500 once costs one failover; a persistent 503 is
 //! demoted after one failure (or, when everything fails, answered 503 naming every

@@ -1,4 +1,4 @@
-//! Resilience, one stream fault per test (DESIGN §4.4): a stream cut mid-answer or
+//! Resilience, one stream fault per test (docs/design.md §4.4): a stream cut mid-answer or
 //! stalled is never presented as a clean success (error event, no `[DONE]`), counts as
 //! bad, and leaves the gateway healthy; a malformed chunk is dropped; a stream without
 //! `[DONE]` is finalised at once with its usage, and billed by it.

@@ -1,4 +1,4 @@
-//! Resilience, one transport fault per test (DESIGN §4.2, §4.3): a reset before any
+//! Resilience, one transport fault per test (docs/design.md §4.2, §4.3): a reset before any
 //! header, an upstream that never answers (bounded by the first-byte watchdog for
 //! streams and by the candidate budget otherwise, and never retried in the same
 //! request), and a slow first token (failed over only when the watchdog says so).

@@ -1,4 +1,4 @@
-//! DESIGN §4.2/§4.4: once a byte reached the client there is no failover; a stream that
+//! docs/design.md §4.2/§4.4: once a byte reached the client there is no failover; a stream that
 //! breaks (reset, stall past `timeouts.idle`) ends with an SSE error event
 //! `upstream_stream_broken` and no `[DONE]`.
 

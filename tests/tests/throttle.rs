@@ -1,4 +1,4 @@
-//! DESIGN §4.2 backoff on throttling: when every candidate of a walk answered 429, the
+//! docs/design.md §4.2 backoff on throttling: when every candidate of a walk answered 429, the
 //! gateway waits (honouring `Retry-After`) and walks again, up to `maxAttempts` walks
 //! and `maxTotal` of waiting; then it answers 429 with `Retry-After`.
 

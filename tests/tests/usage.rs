@@ -1,4 +1,4 @@
-//! DESIGN §4.4 stream handling: the gateway always asks for usage and strips the usage
+//! docs/design.md §4.4 stream handling: the gateway always asks for usage and strips the usage
 //! chunk again unless the client asked for it; malformed events are dropped and the
 //! stream goes on; a stream that ends without `[DONE]` after a finish reason is
 //! finalised at once.

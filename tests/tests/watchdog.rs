@@ -1,4 +1,4 @@
-//! DESIGN §4.3 first-byte watchdog: a primary that answers `200` and then stays silent
+//! docs/design.md §4.3 first-byte watchdog: a primary that answers `200` and then stays silent
 //! is abandoned after `timeouts.firstByte` (failover), or raced against the backup
 //! (hedge); the client's headers are held until a body byte exists.
 

@@ -45,7 +45,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
-Labels the operator puts on every gateway object it renders (DESIGN §7): used by the
+Labels the operator puts on every gateway object it renders (docs/design.md §7): used by the
 ServiceMonitor, the NetworkPolicies and NOTES.txt to find gateways.
 */}}
 {{- define "sluice.gatewaySelectorLabels" -}}

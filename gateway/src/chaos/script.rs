@@ -25,7 +25,7 @@ const MAX_RETRY_AFTER_S: u64 = 86_400;
 macro_rules! script {
     ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty, )*) => {
         /// A chaos script: each field that is set changes how requests are
-        /// answered (DESIGN.md §6). `{}` means a healthy, instant provider.
+        /// answered (docs/design.md §6). `{}` means a healthy, instant provider.
         #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
         #[serde(default, deny_unknown_fields)]
         pub struct Script {

@@ -1,6 +1,6 @@
 //! Where config comes from (manifests or an operator snapshot), and the watcher that
 //! reloads it: a bad new version is refused with a logged reason and the old one keeps
-//! serving (DESIGN §3).
+//! serving (docs/design.md §3).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};

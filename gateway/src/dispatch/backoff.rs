@@ -1,4 +1,4 @@
-//! Throttling hints and jittered backoff between walks (DESIGN §4.2).
+//! Throttling hints and jittered backoff between walks (docs/design.md §4.2).
 
 use std::time::{Duration, SystemTime};
 

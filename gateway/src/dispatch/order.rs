@@ -1,4 +1,4 @@
-//! Candidate order for one walk (DESIGN §4.1): trials first, then descending effective
+//! Candidate order for one walk (docs/design.md §4.1): trials first, then descending effective
 //! weight (`weighted` picks the first at random in proportion to it), and skipped
 //! upstreams only when nothing else is left (fail open).
 

@@ -1,4 +1,4 @@
-//! DESIGN.md §5: balance − reserved ≥ 0 at every instant, under any concurrency.
+//! docs/design.md §5: balance − reserved ≥ 0 at every instant, under any concurrency.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

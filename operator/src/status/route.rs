@@ -143,7 +143,7 @@ fn candidates(config: &RouteConfig, obs: &Observations) -> Vec<CandidateStatus> 
         .iter()
         .map(|c| {
             let t = obs.upstream(&c.upstream);
-            // DESIGN §4.1: weight × recent success ratio; no data counts as 1.0.
+            // docs/design.md §4.1: weight × recent success ratio; no data counts as 1.0.
             let ratio = obs.recent_ratio(&c.upstream).unwrap_or(1.0);
             CandidateStatus {
                 upstream: c.upstream.rsplit_once('/').map_or(c.upstream.as_str(), |(_, n)| n).to_string(),
