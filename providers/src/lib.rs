@@ -3,4 +3,234 @@
 //! Clients always speak the OpenAI API to sluice. For each Upstream's `protocol` this
 //! crate builds the native request, parses a native response, transcodes a native
 //! stream incrementally into OpenAI chunks, and classifies a native error by its name
-//! before its status. It never opens a socket: the gateway's attempt drives it.
+//! before its status. It never opens a socket, reads a clock or spawns a task: the
+//! gateway's attempt drives it.
+//!
+//! An attempt uses four functions, each dispatching on [`Target::protocol`]:
+//! 1. [`build`] turns the client's [`ChatRequest`] into a [`NativeRequest`] (path to
+//!    append to the base URL, JSON body, extra headers; never auth headers).
+//! 2. On a non-2xx answer, [`classify`] turns the body and headers into an
+//!    [`UpstreamError`] whose [`ErrorKind`] says whether another candidate may be tried.
+//! 3. On a 2xx non-streamed answer, [`parse`] returns the OpenAI `chat.completion`
+//!    body and its [`Usage`].
+//! 4. On a 2xx stream, a [`transcoder`] is fed the body bytes as they arrive, split
+//!    anywhere, and returns OpenAI SSE events ([`Out`]). It always ends with the usage
+//!    chunk (`choices: []`) and `data: [DONE]`, or with an [`Out::Error`] that says
+//!    whether any content was emitted before it.
+//!
+//! Shared pieces: [`ChunkWriter`] writes the OpenAI stream side for every protocol,
+//! [`Answer`] the non-streamed side, [`sse::SseFramer`] frames SSE bodies and
+//! [`retry`] reads retry hints.
+
+mod anthropic;
+pub mod auth;
+mod chunk;
+mod completion;
+mod error;
+pub mod eventstream;
+mod gemini;
+mod openai;
+mod request;
+pub mod retry;
+pub mod sse;
+mod usage;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+pub use chunk::{ChunkWriter, FinishReason};
+pub use completion::{Answer, AnswerToolCall};
+pub use error::{ErrorKind, TranslateError, UpstreamError};
+pub use request::{
+    ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, ImageUrl, Message, NamedFunction, NamedToolChoice,
+    Role, Stop, Tool, ToolCall, ToolChoice,
+};
+pub use usage::Usage;
+
+/// The wire format of an Upstream (its `spec.protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    OpenAi,
+    AzureOpenAi,
+    Anthropic,
+    Bedrock,
+    VertexAnthropic,
+    VertexGemini,
+    Gemini,
+}
+
+impl Protocol {
+    /// The name used in `spec.protocol`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::AzureOpenAi => "azure-openai",
+            Self::Anthropic => "anthropic",
+            Self::Bedrock => "bedrock",
+            Self::VertexAnthropic => "vertex-anthropic",
+            Self::VertexGemini => "vertex-gemini",
+            Self::Gemini => "gemini",
+        }
+    }
+}
+
+/// What the candidate fixes about a call.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub protocol: Protocol,
+    /// The model (Azure: the deployment), sent as given.
+    pub model: &'a str,
+    /// The output token limit when the client sets none (Anthropic requires one).
+    pub default_max_tokens: u32,
+    /// The `anthropic-version` header; `2023-06-01` when `None`.
+    pub anthropic_version: Option<&'a str>,
+    /// Azure's `api-version` query parameter.
+    pub azure_api_version: Option<&'a str>,
+    pub gcp_project: Option<&'a str>,
+    pub gcp_location: Option<&'a str>,
+}
+
+impl<'a> Target<'a> {
+    /// A target with no optional settings.
+    pub fn new(protocol: Protocol, model: &'a str, default_max_tokens: u32) -> Self {
+        Self {
+            protocol,
+            model,
+            default_max_tokens,
+            anthropic_version: None,
+            azure_api_version: None,
+            gcp_project: None,
+            gcp_location: None,
+        }
+    }
+}
+
+/// A native request: the path (and query) to append to the upstream's base URL, the
+/// JSON body and extra headers. Auth headers are the gateway's to add.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeRequest {
+    pub path: String,
+    pub body: Bytes,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// A parsed non-streamed answer: the OpenAI `chat.completion` JSON and its usage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    pub body: Bytes,
+    pub usage: Usage,
+}
+
+/// What the gateway fixes about an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnswerOpts {
+    /// The response id, used when the provider gives none.
+    pub id: String,
+    /// Unix seconds, for `created`.
+    pub created: u64,
+}
+
+/// Incrementally turns a native 2xx stream body into OpenAI SSE events.
+pub trait Transcoder {
+    /// Feeds the next body bytes, split anywhere, and returns the events they complete.
+    fn feed(&mut self, bytes: &[u8]) -> Vec<Out>;
+    /// The body ended. A stream that ended without its native end marker is an error.
+    fn finish(&mut self) -> Vec<Out>;
+}
+
+/// One output of a [`Transcoder`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// One OpenAI SSE event, `data: {chunk}\n\n`; `content` when it carries text or
+    /// tool-call content (the stream commits on the first such event).
+    Event { bytes: Bytes, content: bool },
+    /// The final usage chunk and `data: [DONE]` were emitted; nothing follows.
+    Done,
+    /// An error event or exception frame; nothing follows. `before_content` tells the
+    /// attempt that no content was emitted, so it may still fail over.
+    Error { error: UpstreamError, before_content: bool },
+}
+
+/// Builds the native request for `target`; `stream` selects the streaming endpoint.
+pub fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Result<NativeRequest, TranslateError> {
+    match target.protocol {
+        Protocol::OpenAi | Protocol::AzureOpenAi => openai::build(target, req, stream),
+        Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::build(target, req, stream),
+        Protocol::Gemini | Protocol::VertexGemini => gemini::build(target, req, stream),
+        Protocol::Bedrock => Err(bedrock_pending()),
+    }
+}
+
+/// Parses a 2xx non-streamed answer. An error object in a 2xx body is classified.
+pub fn parse(target: &Target<'_>, body: &[u8], opts: &AnswerOpts) -> Result<Completion, UpstreamError> {
+    match target.protocol {
+        Protocol::OpenAi | Protocol::AzureOpenAi => openai::parse(target, body, opts),
+        Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::parse(target, body, opts),
+        Protocol::Gemini | Protocol::VertexGemini => gemini::parse(target, body, opts),
+        Protocol::Bedrock => Err(UpstreamError::new(ErrorKind::InvalidRequest, 200, bedrock_pending().to_string(), None)),
+    }
+}
+
+/// Classifies an error answer by the provider's error name first, then its status.
+/// `now_unix_ms` resolves retry hints given as dates.
+pub fn classify(target: &Target<'_>, status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
+    match target.protocol {
+        Protocol::OpenAi | Protocol::AzureOpenAi => openai::classify(status, headers, body, now_unix_ms),
+        Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::classify(status, headers, body, now_unix_ms),
+        Protocol::Gemini | Protocol::VertexGemini => gemini::classify(status, headers, body, now_unix_ms),
+        Protocol::Bedrock => generic_error(status, headers, body, now_unix_ms),
+    }
+}
+
+/// A transcoder for a 2xx stream from `target`.
+pub fn transcoder(target: &Target<'_>, opts: AnswerOpts) -> Box<dyn Transcoder + Send> {
+    match target.protocol {
+        Protocol::OpenAi | Protocol::AzureOpenAi => Box::new(openai::Passthrough::new(opts)),
+        Protocol::Anthropic | Protocol::VertexAnthropic => Box::new(anthropic::StreamTranscoder::new(opts)),
+        Protocol::Gemini | Protocol::VertexGemini => Box::new(gemini::StreamTranscoder::new(opts)),
+        Protocol::Bedrock => Box::new(Failing(Some(UpstreamError::new(
+            ErrorKind::InvalidRequest,
+            200,
+            bedrock_pending().to_string(),
+            None,
+        )))),
+    }
+}
+
+// Bedrock lands in its own module; until then its arms answer with this.
+fn bedrock_pending() -> TranslateError {
+    TranslateError::unsupported("protocol", "bedrock is not implemented yet")
+}
+
+/// An error answer classified by status alone, with the raw body as its message.
+pub(crate) fn generic_error(status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
+    let message = String::from_utf8_lossy(body).chars().take(1000).collect::<String>();
+    UpstreamError::new(ErrorKind::from_status(status), status, message, None)
+        .with_retry_after(retry::from_headers(headers, now_unix_ms))
+}
+
+/// A transcoder that only reports one error.
+struct Failing(Option<UpstreamError>);
+
+impl Transcoder for Failing {
+    fn feed(&mut self, _bytes: &[u8]) -> Vec<Out> {
+        self.finish()
+    }
+    fn finish(&mut self) -> Vec<Out> {
+        self.0.take().map(|error| Out::Error { error, before_content: true }).into_iter().collect()
+    }
+}
+
+/// Percent-encodes `s` as ONE path segment (or query value): everything but RFC 3986
+/// unreserved characters is encoded, so `/` and `:` in model ids survive.
+pub fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

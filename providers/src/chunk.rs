@@ -1,0 +1,172 @@
+//! Writes the OpenAI `chat.completion.chunk` SSE events every transcoder emits, so the
+//! streaming contract of docs/design.md §9 is implemented once: tool-call indexes are
+//! a per-response counter, a call's first delta carries id, type, name and `""`
+//! arguments, a call without arguments ends with `"{}"`, and the stream always ends
+//! with the usage chunk and `[DONE]`.
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::{AnswerOpts, Out, UpstreamError, Usage};
+
+/// OpenAI's finish reasons; transcoders map every native reason onto one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::ContentFilter => "content_filter",
+        }
+    }
+}
+
+/// The OpenAI side of one streamed answer.
+#[derive(Debug)]
+pub struct ChunkWriter {
+    id: String,
+    created: u64,
+    model: String,
+    role_sent: bool,
+    content: bool,
+    /// Per tool call (by OpenAI index): whether any argument text was emitted.
+    tool_args: Vec<bool>,
+    done: bool,
+}
+
+impl ChunkWriter {
+    pub fn new(opts: &AnswerOpts) -> Self {
+        Self {
+            id: opts.id.clone(),
+            created: opts.created,
+            model: String::new(),
+            role_sent: false,
+            content: false,
+            tool_args: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Uses the upstream's response id instead of the generated one.
+    pub fn set_id(&mut self, id: &str) {
+        if !id.is_empty() {
+            self.id = id.to_owned();
+        }
+    }
+
+    /// The model as the upstream reports it.
+    pub fn set_model(&mut self, model: &str) {
+        model.clone_into(&mut self.model);
+    }
+
+    /// Whether a text or tool-call chunk was emitted (the stream has committed).
+    pub fn content_emitted(&self) -> bool {
+        self.content
+    }
+
+    /// Whether the usage chunk and `[DONE]` were emitted.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// How many tool calls were started.
+    pub fn tool_calls(&self) -> usize {
+        self.tool_args.len()
+    }
+
+    /// A text delta; empty text emits nothing.
+    pub fn text(&mut self, text: &str, out: &mut Vec<Out>) {
+        if text.is_empty() {
+            return;
+        }
+        let delta = json!({ "content": text });
+        out.push(self.delta(delta, None, true));
+    }
+
+    /// Starts a tool call and returns its OpenAI index. `id` is generated, unique per
+    /// response, when the provider gives none (Gemini).
+    pub fn tool_start(&mut self, id: Option<&str>, name: &str, out: &mut Vec<Out>) -> usize {
+        let index = self.tool_args.len();
+        self.tool_args.push(false);
+        let id = match id {
+            Some(id) if !id.is_empty() => id.to_owned(),
+            _ => format!("call_{}_{index}", self.id),
+        };
+        let delta = json!({ "tool_calls": [{
+            "index": index, "id": id, "type": "function",
+            "function": { "name": name, "arguments": "" }
+        }]});
+        out.push(self.delta(delta, None, true));
+        index
+    }
+
+    /// An argument fragment of the call at `index`; empty fragments emit nothing.
+    pub fn tool_args(&mut self, index: usize, args: &str, out: &mut Vec<Out>) {
+        if args.is_empty() {
+            return;
+        }
+        if let Some(seen) = self.tool_args.get_mut(index) {
+            *seen = true;
+        }
+        let delta = json!({ "tool_calls": [{ "index": index, "function": { "arguments": args } }] });
+        out.push(self.delta(delta, None, true));
+    }
+
+    /// The finish chunk. Calls that never got arguments first get `"{}"`, so every
+    /// call's arguments parse as JSON.
+    pub fn finish(&mut self, reason: FinishReason, out: &mut Vec<Out>) {
+        for index in 0..self.tool_args.len() {
+            if !self.tool_args[index] {
+                self.tool_args(index, "{}", out);
+            }
+        }
+        out.push(self.delta(json!({}), Some(reason), false));
+    }
+
+    /// The usage chunk (`choices: []`), `data: [DONE]` and [`Out::Done`].
+    pub fn usage_and_done(&mut self, usage: &Usage, out: &mut Vec<Out>) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let chunk = json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "choices": [], "usage": usage.to_openai(),
+        });
+        out.push(Out::Event { bytes: sse(&chunk), content: false });
+        out.push(Out::Event { bytes: Bytes::from_static(b"data: [DONE]\n\n"), content: false });
+        out.push(Out::Done);
+    }
+
+    /// An error: before content the attempt may still fail over, after it the stream ends.
+    pub fn error(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
+        self.done = true;
+        out.push(Out::Error { error, before_content: !self.content });
+    }
+
+    fn delta(&mut self, mut delta: Value, finish: Option<FinishReason>, content: bool) -> Out {
+        if !self.role_sent {
+            self.role_sent = true;
+            delta["role"] = json!("assistant");
+        }
+        self.content |= content;
+        let chunk = json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model,
+            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish.map(FinishReason::as_str) }],
+        });
+        Out::Event { bytes: sse(&chunk), content }
+    }
+}
+
+fn sse(chunk: &Value) -> Bytes {
+    Bytes::from(format!("data: {chunk}\n\n"))
+}

@@ -1,0 +1,67 @@
+//! Builds the OpenAI `chat.completion` body of a non-streamed answer.
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::{AnswerOpts, Completion, FinishReason, Usage};
+
+/// A non-streamed answer in provider-neutral form; `parse` fills one per protocol.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// The upstream's response id, if it gives one.
+    pub id: Option<String>,
+    /// The model as the upstream reports it.
+    pub model: String,
+    pub text: String,
+    pub tool_calls: Vec<AnswerToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    pub usage: Usage,
+}
+
+/// One tool call of an [`Answer`].
+#[derive(Debug)]
+pub struct AnswerToolCall {
+    /// `None` when the provider gives no id (Gemini): one is generated, unique per response.
+    pub id: Option<String>,
+    pub name: String,
+    /// The arguments as JSON text; empty becomes `"{}"`.
+    pub arguments: String,
+}
+
+impl Answer {
+    /// The `chat.completion` body. `finish_reason` is `tool_calls` whenever the answer
+    /// calls a tool and the provider said only "stop" (Gemini `STOP`).
+    pub fn into_completion(self, opts: &AnswerOpts) -> Completion {
+        let id = self.id.filter(|id| !id.is_empty()).unwrap_or_else(|| opts.id.clone());
+        let mut finish = self.finish_reason.unwrap_or(FinishReason::Stop);
+        if !self.tool_calls.is_empty() && finish == FinishReason::Stop {
+            finish = FinishReason::ToolCalls;
+        }
+        let mut message = json!({
+            "role": "assistant",
+            "content": if self.text.is_empty() && !self.tool_calls.is_empty() { Value::Null } else { json!(self.text) },
+        });
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self
+                .tool_calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let arguments = if c.arguments.trim().is_empty() { "{}".to_owned() } else { c.arguments };
+                    json!({
+                        "id": c.id.filter(|s| !s.is_empty()).unwrap_or_else(|| format!("call_{id}_{i}")),
+                        "type": "function",
+                        "function": { "name": c.name, "arguments": arguments },
+                    })
+                })
+                .collect();
+            message["tool_calls"] = Value::Array(calls);
+        }
+        let body = json!({
+            "id": id, "object": "chat.completion", "created": opts.created, "model": self.model,
+            "choices": [{ "index": 0, "message": message, "finish_reason": finish.as_str() }],
+            "usage": self.usage.to_openai(),
+        });
+        Completion { body: Bytes::from(body.to_string()), usage: self.usage }
+    }
+}

@@ -1,0 +1,149 @@
+//! Retry hints in response headers: `retry-after-ms`, `x-ms-retry-after-ms`,
+//! `retry-after` (seconds or an HTTP date) and Anthropic's `anthropic-ratelimit-*-reset`
+//! (RFC 3339). Time is an input: `now_unix_ms` is passed in.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+
+/// The retry hint the headers give, most precise first; `None` if there is none.
+pub fn from_headers(headers: &HeaderMap, now_unix_ms: u64) -> Option<Duration> {
+    for name in ["retry-after-ms", "x-ms-retry-after-ms"] {
+        if let Some(ms) = header(headers, name).and_then(|v| v.trim().parse::<f64>().ok())
+            && ms.is_finite()
+            && ms >= 0.0
+        {
+            return Some(Duration::from_secs_f64(ms / 1000.0));
+        }
+    }
+    if let Some(v) = header(headers, "retry-after") {
+        let v = v.trim();
+        if let Ok(secs) = v.parse::<u64>() {
+            return Some(Duration::from_secs(secs));
+        }
+        if let Some(at) = http_date_unix_ms(v) {
+            return Some(Duration::from_millis(at.saturating_sub(now_unix_ms)));
+        }
+    }
+    // Anthropic: the earliest reset among the limits that are exhausted is when to come back;
+    // without knowing which limit tripped, take the latest request/token reset.
+    let mut latest: Option<u64> = None;
+    for name in [
+        "anthropic-ratelimit-requests-reset",
+        "anthropic-ratelimit-tokens-reset",
+        "anthropic-ratelimit-input-tokens-reset",
+        "anthropic-ratelimit-output-tokens-reset",
+    ] {
+        if let Some(at) = header(headers, name).and_then(rfc3339_unix_ms) {
+            latest = Some(latest.map_or(at, |l| l.max(at)));
+        }
+    }
+    latest.map(|at| Duration::from_millis(at.saturating_sub(now_unix_ms)))
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Parses a protobuf `Duration` string such as `"13s"` or `"0.5s"` (Vertex `RetryInfo.retryDelay`).
+pub fn proto_duration(s: &str) -> Option<Duration> {
+    let secs: f64 = s.trim().strip_suffix('s')?.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+fn http_date_unix_ms(s: &str) -> Option<u64> {
+    let t = httpdate::parse_http_date(s).ok()?;
+    let d = t.duration_since(UNIX_EPOCH).ok()?;
+    u64::try_from(d.as_millis()).ok()
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into unix milliseconds.
+pub fn rfc3339_unix_ms(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut rest = &s[19..];
+    let mut millis = 0i64;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        let f = &frac[..digits];
+        millis = format!("{f:0<3}").get(..3)?.parse().ok()?;
+        rest = &frac[digits..];
+    }
+    let offset_min = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let (oh, om) = rest.get(1..)?.split_once(':')?;
+            sign * (oh.parse::<i64>().ok()? * 60 + om.parse::<i64>().ok()?)
+        }
+    };
+    let days = days_from_civil(y, mo, d);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_min * 60;
+    u64::try_from(secs * 1000 + millis).ok()
+}
+
+// Howard Hinnant's days-from-civil algorithm.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Unix milliseconds of a `SystemTime`, for callers that hold one.
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn reads_every_hint_format() {
+        let now = rfc3339_unix_ms("2015-10-21T07:28:00Z").unwrap();
+        assert_eq!(from_headers(&headers(&[("retry-after-ms", "1500")]), now), Some(Duration::from_millis(1500)));
+        assert_eq!(from_headers(&headers(&[("x-ms-retry-after-ms", "250")]), now), Some(Duration::from_millis(250)));
+        assert_eq!(from_headers(&headers(&[("retry-after", "7")]), now), Some(Duration::from_secs(7)));
+        assert_eq!(
+            from_headers(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT")]), now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            from_headers(&headers(&[("anthropic-ratelimit-requests-reset", "2015-10-21T07:28:12.5Z")]), now),
+            Some(Duration::from_millis(12_500))
+        );
+        assert_eq!(from_headers(&headers(&[("retry-after", "soon")]), now), None);
+    }
+
+    #[test]
+    fn parses_rfc3339_with_offsets() {
+        assert_eq!(rfc3339_unix_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(rfc3339_unix_ms("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(rfc3339_unix_ms("2024-02-29T12:00:00.123456Z"), Some(1_709_208_000_123));
+        assert_eq!(proto_duration("13s"), Some(Duration::from_secs(13)));
+        assert_eq!(proto_duration("0.5s"), Some(Duration::from_millis(500)));
+    }
+}

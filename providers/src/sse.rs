@@ -1,0 +1,122 @@
+//! An incremental Server-Sent Events framer: bytes in at any split, whole events out.
+
+/// One SSE event: its `event:` name (if any) and its `data:` lines joined by `\n`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    pub event: Option<String>,
+    pub data: String,
+}
+
+/// Frames a byte stream into [`SseEvent`]s. Lines end in LF or CRLF; an event ends at a
+/// blank line. Comments (`:`), `id:` and `retry:` are ignored, as is an event without data.
+#[derive(Debug, Default)]
+pub struct SseFramer {
+    buf: Vec<u8>,
+    event: Option<String>,
+    data: String,
+    has_data: bool,
+}
+
+impl SseFramer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends `bytes` and returns every event they complete.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        let mut start = 0;
+        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
+            let end = start + pos;
+            let mut line = &self.buf[start..end];
+            if let Some(stripped) = line.strip_suffix(b"\r") {
+                line = stripped;
+            }
+            // Lines are whole, so no UTF-8 sequence is cut (a continuation byte is never `\n`).
+            let line = String::from_utf8_lossy(line).into_owned();
+            if let Some(event) = self.line(&line) {
+                out.push(event);
+            }
+            start = end + 1;
+        }
+        self.buf.drain(..start);
+        out
+    }
+
+    /// Ends the stream: a last event not followed by a blank line is still returned.
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        if !self.buf.is_empty() {
+            let buf = std::mem::take(&mut self.buf);
+            let line = String::from_utf8_lossy(buf.strip_suffix(b"\r").unwrap_or(&buf)).into_owned();
+            if let Some(event) = self.line(&line) {
+                return Some(event);
+            }
+        }
+        self.dispatch()
+    }
+
+    fn line(&mut self, line: &str) -> Option<SseEvent> {
+        if line.is_empty() {
+            return self.dispatch();
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = Some(value.to_owned()),
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        let event = self.event.take();
+        if !std::mem::take(&mut self.has_data) {
+            return None;
+        }
+        Some(SseEvent { event, data: std::mem::take(&mut self.data) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(input: &[u8], split: usize) -> Vec<SseEvent> {
+        let mut f = SseFramer::new();
+        let mut out = f.feed(&input[..split]);
+        out.extend(f.feed(&input[split..]));
+        out.extend(f.finish());
+        out
+    }
+
+    #[test]
+    fn frames_events_at_every_split_with_lf_and_crlf() {
+        let input = b"event: a\ndata: {\"x\":1}\n\n: comment\r\nevent: b\r\ndata: one\r\ndata: two\r\n\r\ndata: tail";
+        let want = vec![
+            SseEvent { event: Some("a".into()), data: "{\"x\":1}".into() },
+            SseEvent { event: Some("b".into()), data: "one\ntwo".into() },
+            SseEvent { event: None, data: "tail".into() },
+        ];
+        for split in 0..=input.len() {
+            assert_eq!(all(input, split), want, "split at {split}");
+        }
+    }
+
+    #[test]
+    fn an_event_without_data_is_dropped() {
+        assert_eq!(all(b"event: ping\n\ndata: x\n\n", 3), vec![SseEvent { event: None, data: "x".into() }]);
+    }
+}

@@ -1,0 +1,43 @@
+//! Token usage in OpenAI's accounting.
+
+use serde_json::{Value, json};
+
+/// Token usage of one answer, normalised to OpenAI's accounting: `prompt_tokens`
+/// INCLUDES cache reads and cache writes (Anthropic and Bedrock report them apart,
+/// Gemini's `promptTokenCount` already includes its cached tokens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Cache reads, a subset of `prompt_tokens`.
+    pub cached_tokens: u64,
+    /// Cache writes, a subset of `prompt_tokens`.
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// From Anthropic/Bedrock counts, whose `input` excludes cache reads and writes.
+    pub fn from_exclusive(input: u64, output: u64, cache_read: u64, cache_write: u64) -> Self {
+        Self {
+            prompt_tokens: input + cache_read + cache_write,
+            completion_tokens: output,
+            cached_tokens: cache_read,
+            cache_write_tokens: cache_write,
+        }
+    }
+
+    /// OpenAI's `usage` object. Cache writes have no OpenAI field; they are counted in
+    /// `prompt_tokens` and, for the ledger, exposed as `prompt_tokens_details.cache_write_tokens`.
+    pub fn to_openai(&self) -> Value {
+        let mut details = json!({ "cached_tokens": self.cached_tokens });
+        if self.cache_write_tokens > 0 {
+            details["cache_write_tokens"] = json!(self.cache_write_tokens);
+        }
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": details,
+        })
+    }
+}
