@@ -18,6 +18,8 @@
 //!   [`Ledger::write_rollups`] and a [`Heartbeat`] per process; the operator reads them back
 //!   and feeds them to the pure error-budget maths in [`budget`].
 //! - [`cli`] is the `sluice-gateway admin …` command set.
+//! - `testing` (feature `test-support`) is the test database and polling helper that
+//!   every crate's tests share.
 //!
 //! SQL lives next to the code that uses it and is written once for both databases
 //! (`$N` placeholders, `ON CONFLICT`, `RETURNING`), executed through sqlx's `Any` driver.
@@ -32,6 +34,8 @@ mod ledger;
 mod money;
 mod reservation;
 mod rollup;
+#[cfg(feature = "test-support")]
+pub mod testing;
 
 pub use accounts::{Account, AccountRef};
 pub use error::LedgerError;

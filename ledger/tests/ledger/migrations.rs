@@ -3,9 +3,9 @@
 use sluice_ledger::Ledger;
 
 use crate::on_both;
-use crate::support::TestDb;
+use crate::support::Db;
 
-async fn migrations_are_idempotent(db: &TestDb) {
+async fn migrations_are_idempotent(db: &Db) {
     db.ledger.create_account("kept", 42).await.unwrap();
     let again = Ledger::connect(&db.url).await.unwrap();
     let third = Ledger::connect(&db.url).await.unwrap();
@@ -41,7 +41,7 @@ async fn kinds_and_bad_urls() {
 }
 
 /// The schema itself refuses an overdraft and edits of the journal, whatever the code does.
-async fn schema_guards_money(db: &TestDb) {
+async fn schema_guards_money(db: &Db) {
     db.ledger.create_account("guarded", 100).await.unwrap();
     let raw = sqlx::AnyPool::connect(&db.url).await.unwrap();
     for statement in [

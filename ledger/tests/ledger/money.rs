@@ -2,10 +2,11 @@
 
 use std::time::{Duration, SystemTime};
 
+use sluice_ledger::testing::eventually;
 use sluice_ledger::{LedgerError, SettleOutcome, Usage};
 
 use crate::on_both;
-use crate::support::TestDb;
+use crate::support::Db;
 
 const USD: i64 = 1_000_000_000;
 const TTL: Duration = Duration::from_secs(60);
@@ -18,12 +19,12 @@ fn usage() -> Usage {
     }
 }
 
-async fn assert_journal_ok(db: &TestDb, name: &str) {
+async fn assert_journal_ok(db: &Db, name: &str) {
     let check = db.ledger.journal_verify(name).await.unwrap();
     assert!(check.is_consistent(), "{check:?}");
 }
 
-async fn accounts_and_keys(db: &TestDb) {
+async fn accounts_and_keys(db: &Db) {
     let l = &db.ledger;
     let a = l.create_account("alice", 15 * USD).await.unwrap();
     assert_eq!(
@@ -69,7 +70,7 @@ async fn accounts_and_keys(db: &TestDb) {
 }
 on_both!(accounts_and_keys_work, super::accounts_and_keys);
 
-async fn settlement_is_idempotent_and_capped(db: &TestDb) {
+async fn settlement_is_idempotent_and_capped(db: &Db) {
     let l = &db.ledger;
     let a = l.create_account("carol", 10 * USD).await.unwrap();
 
@@ -131,7 +132,7 @@ async fn settlement_is_idempotent_and_capped(db: &TestDb) {
 }
 on_both!(settlement, super::settlement_is_idempotent_and_capped);
 
-async fn release_and_refusals(db: &TestDb) {
+async fn release_and_refusals(db: &Db) {
     let l = &db.ledger;
     let a = l.create_account("dave", 3 * USD).await.unwrap();
     let r = l.reserve(a.id, 2 * USD, TTL, "req-1").await.unwrap();
@@ -173,7 +174,7 @@ async fn release_and_refusals(db: &TestDb) {
 }
 on_both!(release, super::release_and_refusals);
 
-async fn reaper_releases_expired(db: &TestDb) {
+async fn reaper_releases_expired(db: &Db) {
     let l = &db.ledger;
     let a = l.create_account("erin", 5 * USD).await.unwrap();
     let short = l
@@ -208,26 +209,21 @@ async fn reaper_releases_expired(db: &TestDb) {
 }
 on_both!(reaper, super::reaper_releases_expired);
 
-async fn dropped_guard_releases(db: &TestDb) {
+async fn dropped_guard_releases(db: &Db) {
     let l = &db.ledger;
     let a = l.create_account("frank", 5 * USD).await.unwrap();
     {
         let _forgotten = l.reserve(a.id, 2 * USD, TTL, "dropped").await.unwrap();
     }
     assert_eq!(l.dropped_reservations(), 1);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let acct = l.account("frank").await.unwrap().unwrap();
-        if acct.reserved_nanos == 0 {
-            assert_eq!(acct.balance_nanos, 5 * USD);
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "dropped reservation not released"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The guard's drop hands the release to a task: wait for it.
+    let released = eventually(Duration::from_secs(10), async || {
+        l.account("frank").await.unwrap().unwrap().reserved_nanos == 0
+    })
+    .await;
+    assert!(released, "dropped reservation not released");
+    let acct = l.account("frank").await.unwrap().unwrap();
+    assert_eq!(acct.balance_nanos, 5 * USD);
     assert_eq!(l.open_reservations().await.unwrap(), 0);
     assert_journal_ok(db, "frank").await;
 }

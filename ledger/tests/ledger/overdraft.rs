@@ -8,7 +8,7 @@ use sluice_ledger::{LedgerError, Usage};
 use tokio::sync::Barrier;
 
 use crate::on_both;
-use crate::support::TestDb;
+use crate::support::Db;
 
 const FLOWS: usize = 500;
 const AFFORDABLE: usize = 37;
@@ -17,7 +17,7 @@ const ESTIMATE: i64 = 1_000_000;
 /// 500 concurrent reserve→settle flows against a wallet that covers exactly 37
 /// estimates. Every successful reservation is held until all 500 have tried, so
 /// exactly 37 can succeed; charges vary (some below, one above the estimate).
-async fn overdraft_is_impossible(db: &TestDb) {
+async fn overdraft_is_impossible(db: &Db) {
     let l = db.ledger.clone();
     let opening = ESTIMATE * AFFORDABLE as i64 + ESTIMATE - 1;
     let account = l.create_account("wallet", opening).await.unwrap();

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use sluice_ledger::{Heartbeat, Ledger, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
 
 use crate::on_both;
-use crate::support::TestDb;
+use crate::support::Db;
 
 fn route_minute(route: &str, minute: i64, good: u64, bad: u64) -> RouteMinute {
     let mut m = RouteMinute::new(route, minute);
@@ -30,7 +30,7 @@ fn upstream_minute(upstream: &str, minute: i64, ok: u64, failed: u64) -> Upstrea
     m
 }
 
-async fn rollups_add_up(db: &TestDb) {
+async fn rollups_add_up(db: &Db) {
     let other = Ledger::connect(&db.url).await.unwrap();
     let writers = [db.ledger.clone(), other.clone()];
     let mut tasks = Vec::new();
@@ -103,7 +103,7 @@ async fn rollups_add_up(db: &TestDb) {
 }
 on_both!(rollups, super::rollups_add_up);
 
-async fn heartbeats_upsert(db: &TestDb) {
+async fn heartbeats_upsert(db: &Db) {
     let l = &db.ledger;
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     let beat = |id: &str, at: SystemTime, weight: f64| Heartbeat {
