@@ -1,0 +1,206 @@
+//! AWS Signature Version 4 for Bedrock (docs/design.md §9), on `aws-sigv4`.
+//!
+//! [`sign`] returns the headers to add to a request (`authorization`, `x-amz-date`,
+//! `x-amz-security-token` for temporary credentials); [`verify`] recomputes a received
+//! request's signature from the keys a fake upstream was given and refuses it as AWS
+//! would, including a clock more than [`MAX_SKEW`] away.
+//!
+//! Bedrock puts the model id in the path as ONE percent-encoded segment (`%3A`, `%2F`).
+//! For every service but S3, AWS's canonical request encodes the already-encoded path
+//! once more (`%2F` → `%252F`): that is `aws-sigv4`'s `PercentEncodingMode::Double`, with
+//! dot-segment normalisation, both set explicitly below.
+
+use std::time::{Duration, SystemTime};
+
+use aws_sigv4::http_request::{
+    PercentEncodingMode, SignableBody, SignableRequest, SigningSettings, UriPathNormalizationMode,
+    sign as aws_sign,
+};
+use aws_sigv4::sign::v4;
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
+
+use super::aws::AwsCredentials;
+
+mod verify;
+
+pub use verify::{Verified, VerifyError, verify};
+
+/// The signing name of Bedrock (also for the `bedrock-runtime` endpoints).
+pub const BEDROCK: &str = "bedrock";
+/// How far a request's `x-amz-date` may be from the receiver's clock (AWS: 5 minutes).
+pub const MAX_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// The parts of a request that are signed. `url` is absolute and exactly what is sent
+/// (path percent-encoded once, query included); `headers` are the headers that will be
+/// sent (a `host` header, if present, wins over the URL's authority).
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// `GET`, `POST`, ….
+    pub method: &'a str,
+    /// `https://bedrock-runtime.us-east-1.amazonaws.com/model/…/converse`.
+    pub url: &'a str,
+    /// Headers sent with the request.
+    pub headers: &'a HeaderMap,
+    /// The exact body bytes sent.
+    pub body: &'a [u8],
+}
+
+/// Why a request could not be signed.
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    /// The URL is not absolute or does not parse.
+    #[error("cannot sign {url:?}: {reason}")]
+    Url {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A header value is not visible ASCII and cannot be canonicalised.
+    #[error("cannot sign header {0}: value is not text")]
+    Header(String),
+    /// The signer refused the request.
+    #[error("signing failed: {0}")]
+    Signer(String),
+}
+
+/// Signs `req` for `service` (use [`BEDROCK`]) in `region` at `now`, and returns the
+/// headers to add to it.
+pub fn sign(
+    req: &Request<'_>,
+    creds: &AwsCredentials,
+    region: &str,
+    service: &str,
+    now: SystemTime,
+) -> Result<Vec<(HeaderName, HeaderValue)>, SignError> {
+    let (_, headers) = compute(req, creds, region, service, now, settings(true))?;
+    Ok(headers)
+}
+
+/// The settings AWS expects for non-S3 services (see the module doc).
+fn settings(exclude_default_headers: bool) -> SigningSettings {
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Double;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Enabled;
+    if !exclude_default_headers {
+        // The verifier passes exactly the headers the sender signed.
+        settings.excluded_headers = None;
+    }
+    settings
+}
+
+/// Signs and returns (signature, headers to add).
+fn compute(
+    req: &Request<'_>,
+    creds: &AwsCredentials,
+    region: &str,
+    service: &str,
+    now: SystemTime,
+    settings: SigningSettings,
+) -> Result<(String, Vec<(HeaderName, HeaderValue)>), SignError> {
+    let uri: Uri = req
+        .url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| SignError::Url {
+            url: req.url.to_owned(),
+            reason: e.to_string(),
+        })?;
+    // aws-sigv4 panics on a URI without a host unless a host header is given.
+    if uri.host().is_none() && !req.headers.contains_key(http::header::HOST) {
+        return Err(SignError::Url {
+            url: req.url.to_owned(),
+            reason: "no host".to_owned(),
+        });
+    }
+    let mut headers = Vec::with_capacity(req.headers.len());
+    for (name, value) in req.headers {
+        // Hop-by-hop headers may change on the way; never sign them.
+        if matches!(name.as_str(), "connection" | "expect") {
+            continue;
+        }
+        let value = value
+            .to_str()
+            .map_err(|_| SignError::Header(name.as_str().to_owned()))?;
+        headers.push((name.as_str(), value));
+    }
+    let signable = SignableRequest::new(
+        req.method,
+        req.url,
+        headers.into_iter(),
+        SignableBody::Bytes(req.body),
+    )
+    .map_err(|e| SignError::Signer(e.to_string()))?;
+    let identity = aws_credential_types::Credentials::new(
+        creds.access_key_id.clone(),
+        creds.secret_access_key.clone(),
+        creds.session_token.clone(),
+        creds.expires_at,
+        "sluice",
+    )
+    .into();
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name(service)
+        .time(now)
+        .settings(settings)
+        .build()
+        .map_err(|e| SignError::Signer(e.to_string()))?
+        .into();
+    let (instructions, signature) = aws_sign(signable, &params)
+        .map_err(|e| SignError::Signer(e.to_string()))?
+        .into_parts();
+    let (added, _) = instructions.into_parts();
+    let mut out = Vec::with_capacity(added.len());
+    for header in added {
+        let name = HeaderName::from_static(header.name());
+        let mut value = HeaderValue::from_str(header.value())
+            .map_err(|_| SignError::Header(header.name().to_owned()))?;
+        value.set_sensitive(header.sensitive());
+        out.push((name, value));
+    }
+    Ok((signature, out))
+}
+
+/// `YYYYMMDD'T'HHMMSS'Z'` for `t` (the `x-amz-date` format).
+pub(crate) fn amz_date(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Parses an `x-amz-date` value.
+pub(crate) fn parse_amz_date(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let iso = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        text.get(0..4)?,
+        text.get(4..6)?,
+        text.get(6..8)?,
+        text.get(9..11)?,
+        text.get(11..13)?,
+        text.get(13..15)?
+    );
+    super::aws::parse_timestamp(&iso)
+}

@@ -1,0 +1,13 @@
+//! The integration tests of sluice-providers: one binary, one module per area under
+//! `providers/` (docs/contributing.md).
+
+#![expect(clippy::unwrap_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
+
+#[path = "providers/aws.rs"]
+mod aws;
+#[path = "providers/eventstream.rs"]
+mod eventstream;
+#[path = "providers/gcp.rs"]
+mod gcp;
+#[path = "providers/sigv4.rs"]
+mod sigv4;

@@ -1,0 +1,350 @@
+//! SigV4: AWS's published test-suite vectors, an independent recomputation of a Bedrock
+//! ARN request (double-encoded canonical path), and the verifier used by fake upstreams.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderValue};
+use ring::{digest, hmac};
+use sluice_providers::auth::aws::AwsCredentials;
+use sluice_providers::auth::sigv4::{self, BEDROCK, Request, VerifyError};
+
+const AKID: &str = "AKIDEXAMPLE";
+const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+
+/// 2015-08-30T12:36:00Z, the time of AWS's test suite.
+fn suite_time() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_440_938_160)
+}
+
+fn header<'a>(added: &'a [(http::HeaderName, HeaderValue)], name: &str) -> Option<&'a str> {
+    added
+        .iter()
+        .find(|(n, _)| n.as_str() == name)
+        .map(|(_, v)| v.to_str().unwrap())
+}
+
+fn sign(
+    method: &str,
+    url: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    creds: &AwsCredentials,
+    service: &str,
+) -> Vec<(http::HeaderName, HeaderValue)> {
+    let req = Request {
+        method,
+        url,
+        headers,
+        body,
+    };
+    sigv4::sign(&req, creds, "us-east-1", service, suite_time()).unwrap()
+}
+
+#[test]
+fn get_vanilla_matches_the_aws_test_suite() {
+    let added = sign(
+        "GET",
+        "https://example.amazonaws.com/",
+        &HeaderMap::new(),
+        b"",
+        &AwsCredentials::new(AKID, SECRET),
+        "service",
+    );
+    assert_eq!(header(&added, "x-amz-date"), Some("20150830T123600Z"));
+    assert_eq!(
+        header(&added, "authorization"),
+        Some(
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, \
+             SignedHeaders=host;x-amz-date, \
+             Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
+        )
+    );
+    assert_eq!(header(&added, "x-amz-security-token"), None);
+}
+
+#[test]
+fn post_vanilla_matches_the_aws_test_suite() {
+    let added = sign(
+        "POST",
+        "https://example.amazonaws.com/",
+        &HeaderMap::new(),
+        b"",
+        &AwsCredentials::new(AKID, SECRET),
+        "service",
+    );
+    assert!(
+        header(&added, "authorization").unwrap().ends_with(
+            "Signature=5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b"
+        )
+    );
+}
+
+#[test]
+fn get_vanilla_with_session_token_matches_the_aws_test_suite() {
+    let token = "6e86291e8372ff2a2260956d9b8aae1d763fbf315fa00fa31553b73ebf194267";
+    let creds = AwsCredentials {
+        session_token: Some(token.to_owned()),
+        ..AwsCredentials::new(AKID, SECRET)
+    };
+    let added = sign(
+        "GET",
+        "https://example.amazonaws.com/",
+        &HeaderMap::new(),
+        b"",
+        &creds,
+        "service",
+    );
+    assert_eq!(header(&added, "x-amz-security-token"), Some(token));
+    assert_eq!(
+        header(&added, "authorization"),
+        Some(
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, \
+             SignedHeaders=host;x-amz-date;x-amz-security-token, \
+             Signature=07ec1639c89043aa0e3e2de82b96708f198cceab042d4a97044c66dd9f74e7f8"
+        )
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The SigV4 signature of `canonical_request`, computed here by hand from the spec.
+fn reference_signature(canonical_request: &str, date: &str, region: &str, service: &str) -> String {
+    let scope = format!("{}/{region}/{service}/aws4_request", &date[..8]);
+    let string_to_sign = format!(
+        "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
+        hex(digest::digest(&digest::SHA256, canonical_request.as_bytes()).as_ref())
+    );
+    let mac = |key: &[u8], data: &str| {
+        hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes())
+            .as_ref()
+            .to_vec()
+    };
+    let k = mac(format!("AWS4{SECRET}").as_bytes(), &date[..8]);
+    let k = mac(&k, region);
+    let k = mac(&k, service);
+    let k = mac(&k, "aws4_request");
+    hex(&mac(&k, &string_to_sign))
+}
+
+/// Regression (percent-encoded Bedrock model ids and ARNs): the model id is one
+/// percent-encoded path segment in the URL, and AWS's canonical request for a non-S3
+/// service encodes that path once more (`%2F` → `%252F`).
+#[test]
+fn bedrock_arn_path_is_double_encoded_in_the_canonical_request() {
+    let url = "https://bedrock-runtime.us-east-1.amazonaws.com/model/\
+               arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Aapplication-inference-profile%2Fabc123/converse";
+    let body = br#"{"messages":[]}"#;
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    let added = sign(
+        "POST",
+        url,
+        &headers,
+        body,
+        &AwsCredentials::new(AKID, SECRET),
+        BEDROCK,
+    );
+
+    let canonical = format!(
+        "POST\n\
+         /model/arn%253Aaws%253Abedrock%253Aus-east-1%253A123456789012%253Aapplication-inference-profile%252Fabc123/converse\n\
+         \n\
+         content-type:application/json\n\
+         host:bedrock-runtime.us-east-1.amazonaws.com\n\
+         x-amz-date:20150830T123600Z\n\
+         \n\
+         content-type;host;x-amz-date\n{}",
+        hex(digest::digest(&digest::SHA256, body).as_ref())
+    );
+    let expected = reference_signature(&canonical, "20150830T123600Z", "us-east-1", BEDROCK);
+    assert_eq!(
+        header(&added, "authorization").unwrap(),
+        format!(
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/bedrock/aws4_request, \
+             SignedHeaders=content-type;host;x-amz-date, Signature={expected}"
+        )
+    );
+}
+
+/// A signed Bedrock request as the gateway would send it: headers include the signature.
+fn signed_request(url: &str, body: &[u8], creds: &AwsCredentials, at: SystemTime) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    headers.insert(
+        "host",
+        HeaderValue::from_static("bedrock-runtime.us-east-1.amazonaws.com"),
+    );
+    let req = Request {
+        method: "POST",
+        url,
+        headers: &headers,
+        body,
+    };
+    let added = sigv4::sign(&req, creds, "us-east-1", BEDROCK, at).unwrap();
+    for (name, value) in added {
+        headers.insert(name, value);
+    }
+    // Headers a client adds after signing are not signed and must not matter.
+    headers.insert("user-agent", HeaderValue::from_static("botocore/1.35"));
+    headers.insert("content-length", HeaderValue::from(body.len()));
+    headers
+}
+
+const URL: &str = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-sonnet-20241022-v2%3A0/converse-stream";
+
+fn known(akid: &str) -> Option<String> {
+    (akid == AKID).then(|| SECRET.to_owned())
+}
+
+#[test]
+fn verify_accepts_a_signed_request_and_reports_the_scope() {
+    let creds = AwsCredentials {
+        session_token: Some("FwoGZXIvYXdzEXAMPLETOKEN".to_owned()),
+        ..AwsCredentials::new(AKID, SECRET)
+    };
+    let body = br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#;
+    let headers = signed_request(URL, body, &creds, suite_time());
+    let req = Request {
+        method: "POST",
+        url: URL,
+        headers: &headers,
+        body,
+    };
+    let verified = sigv4::verify(&req, known, suite_time() + Duration::from_secs(299)).unwrap();
+    assert_eq!(verified.access_key_id, AKID);
+    assert_eq!(verified.region, "us-east-1");
+    assert_eq!(verified.service, "bedrock");
+    assert_eq!(
+        verified.session_token.as_deref(),
+        Some("FwoGZXIvYXdzEXAMPLETOKEN")
+    );
+}
+
+#[test]
+fn verify_refuses_a_changed_body_path_or_secret() {
+    let creds = AwsCredentials::new(AKID, SECRET);
+    let body = br#"{"messages":[]}"#;
+    let headers = signed_request(URL, body, &creds, suite_time());
+    let changed_body = Request {
+        method: "POST",
+        url: URL,
+        headers: &headers,
+        body: b"{}",
+    };
+    assert_eq!(
+        sigv4::verify(&changed_body, known, suite_time()),
+        Err(VerifyError::Mismatch)
+    );
+    let decoded_path = URL.replace("%3A", ":");
+    let changed_path = Request {
+        method: "POST",
+        url: &decoded_path,
+        headers: &headers,
+        body,
+    };
+    assert_eq!(
+        sigv4::verify(&changed_path, known, suite_time()),
+        Err(VerifyError::Mismatch)
+    );
+    let wrong_secret = |_: &str| Some("not-the-secret".to_owned());
+    let req = Request {
+        method: "POST",
+        url: URL,
+        headers: &headers,
+        body,
+    };
+    let err = sigv4::verify(&req, wrong_secret, suite_time()).unwrap_err();
+    assert_eq!(err.aws_error_type(), "InvalidSignatureException");
+    assert_eq!(err.status(), 403);
+}
+
+#[test]
+fn verify_refuses_unknown_keys_and_unsigned_requests() {
+    let body = b"{}";
+    let headers = signed_request(
+        URL,
+        body,
+        &AwsCredentials::new("AKIDOTHER", SECRET),
+        suite_time(),
+    );
+    let req = Request {
+        method: "POST",
+        url: URL,
+        headers: &headers,
+        body,
+    };
+    let err = sigv4::verify(&req, known, suite_time()).unwrap_err();
+    assert_eq!(err, VerifyError::UnknownKey("AKIDOTHER".to_owned()));
+    assert_eq!(err.aws_error_type(), "UnrecognizedClientException");
+
+    let bare = HeaderMap::new();
+    let req = Request {
+        method: "POST",
+        url: URL,
+        headers: &bare,
+        body,
+    };
+    assert_eq!(
+        sigv4::verify(&req, known, suite_time()),
+        Err(VerifyError::Missing)
+    );
+}
+
+#[test]
+fn verify_refuses_a_clock_skewed_more_than_five_minutes_as_aws_does() {
+    let body = b"{}";
+    let headers = signed_request(URL, body, &AwsCredentials::new(AKID, SECRET), suite_time());
+    let req = Request {
+        method: "POST",
+        url: URL,
+        headers: &headers,
+        body,
+    };
+
+    let late = sigv4::verify(&req, known, suite_time() + Duration::from_secs(301)).unwrap_err();
+    assert_eq!(late.aws_error_type(), "InvalidSignatureException");
+    assert_eq!(
+        late.to_string(),
+        "Signature expired: 20150830T123600Z is now earlier than 20150830T123601Z \
+         (20150830T124101Z - 5 min.)"
+    );
+    let early = sigv4::verify(&req, known, suite_time() - Duration::from_secs(301)).unwrap_err();
+    assert_eq!(
+        early.to_string(),
+        "Signature not yet current: 20150830T123600Z is still later than 20150830T123559Z \
+         (20150830T123059Z + 5 min.)"
+    );
+    assert!(sigv4::verify(&req, known, suite_time() - Duration::from_secs(300)).is_ok());
+}
+
+#[test]
+fn sign_refuses_a_url_without_host() {
+    let headers = HeaderMap::new();
+    let req = Request {
+        method: "GET",
+        url: "/model/x/converse",
+        headers: &headers,
+        body: b"",
+    };
+    let err = sigv4::sign(
+        &req,
+        &AwsCredentials::new(AKID, SECRET),
+        "us-east-1",
+        BEDROCK,
+        suite_time(),
+    );
+    assert!(err.is_err());
+}
+
+#[test]
+fn credentials_debug_hides_the_secret() {
+    let creds = AwsCredentials {
+        session_token: Some("tok".to_owned()),
+        ..AwsCredentials::new(AKID, SECRET)
+    };
+    let shown = format!("{creds:?}");
+    assert!(shown.contains(AKID));
+    assert!(!shown.contains(SECRET) && !shown.contains("tok\""));
+}
