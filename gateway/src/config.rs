@@ -12,8 +12,8 @@ use sluice_crds::Snapshot;
 use sluice_crds::snapshot::{CandidateConfig, RouteConfig, UpstreamConfig};
 
 use crate::egress;
-use crate::health::Health;
-use crate::metrics::{Metrics, RouteMetrics, UpstreamMetrics};
+use crate::route::health::Health;
+use crate::telemetry::metrics::{Metrics, RouteMetrics, UpstreamMetrics};
 
 pub mod source;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
-use crate::outcome::Passthrough;
+use crate::attempt::outcome::Passthrough;
 
 /// An error answered to the client in the OpenAI shape (docs/design.md §3).
 #[derive(Debug, thiserror::Error)]

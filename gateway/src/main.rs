@@ -1,7 +1,5 @@
 //! The `sluice-gateway` binary: serve, chaos, admin, budgets, demo.
 
-use std::io::Write;
-
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
@@ -29,15 +27,15 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI-compatible API from manifests or an operator snapshot.
-    Serve(sluice_gateway::serve::ServeArgs),
+    Serve(sluice_gateway::cmd::serve::ServeArgs),
     /// Run a scriptable fake OpenAI upstream for tests, demos and game days.
-    Chaos(sluice_gateway::chaos::ChaosArgs),
+    Chaos(sluice_gateway::cmd::chaos::ChaosArgs),
     /// Manage accounts and API keys in the ledger.
-    Admin(sluice_ledger::cli::AdminArgs),
+    Admin(sluice_gateway::cmd::admin::AdminArgs),
     /// Show error-budget consumption, like `kubectl get errorbudgets`.
     Budgets(sluice_gateway::budgets::BudgetsArgs),
     /// Chaos upstreams, a gateway and live traffic: watch failover happen.
-    Demo(sluice_gateway::demo::DemoArgs),
+    Demo(sluice_gateway::cmd::demo::DemoArgs),
 }
 
 fn init_tracing(format: LogFormat, default: &str) {
@@ -55,19 +53,15 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             init_tracing(cli.log_format, "info");
-            sluice_gateway::serve::run(args).await
+            sluice_gateway::cmd::serve::run(args).await
         }
         Command::Chaos(args) => {
             init_tracing(cli.log_format, "info");
-            sluice_gateway::chaos::run(args).await
+            sluice_gateway::cmd::chaos::run(args).await
         }
         Command::Admin(args) => {
             init_tracing(cli.log_format, "warn");
-            let ledger = sluice_ledger::Ledger::connect(&args.ledger).await?;
-            let mut out = std::io::stdout().lock();
-            sluice_ledger::cli::run_admin(&ledger, args.command, &mut out).await?;
-            out.flush()?;
-            Ok(())
+            sluice_gateway::cmd::admin::run(args).await
         }
         Command::Budgets(args) => {
             init_tracing(cli.log_format, "warn");
@@ -75,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Demo(args) => {
             init_tracing(cli.log_format, "error");
-            sluice_gateway::demo::run(args).await
+            sluice_gateway::cmd::demo::run(args).await
         }
     }
 }

@@ -16,9 +16,12 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::dispatch::attempt::BodyStream;
-use crate::outcome::Outcome;
-use crate::sse::{Event, Splitter, Usage};
+use crate::attempt::BodyStream;
+use crate::attempt::outcome::Outcome;
+
+pub mod sse;
+
+use sse::{Event, Splitter, Usage};
 
 /// How a relayed stream ended.
 #[derive(Debug, Clone, Copy)]

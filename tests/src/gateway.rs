@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use sluice_gateway::app::{AuthMode, Gateway};
-use sluice_gateway::serve::{Loops, ServeArgs, build, spawn_loops};
+use sluice_gateway::cmd::serve::{Loops, ServeArgs, build, spawn_loops};
+use sluice_gateway::server::{AuthMode, Gateway};
 use sluice_ledger::Ledger;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
@@ -93,9 +93,9 @@ impl TestGateway {
         let listener = TcpListener::bind(args.listen).await.context("binding the gateway")?;
         let addr = listener.local_addr()?;
         let loops = spawn_loops(state.clone(), &args, "sluice-tests".into());
-        let app = sluice_gateway::server::app(state.clone());
+        let app = sluice_gateway::server::router(state.clone());
         let server = tokio::spawn(async move {
-            sluice_gateway::serve::serve_http(listener, app, futures::future::pending()).await;
+            sluice_gateway::server::serve_http(listener, app, futures::future::pending()).await;
         });
         Ok(Self { base: format!("http://{addr}"), addr, state, manifests: path, dir, loops, server })
     }

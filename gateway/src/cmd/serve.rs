@@ -1,19 +1,22 @@
-//! `sluice-gateway serve`: load config, connect the ledger, serve, and keep the
-//! background loops running (config reload, SLI flush, heartbeat, reservation reaper).
+//! `sluice-gateway serve`: load config, connect the ledger, serve until signalled,
+//! and keep the background [`loops`] running meanwhile.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context;
 use sluice_ledger::Ledger;
 use tokio::net::TcpListener;
 
-use crate::app::{AuthMode, Gateway};
 use crate::config::source::{Secrets, Source};
-use crate::health::HealthSettings;
-use crate::sli;
+use crate::route::health::HealthSettings;
+use crate::server::{AuthMode, Gateway, serve_http, shutdown_signal};
+
+mod loops;
+
+pub use loops::{Loops, spawn_loops};
 
 /// Options of `serve`.
 #[derive(clap::Args, Debug, Clone)]
@@ -81,7 +84,6 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-
 /// Parses a humane duration for CLI flags.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     sluice_crds::duration::parse(text)
@@ -112,7 +114,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("listening on http://{addr}");
     let id = args.gateway_id.clone().unwrap_or_else(|| format!("gateway-{}", std::process::id()));
     let loops = spawn_loops(gw.clone(), &args, id);
-    let app = crate::server::app(gw.clone());
+    let app = crate::server::router(gw.clone());
     let delay = args.shutdown_delay;
     let drain = gw.clone();
     let shutdown = async move {
@@ -134,151 +136,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// How long a client may take to send its request headers. A body has its own limit
-/// (`--body-timeout`); without this one, a client trickling its headers would hold a
-/// connection forever.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Serves `app` on `listener` until `shutdown` resolves, then lets requests in flight
-/// finish (streams included). Unlike `axum::serve`, connections get a header-read
-/// timeout and `TCP_NODELAY`.
-pub async fn serve_http(listener: TcpListener, app: axum::Router, shutdown: impl std::future::Future<Output = ()>) {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    use hyper_util::server::conn::auto::Builder;
-    use hyper_util::service::TowerToHyperService;
-
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-    tokio::pin!(shutdown);
-    loop {
-        let tcp = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-        let service = TowerToHyperService::new(app.clone());
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).into_owned();
-        let watched = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = watched.await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    graceful.shutdown().await;
-}
-
-/// The background loops; dropping the handle does not stop them, `abort()` does.
-pub struct Loops(Vec<tokio::task::JoinHandle<()>>);
-
-impl Loops {
-    /// Stops every loop.
-    pub fn abort(&self) {
-        for h in &self.0 {
-            h.abort();
-        }
-    }
-}
-
-/// Starts config reload, SLI flush, heartbeat and reaper loops.
-pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Loops {
-    let mut handles = Vec::new();
-    let reload_every = args.reload_interval;
-    let g = gw.clone();
-    handles.push(tokio::spawn(async move {
-        let Some(source) = g.source.clone() else { return };
-        let mut last = source.fingerprint(g.secrets.dir());
-        let mut tick = tokio::time::interval(reload_every);
-        loop {
-            tick.tick().await;
-            // File reads and a reload's parsing block: keep them off the threads that
-            // serve requests (a slow volume would otherwise stall every request).
-            let (g, source) = (g.clone(), source.clone());
-            match tokio::task::spawn_blocking(move || reload_if_changed(&g, &source, last)).await {
-                Ok(now) => last = now,
-                Err(e) => tracing::error!(error = %e, "the configuration check failed"),
-            }
-        }
-    }));
-    handles.push(tokio::spawn(crate::probe::run(gw.clone())));
-    if let Some(ledger) = gw.ledger.clone() {
-        let g = gw.clone();
-        let every = args.flush_interval;
-        handles.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                if let Err(e) = g.sli.flush(&ledger).await {
-                    tracing::warn!(error = %e, "SLI flush failed; will retry");
-                }
-                if let Some(rt) = g.current.get() {
-                    let hb = sli::heartbeat(&gateway_id, &rt, &g.settings);
-                    if let Err(e) = ledger.heartbeat(hb).await {
-                        tracing::warn!(error = %e, "heartbeat failed");
-                    }
-                }
-                match ledger.reap_expired(SystemTime::now()).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::warn!(released = n, "released expired reservations"),
-                    Err(e) => tracing::warn!(error = %e, "reservation reaper failed"),
-                }
-            }
-        }));
-    }
-    Loops(handles)
-}
-
-/// Picks up rotated keys, and reloads the config if its files changed since `last`;
-/// returns the files' fingerprint now.
-fn reload_if_changed(g: &Gateway, source: &Source, last: u64) -> u64 {
-    if let Some(rt) = g.current.get() {
-        // Rotated keys are picked up even when the config did not change.
-        g.secrets.refresh(&rt.snapshot);
-    }
-    let now = source.fingerprint(g.secrets.dir());
-    if now != last {
-        match g.reload() {
-            Ok(routes) => tracing::info!(routes, "configuration reloaded"),
-            Err(e) => tracing::error!("new configuration refused, the previous one keeps serving: {e}"),
-        }
-    }
-    now
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => futures::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = futures::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
 }
 
 #[cfg(test)]

@@ -15,10 +15,11 @@ use bytes::Bytes;
 use http::HeaderValue;
 use http_body_util::{BodyExt, Full};
 
-use crate::app::Gateway;
+use crate::server::state::Gateway;
 use crate::config::UpstreamHandle;
-use crate::dispatch::{attempt, record_attempt};
-use crate::outcome::Outcome;
+use crate::attempt;
+use crate::route::walk::record_attempt;
+use crate::attempt::outcome::Outcome;
 
 /// Runs probes until aborted; checks every second which are due.
 pub async fn run(gw: Arc<Gateway>) {

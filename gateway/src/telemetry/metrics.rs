@@ -9,7 +9,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-use crate::outcome::Outcome;
+use crate::attempt::outcome::Outcome;
 
 /// `{route, code}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::chaos::{ChaosState, Script};
-use crate::serve::{ServeArgs, build, spawn_loops};
+use crate::cmd::serve::{ServeArgs, build, spawn_loops};
 
 mod report;
 mod traffic;
@@ -24,7 +24,7 @@ use traffic::Sample;
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
     /// Length of the demo.
-    #[arg(long, default_value = "40s", value_parser = crate::serve::parse_duration)]
+    #[arg(long, default_value = "40s", value_parser = crate::cmd::serve::parse_duration)]
     pub duration: Duration,
     /// Requests per second sent to the gateway (open loop).
     #[arg(long, default_value_t = 20)]
@@ -34,9 +34,9 @@ pub struct DemoArgs {
     pub no_colour: bool,
 }
 
-const UPSTREAMS: &str = include_str!("../../examples/quickstart/upstreams.yaml");
-const ROUTES: &str = include_str!("../../examples/quickstart/routes.yaml");
-const BUDGETS: &str = include_str!("../../examples/quickstart/budgets.yaml");
+const UPSTREAMS: &str = include_str!("../../../examples/quickstart/upstreams.yaml");
+const ROUTES: &str = include_str!("../../../examples/quickstart/routes.yaml");
+const BUDGETS: &str = include_str!("../../../examples/quickstart/budgets.yaml");
 
 /// The upstreams of the quickstart, their placeholder URLs and how fast they answer.
 const CAST: [(&str, &str, u64); 3] = [
@@ -119,13 +119,13 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
         listen: "127.0.0.1:0".parse()?,
         ledger: ledger_url.clone(),
         secrets_dir: Some(secrets),
-        auth: crate::app::AuthMode::Keys,
+        auth: crate::server::AuthMode::Keys,
         max_body_bytes: 1024 * 1024,
         reload_interval: Duration::from_secs(1),
         health_window: Duration::from_secs(60),
         flush_interval: Duration::from_secs(2),
         reservation_ttl: Duration::from_secs(300),
-        body_timeout: crate::app::DEFAULT_BODY_TIMEOUT,
+        body_timeout: crate::server::state::DEFAULT_BODY_TIMEOUT,
         shutdown_delay: Duration::ZERO,
         gateway_id: Some("demo".into()),
     };
@@ -137,7 +137,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let loops = spawn_loops(gw.clone(), &serve_args, "demo".into());
-    let server = tokio::spawn(crate::serve::serve_http(listener, crate::server::app(gw.clone()), futures::future::pending()));
+    let server = tokio::spawn(crate::server::serve_http(listener, crate::server::router(gw.clone()), futures::future::pending()));
 
     writeln!(out, "{}", style.bold("sluice demo"))?;
     writeln!(out, "  gateway   http://{addr}/v1   (ledger {ledger_url}, account \"demo\" with $20.00)")?;

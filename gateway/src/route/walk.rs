@@ -9,21 +9,18 @@ use futures::stream::FuturesUnordered;
 use futures::{Future, StreamExt};
 use sluice_crds::model_route::FirstByteAction;
 
+use crate::attempt::{self, Started};
 use crate::config::Route;
 use crate::config::source::Secrets;
 use crate::error::ApiError;
-use crate::health::HealthSettings;
-use crate::metrics::{Metrics, RouteReason};
-use crate::outcome::{AttemptError, Outcome};
+use crate::route::health::HealthSettings;
+use crate::telemetry::metrics::{Metrics, RouteReason};
+use crate::attempt::outcome::{AttemptError, Outcome};
 use crate::request::ClientRequest;
-use crate::sli::Sli;
+use crate::telemetry::sli::Sli;
 use crate::config::UpstreamHandle;
 
-pub mod attempt;
-pub mod backoff;
-pub mod order;
-
-pub use attempt::Started;
+use super::{backoff, order};
 
 /// What the dispatcher needs besides the route and request.
 pub struct DispatchCtx<'a> {

@@ -7,9 +7,9 @@ use sluice_ledger::Ledger;
 
 use crate::config::source::{Secrets, Source};
 use crate::config::{Carry, Current, Runtime};
-use crate::health::HealthSettings;
-use crate::metrics::{Metrics, ReloadLabel, ReloadResult};
-use crate::sli::Sli;
+use crate::route::health::HealthSettings;
+use crate::telemetry::metrics::{Metrics, ReloadLabel, ReloadResult};
+use crate::telemetry::sli::Sli;
 
 /// Default of [`Gateway::body_timeout`].
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -8,8 +8,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use sluice_ledger::{Heartbeat, Ledger, LedgerError, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
 
 use crate::config::Runtime;
-use crate::health::HealthSettings;
-use crate::outcome::Outcome;
+use crate::route::health::HealthSettings;
+use crate::attempt::outcome::Outcome;
 
 /// Rollups not yet flushed, by minute and then by key (looked up by `&str`, so that
 /// counting a request allocates nothing once its row exists).

@@ -13,10 +13,12 @@ use http_body_util::{BodyDataStream, BodyExt, Full};
 
 use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
-use crate::dispatch::backoff;
+use crate::route::backoff;
 use crate::egress::{self, UpstreamResponse};
 use crate::headers::X_REQUEST_ID;
-use crate::outcome::{AttemptError, Outcome, Passthrough};
+pub mod outcome;
+
+use outcome::{AttemptError, Outcome, Passthrough};
 
 /// The rest of an upstream body.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;

@@ -1,0 +1,99 @@
+//! Money, against the ledger (docs/design.md §5): the account that pays for a request
+//! ([`authenticate`]), the reservation of the most it can cost ([`reserve`]), and its
+//! settlement once the answer is known ([`settle`]).
+
+use http::HeaderMap;
+use http::header;
+use prometheus_client::metrics::gauge::Gauge;
+use sluice_ledger::{AccountRef, LedgerError, Reservation, format_usd};
+
+use crate::config::Route;
+use crate::error::ApiError;
+use crate::headers::RequestId;
+use crate::request::ClientRequest;
+use crate::server::{AuthMode, Gateway};
+
+mod settle;
+
+pub use settle::settle;
+
+/// The account of the request's API key (`None` with `--auth none`).
+pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<AccountRef>, ApiError> {
+    if gw.auth == AuthMode::None {
+        return Ok(None);
+    }
+    let Some(ledger) = &gw.ledger else {
+        return Err(ApiError::NotReady("auth is keys but no ledger is configured".into()));
+    };
+    let key = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| ApiError::InvalidApiKey("missing API key: send Authorization: Bearer sk-sluice-…".into()))?;
+    match ledger.authenticate(key).await {
+        Ok(Some(account)) => Ok(Some(account)),
+        Ok(None) => Err(ApiError::InvalidApiKey("incorrect API key provided".into())),
+        Err(e) => Err(ApiError::NotReady(format!("the ledger is unreachable: {e}"))),
+    }
+}
+
+/// Reserves the most the request can cost on any candidate (docs/design.md §5).
+pub async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &AccountRef, request_id: &RequestId) -> Result<Option<Held>, ApiError> {
+    let output = req.reserved_output(route.cfg.default_max_tokens);
+    let estimate = route
+        .candidates
+        .iter()
+        .filter_map(|c| c.cfg.price)
+        .map(|p| p.cost_nanos(req.input_bound, output))
+        .max()
+        .unwrap_or(0);
+    if estimate == 0 {
+        return Ok(None);
+    }
+    let Some(ledger) = &gw.ledger else { return Ok(None) };
+    let estimate = i64::try_from(estimate).unwrap_or(i64::MAX);
+    let (ledger, ttl, account_id, rid) = (ledger.clone(), gw.reservation_ttl, account.id, request_id.as_str().to_string());
+    // Ledger work runs to completion even if the client goes away: a transaction
+    // cancelled half way leaves its pooled connection unusable (sqlx's `begin` is not
+    // cancel-safe), which on SQLite stops all billing. A reservation nobody waits for
+    // any more is dropped by the task's output and released by the ledger.
+    let reserved = tokio::spawn(async move { ledger.reserve(account_id, estimate, ttl, &rid).await })
+        .await
+        .map_err(|e| ApiError::NotReady(format!("the reservation task failed: {e}")))?;
+    match reserved {
+        Ok(r) => Ok(Some(Held::new(r, &gw.metrics.reservations_open))),
+        Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => Err(ApiError::InsufficientQuota(format!(
+            "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}) and account {:?} has ${} available",
+            format_usd(needed_nanos),
+            req.input_bound,
+            account.name,
+            format_usd(available_nanos.max(0)),
+        ))),
+        Err(e) => Err(ApiError::NotReady(format!("the ledger is unreachable: {e}"))),
+    }
+}
+
+/// A reservation counted in `sluice_reservations_open` for as long as it lives: settled,
+/// released, or dropped with a request that nobody waits for any more (a client that
+/// went away mid-dispatch; the ledger releases a dropped reservation itself).
+pub struct Held {
+    pub(crate) reservation: Reservation,
+    pub(crate) _open: OpenGauge,
+}
+
+pub(crate) struct OpenGauge(Gauge);
+
+impl Held {
+    fn new(reservation: Reservation, open: &Gauge) -> Self {
+        open.inc();
+        Self { reservation, _open: OpenGauge(open.clone()) }
+    }
+}
+
+impl Drop for OpenGauge {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,88 @@
+//! The background loops of `serve`: config reload, synthetic probes, SLI flush,
+//! heartbeat and the reservation reaper.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::config::source::Source;
+use crate::server::Gateway;
+use crate::telemetry::sli;
+
+use super::ServeArgs;
+
+/// The background loops; dropping the handle does not stop them, `abort()` does.
+pub struct Loops(Vec<tokio::task::JoinHandle<()>>);
+
+impl Loops {
+    /// Stops every loop.
+    pub fn abort(&self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+/// Starts config reload, SLI flush, heartbeat and reaper loops.
+pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Loops {
+    let mut handles = Vec::new();
+    let reload_every = args.reload_interval;
+    let g = gw.clone();
+    handles.push(tokio::spawn(async move {
+        let Some(source) = g.source.clone() else { return };
+        let mut last = source.fingerprint(g.secrets.dir());
+        let mut tick = tokio::time::interval(reload_every);
+        loop {
+            tick.tick().await;
+            // File reads and a reload's parsing block: keep them off the threads that
+            // serve requests (a slow volume would otherwise stall every request).
+            let (g, source) = (g.clone(), source.clone());
+            match tokio::task::spawn_blocking(move || reload_if_changed(&g, &source, last)).await {
+                Ok(now) => last = now,
+                Err(e) => tracing::error!(error = %e, "the configuration check failed"),
+            }
+        }
+    }));
+    handles.push(tokio::spawn(crate::route::probe::run(gw.clone())));
+    if let Some(ledger) = gw.ledger.clone() {
+        let g = gw.clone();
+        let every = args.flush_interval;
+        handles.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if let Err(e) = g.sli.flush(&ledger).await {
+                    tracing::warn!(error = %e, "SLI flush failed; will retry");
+                }
+                if let Some(rt) = g.current.get() {
+                    let hb = sli::heartbeat(&gateway_id, &rt, &g.settings);
+                    if let Err(e) = ledger.heartbeat(hb).await {
+                        tracing::warn!(error = %e, "heartbeat failed");
+                    }
+                }
+                match ledger.reap_expired(SystemTime::now()).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::warn!(released = n, "released expired reservations"),
+                    Err(e) => tracing::warn!(error = %e, "reservation reaper failed"),
+                }
+            }
+        }));
+    }
+    Loops(handles)
+}
+
+/// Picks up rotated keys, and reloads the config if its files changed since `last`;
+/// returns the files' fingerprint now.
+fn reload_if_changed(g: &Gateway, source: &Source, last: u64) -> u64 {
+    if let Some(rt) = g.current.get() {
+        // Rotated keys are picked up even when the config did not change.
+        g.secrets.refresh(&rt.snapshot);
+    }
+    let now = source.fingerprint(g.secrets.dir());
+    if now != last {
+        match g.reload() {
+            Ok(routes) => tracing::info!(routes, "configuration reloaded"),
+            Err(e) => tracing::error!("new configuration refused, the previous one keeps serving: {e}"),
+        }
+    }
+    now
+}

@@ -1,0 +1,66 @@
+//! One OpenAI request from start to end: authenticate, parse, reserve, dispatch over
+//! the route's candidates, then answer (which counts the request and settles).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::HeaderMap;
+
+use crate::answer;
+use crate::billing;
+use crate::error::ApiError;
+use crate::headers::{RequestId, X_REQUEST_ID};
+use crate::request::{ClientRequest, Endpoint};
+use crate::route::{self, DispatchCtx};
+use crate::server::Gateway;
+
+/// Handles one OpenAI request end to end.
+pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
+    let request_id = RequestId::of(&headers);
+    let response = match serve(&gw, endpoint, &headers, body, &request_id).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    with_request_id(response, &request_id)
+}
+
+/// Answers an error found before [`handle`] could run (e.g. a body over the limit),
+/// with the request id echoed or made like every other answer.
+pub fn refuse(headers: &HeaderMap, error: ApiError) -> Response {
+    with_request_id(error.into_response(), &RequestId::of(headers))
+}
+
+fn with_request_id(mut response: Response, request_id: &RequestId) -> Response {
+    response.headers_mut().insert(X_REQUEST_ID, request_id.header());
+    response
+}
+
+async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body: Bytes, request_id: &RequestId) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let account = billing::authenticate(gw, headers).await?;
+    if body.len() > gw.max_body {
+        return Err(ApiError::RequestTooLarge(gw.max_body));
+    }
+    let req = ClientRequest::parse(endpoint, &body)?;
+    let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
+    let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
+    let reservation = match &account {
+        Some(a) => match billing::reserve(gw, &route, &req, a, request_id).await {
+            Ok(r) => r,
+            Err(e) => {
+                // The route is known: a refused request (402) is one of its answers.
+                answer::count_request(gw, &route, e.status(), started);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    let ctx = DispatchCtx { secrets: &gw.secrets, settings: &gw.settings, metrics: &gw.metrics, request_id, sli: &gw.sli };
+    match route::dispatch(&ctx, &route, &req).await {
+        Ok(d) if req.stream => Ok(answer::stream_answer(gw, route.clone(), &req, d, reservation, started)),
+        Ok(d) => Ok(answer::answer(gw, &route, &req, d, reservation, started).await),
+        Err(f) => Ok(answer::failure(gw, &route, f, reservation, started).await),
+    }
+}

@@ -1,0 +1,136 @@
+//! The HTTP surface (docs/design.md §3): OpenAI endpoints, models, health, readiness, metrics.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode, header};
+
+use crate::server::state::Gateway;
+use crate::error::ApiError;
+use crate::server::handle;
+use crate::headers::X_REQUEST_ID;
+use crate::request::Endpoint;
+
+/// The gateway's router.
+pub fn router(gw: Arc<Gateway>) -> Router {
+    let limit = gw.max_body;
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/models", get(models))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        // Without it a wrong method gets an empty 405 body, not the OpenAI shape.
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        // The body is read whole (it is re-sent per candidate); the limit refuses a
+        // larger one with the documented 413 instead of buffering it.
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(gw)
+}
+
+async fn read_body(gw: &Gateway, req: Request) -> Result<(HeaderMap, Bytes), ApiError> {
+    let (parts, body) = req.into_parts();
+    // A declared length over the limit is refused before anything is read.
+    if !usize::try_from(axum::body::HttpBody::size_hint(&body).lower()).is_ok_and(|n| n <= gw.max_body) {
+        return Err(ApiError::RequestTooLarge(gw.max_body));
+    }
+    let Ok(read) = tokio::time::timeout(gw.body_timeout, axum::body::to_bytes(body, gw.max_body)).await else {
+        return Err(ApiError::RequestTimeout(gw.body_timeout));
+    };
+    match read {
+        Ok(b) => Ok((parts.headers, b)),
+        Err(e) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                || e.to_string().contains("length limit");
+            if too_large {
+                Err(ApiError::RequestTooLarge(gw.max_body))
+            } else {
+                Err(ApiError::InvalidRequest(format!("could not read the request body: {e}")))
+            }
+        }
+    }
+}
+
+async fn openai(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response {
+    // Kept for the answer when the body cannot be read (x-request-id is echoed on every answer).
+    let mut ids = HeaderMap::new();
+    if let Some(id) = req.headers().get(X_REQUEST_ID) {
+        ids.insert(X_REQUEST_ID, id.clone());
+    }
+    match read_body(&gw, req).await {
+        Ok((headers, body)) => handle::handle(gw, endpoint, headers, body).await,
+        Err(e) => handle::refuse(&ids, e),
+    }
+}
+
+async fn chat(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    openai(gw, Endpoint::Chat, req).await
+}
+
+async fn completions(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    openai(gw, Endpoint::Completions, req).await
+}
+
+async fn embeddings(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    openai(gw, Endpoint::Embeddings, req).await
+}
+
+async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    // Like the OpenAI API, the model list needs a key when keys are in use.
+    if let Err(e) = crate::billing::authenticate(&gw, &headers).await {
+        return handle::refuse(&headers, e);
+    }
+    let Some(runtime) = gw.current.get() else {
+        return ApiError::NotReady("no configuration is loaded yet".into()).into_response();
+    };
+    let mut data: Vec<serde_json::Value> = runtime
+        .snapshot
+        .routes
+        .iter()
+        .map(|r| serde_json::json!({"id": r.model, "object": "model", "created": 0, "owned_by": "sluice"}))
+        .collect();
+    data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
+}
+
+async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
+    if gw.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    if gw.current.get().is_none() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded\n").into_response();
+    }
+    if let Some(ledger) = &gw.ledger
+        && let Err(e) = ledger.ping().await
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("ledger unreachable: {e}\n")).into_response();
+    }
+    (StatusCode::OK, "ready\n").into_response()
+}
+
+async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    let mut response = gw.metrics.encode().into_response();
+    if let Ok(v) = "application/openmetrics-text; version=1.0.0; charset=utf-8".parse() {
+        response.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    response
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    let message = format!("{} is not allowed on {}", req.method(), req.uri().path());
+    handle::refuse(req.headers(), ApiError::MethodNotAllowed(message))
+}
+
+async fn not_found(req: Request) -> Response {
+    let message = format!("unknown endpoint {} {}", req.method(), req.uri().path());
+    let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error", "code": "unknown_url"}});
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
