@@ -1,6 +1,7 @@
 //! Answering the client once the dispatch is decided: the whole body, a stream relayed
 //! as it arrives, or the error; then the request is counted and its reservation settled.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,22 +17,42 @@ use crate::headers::{X_SLUICE_ATTEMPTS, X_SLUICE_FAILOVER, X_SLUICE_UPSTREAM};
 use crate::relay::sse::Usage;
 use crate::relay::{self, StreamEnd};
 use crate::request::{ClientRequest, Endpoint};
-use crate::route::{self, Dispatched, Failed};
+use crate::route::{Dispatched, Failed};
 use crate::server::Gateway;
 
 /// How long the end of a stream waits for its settlement before sending the last event.
 const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-fn count_tokens(route: &Route, usage: Option<Usage>) {
-    if let Some(u) = usage {
+/// How a request ended: everything its bookkeeping needs.
+pub struct Ending {
+    /// The status answered.
+    pub status: StatusCode,
+    /// Whether the answer was bad for the SLO; `None` when it does not count (client errors).
+    pub slo_bad: Option<bool>,
+    /// The latency the SLI sees: to the whole answer, or to a stream's first byte.
+    pub latency_ms: u64,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The candidate that served (index in `route.candidates`); `None` releases the reservation.
+    pub candidate: Option<usize>,
+    /// Tokens used, to count and to charge.
+    pub usage: Option<Usage>,
+}
+
+/// The end of every request, whatever its answer: counts it (status and duration), its
+/// SLI and its tokens at once, and returns the settlement of its reservation to await.
+pub fn conclude(gw: &Gateway, route: &Arc<Route>, started: Instant, end: Ending, reservation: Option<Held>) -> impl Future<Output = ()> + Send + 'static {
+    route.metrics.count(&gw.metrics, end.status.as_u16());
+    route.metrics.duration.observe(started.elapsed().as_secs_f64());
+    if let Some(bad) = end.slo_bad {
+        gw.sli.request(&route.cfg.key, bad, end.latency_ms, u64::from(end.attempts.saturating_sub(1)));
+    }
+    if let Some(u) = end.usage {
         route.metrics.input_tokens.inc_by(u.prompt_tokens);
         route.metrics.output_tokens.inc_by(u.completion_tokens);
     }
-}
-
-pub fn count_request(gw: &Gateway, route: &Route, status: StatusCode, started: Instant) {
-    route.metrics.count(&gw.metrics, status.as_u16());
-    route.metrics.duration.observe(started.elapsed().as_secs_f64());
+    let route = route.clone();
+    async move { settle(&route, end.candidate, reservation, end.usage).await }
 }
 
 fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attempts: u32, failovers: &[Outcome]) {
@@ -53,54 +74,52 @@ struct UsagePeek {
     usage: Option<Usage>,
 }
 
-pub async fn answer(gw: &Gateway, route: &Route, req: &ClientRequest, d: Dispatched, reservation: Option<Held>, started: Instant) -> Response {
-    let usage = serde_json::from_slice::<UsagePeek>(&d.started.first).ok().and_then(|p| p.usage);
+/// A whole (non-streamed) answer: the upstream's body as it came.
+pub async fn answer(gw: &Gateway, route: &Arc<Route>, req: &ClientRequest, d: Dispatched, reservation: Option<Held>, started: Instant) -> Response {
+    let Dispatched { started: s, candidate, attempts, failovers } = d;
+    let name = s.attempt.upstream().name_header.clone();
+    s.attempt.finish(Outcome::Ok, &gw.settings, &gw.sli);
+    let usage = serde_json::from_slice::<UsagePeek>(&s.first).ok().and_then(|p| p.usage);
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
-    settle(route, Some(d.candidate), reservation, usage).await;
-    count_tokens(route, usage);
-    count_request(gw, route, d.started.status, started);
-    gw.sli.request(&route.cfg.key, false, started.elapsed().as_millis() as u64, u64::from(d.attempts.saturating_sub(1)));
-    let mut response = (d.started.status, d.started.first.clone()).into_response();
+    let latency_ms = started.elapsed().as_millis() as u64;
+    let end = Ending { status: s.status, slo_bad: Some(false), latency_ms, attempts, candidate: Some(candidate), usage };
+    conclude(gw, route, started, end, reservation).await;
+    let mut response = (s.status, s.first).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        d.started.content_type.clone().unwrap_or_else(|| HeaderValue::from_static("application/json")),
-    );
-    sluice_headers(headers, d.started.upstream.name_header.as_ref(), d.attempts, &d.failovers);
+    headers.insert(header::CONTENT_TYPE, s.content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")));
+    sluice_headers(headers, name.as_ref(), attempts, &failovers);
     response
 }
 
+/// A streamed answer: headers now, events as the relay forwards them; the attempt is
+/// finished and the request concluded when the stream ends.
 pub fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: Dispatched, reservation: Option<Held>, started: Instant) -> Response {
-    let Dispatched { started: s, candidate, trial, attempts, failovers } = d;
-    let upstream = s.upstream.clone();
+    let Dispatched { started: s, candidate, attempts, failovers } = d;
+    let attempt = s.attempt;
+    let name = attempt.upstream().name_header.clone();
+    let idle = std::time::Duration::from_millis(attempt.upstream().cfg.idle_timeout_ms);
     let first_byte_ms = started.elapsed().as_millis() as u64;
-    let idle = std::time::Duration::from_millis(upstream.cfg.idle_timeout_ms);
     let status = s.status;
-    let gw2 = gw.clone();
-    let route2 = route.clone();
-    let in_flight = s.in_flight;
-    let first_byte = s.first_byte;
+    let (gw2, route2) = (gw.clone(), route.clone());
     let input_bound = req.input_bound;
     let on_end = move |end: StreamEnd| {
-        drop(in_flight);
         // A client that went away says nothing about the upstream.
         let outcome = if end.client_gone { Outcome::Ok } else { end.outcome };
-        route::walk::record_attempt(&upstream, &gw2.settings, &gw2.sli, outcome, trial, None, Some(first_byte));
+        attempt.finish(outcome, &gw2.settings, &gw2.sli);
         if end.dropped > 0 {
             gw2.metrics.dropped_events.inc_by(end.dropped);
         }
-        gw2.sli.request(&route2.cfg.key, outcome != Outcome::Ok, first_byte_ms, u64::from(attempts.saturating_sub(1)));
-        count_request(&gw2, &route2, status, started);
         // Without reported usage, bill what is known: the input bound and one token per
         // content event, never more than was reserved.
         let usage = end.usage.or_else(|| {
             (end.content_events > 0).then_some(Usage { prompt_tokens: input_bound, completion_tokens: end.content_events })
         });
-        count_tokens(&route2, usage);
+        let bad = outcome != Outcome::Ok;
+        let end = Ending { status, slo_bad: Some(bad), latency_ms: first_byte_ms, attempts, candidate: Some(candidate), usage };
         // The relay awaits this before the last event, so a client that saw `[DONE]` was
         // billed even if the process dies right after. A slow ledger holds `[DONE]` back
         // at most SETTLE_WAIT; the settlement then goes on in the background.
-        let settling = tokio::spawn(async move { settle(&route2, Some(candidate), reservation, usage).await });
+        let settling = tokio::spawn(conclude(&gw2, &route2, started, end, reservation));
         async move {
             let _ = tokio::time::timeout(SETTLE_WAIT, settling).await;
         }
@@ -117,18 +136,19 @@ pub fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, 
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    let name = route.candidates.get(candidate).and_then(|c| c.upstream.name_header.as_ref());
-    sluice_headers(headers, name, attempts, &failovers);
+    sluice_headers(headers, name.as_ref(), attempts, &failovers);
     response
 }
 
-pub async fn failure(gw: &Gateway, route: &Route, f: Failed, reservation: Option<Held>, started: Instant) -> Response {
-    settle(route, None, reservation, None).await;
+/// No candidate answered: the error, with the attempts that were made.
+pub async fn failure(gw: &Gateway, route: &Arc<Route>, f: Failed, reservation: Option<Held>, started: Instant) -> Response {
     let status = f.error.status();
-    count_request(gw, route, status, started);
-    if !status.is_client_error() || matches!(f.error, ApiError::RateLimited { .. }) {
-        gw.sli.request(&route.cfg.key, f.error.is_bad(), started.elapsed().as_millis() as u64, u64::from(f.attempts.saturating_sub(1)));
-    }
+    // Client errors are neither good nor bad for the SLO; a 429 after every candidate
+    // throttled is bad.
+    let counts = !status.is_client_error() || matches!(f.error, ApiError::RateLimited { .. });
+    let latency_ms = started.elapsed().as_millis() as u64;
+    let end = Ending { status, slo_bad: counts.then(|| f.error.is_bad()), latency_ms, attempts: f.attempts, candidate: None, usage: None };
+    conclude(gw, route, started, end, reservation).await;
     let mut response = f.error.into_response();
     sluice_headers(response.headers_mut(), None, f.attempts, &f.failovers);
     response

@@ -3,7 +3,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -16,8 +15,10 @@ use crate::config::source::Secrets;
 use crate::route::backoff;
 use crate::egress::{self, UpstreamResponse};
 use crate::headers::X_REQUEST_ID;
+mod finish;
 pub mod outcome;
 
+pub use finish::{Committed, InFlight, record};
 use outcome::{AttemptError, Outcome, Passthrough};
 
 /// The rest of an upstream body.
@@ -25,8 +26,6 @@ pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + S
 
 /// An attempt that produced its first body byte: the request is committed to it.
 pub struct Started {
-    /// The upstream that answered.
-    pub upstream: Arc<UpstreamHandle>,
     /// Upstream status (2xx).
     pub status: StatusCode,
     /// Upstream content type.
@@ -35,27 +34,8 @@ pub struct Started {
     pub first: Bytes,
     /// The rest of a stream.
     pub rest: Option<BodyStream>,
-    /// Time from sending to the first body byte.
-    pub first_byte: Duration,
-    /// Holds the upstream's in-flight count until the answer is finished.
-    pub in_flight: InFlight,
-}
-
-/// Counts a request in flight on an upstream while alive.
-pub struct InFlight(Arc<std::sync::atomic::AtomicU32>);
-
-impl InFlight {
-    /// Increments the counter.
-    pub fn enter(counter: &Arc<std::sync::atomic::AtomicU32>) -> Self {
-        counter.fetch_add(1, Ordering::Relaxed);
-        Self(counter.clone())
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
+    /// The attempt itself, finished when the answer ends.
+    pub attempt: Committed,
 }
 
 /// What one attempt needs.
@@ -74,6 +54,8 @@ pub struct AttemptSpec<'a> {
     pub retry_on: &'a [u16],
     /// Request id sent upstream.
     pub request_id: &'a crate::headers::RequestId,
+    /// Whether the attempt holds a trial slot (taken by the candidate order).
+    pub trial: bool,
 }
 
 /// Runs one attempt.
@@ -123,7 +105,8 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
     match tokio::time::timeout(limit, exchange).await {
         Ok(Ok((status, content_type, first, rest))) => {
             let first_byte = start.elapsed();
-            Ok(Started { upstream: upstream.clone(), status, content_type, first, rest, first_byte, in_flight })
+            let attempt = Committed::new(upstream.clone(), spec.trial, first_byte, in_flight);
+            Ok(Started { status, content_type, first, rest, attempt })
         }
         Ok(Err(e)) => Err(e),
         Err(_) => {

@@ -18,7 +18,6 @@ use http_body_util::{BodyExt, Full};
 use crate::server::state::Gateway;
 use crate::config::UpstreamHandle;
 use crate::attempt;
-use crate::route::walk::record_attempt;
 use crate::attempt::outcome::Outcome;
 
 /// Runs probes until aborted; checks every second which are due.
@@ -44,7 +43,7 @@ pub async fn run(gw: Arc<Gateway>) {
             };
             if outcome != Outcome::Ok {
                 tracing::warn!(upstream = %up.cfg.name, reason = outcome.as_str(), "synthetic probe failed");
-                record_attempt(up, &gw.settings, &gw.sli, outcome, false, None, None);
+                attempt::record(up, &gw.settings, &gw.sli, outcome, false, None, None);
             }
         }
     }

@@ -18,7 +18,6 @@ use crate::telemetry::metrics::{Metrics, RouteReason};
 use crate::attempt::outcome::{AttemptError, Outcome};
 use crate::request::ClientRequest;
 use crate::telemetry::sli::Sli;
-use crate::config::UpstreamHandle;
 
 use super::{backoff, order};
 
@@ -38,12 +37,10 @@ pub struct DispatchCtx<'a> {
 
 /// A request committed to a candidate.
 pub struct Dispatched {
-    /// The answer so far.
+    /// The answer so far, and the attempt to finish when it ends.
     pub started: Started,
     /// Index of the serving candidate in `route.candidates`.
     pub candidate: usize,
-    /// Whether the serving attempt held a trial slot (its health is recorded at the end).
-    pub trial: bool,
     /// Attempts made.
     pub attempts: u32,
     /// Outcomes of the attempts that failed over.
@@ -118,25 +115,21 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
             }
             tokio::select! {
                 Some((idx, trial, began, result)) = running.next() => {
-                    // The attempt's trial slot is recorded below or handed to the answer.
+                    // The attempt's trial slot is recorded below, or goes with the
+                    // committed attempt, which gives it back when finished or dropped.
                     trials.handed_back(idx, trial);
                     match result {
                         Ok(started) => {
                             // Hedged losers are dropped (cancelled) with `running`; their
                             // trial slots and those of untried picks go with `trials`.
-                            if let Some(c) = route.candidates.get(idx) {
-                                c.upstream.health.record_first_byte(started.first_byte);
-                                c.upstream.metrics.first_byte.observe(started.first_byte.as_secs_f64());
-                                // A stream's attempt is recorded when it ends (it may still break).
-                                if !req.stream {
-                                    record_attempt(&c.upstream, ctx.settings, ctx.sli, Outcome::Ok, trial, None, Some(started.first_byte));
-                                }
-                            }
+                            let upstream = started.attempt.upstream();
+                            upstream.health.record_first_byte(started.attempt.first_byte());
+                            upstream.metrics.first_byte.observe(started.attempt.first_byte().as_secs_f64());
                             // A hedged attempt that was still silent when the winner
                             // answered lost to its first-byte watchdog: count it so.
                             for loser in hedged.iter().filter(|h| **h != idx) {
                                 if let Some(c) = route.candidates.get(*loser) {
-                                    record_attempt(&c.upstream, ctx.settings, ctx.sli, Outcome::FirstByteTimeout, false, None, None);
+                                    attempt::record(&c.upstream, ctx.settings, ctx.sli, Outcome::FirstByteTimeout, false, None, None);
                                 }
                                 failovers.push(Outcome::FirstByteTimeout);
                                 ctx.metrics
@@ -144,12 +137,12 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                                     .get_or_create(&RouteReason { route: cfg.name.clone(), reason: Outcome::FirstByteTimeout })
                                     .inc();
                             }
-                            return Ok(Dispatched { started, candidate: idx, trial, attempts, failovers });
+                            return Ok(Dispatched { started, candidate: idx, attempts, failovers });
                         }
                         Err(e) => {
                             hedged.retain(|h| *h != idx);
                             if let Some(c) = route.candidates.get(idx) {
-                                record_attempt(&c.upstream, ctx.settings, ctx.sli, e.outcome, trial, e.retry_after, None);
+                                attempt::record(&c.upstream, ctx.settings, ctx.sli, e.outcome, trial, e.retry_after, None);
                             }
                             log_failure(ctx, route, idx, &e, began, deadline);
                             if !e.retryable {
@@ -225,29 +218,15 @@ fn launch<'a>(
             budget,
             retry_on: &route.cfg.retry_on,
             request_id: ctx.request_id,
+            trial,
         };
         let result = attempt::run(&c.upstream, ctx.secrets, spec).await;
         (idx, trial, began, result)
     })
 }
 
-/// Records an attempt's outcome in health, metrics and SLI rollups.
-pub fn record_attempt(
-    up: &UpstreamHandle,
-    settings: &HealthSettings,
-    sli: &Sli,
-    outcome: Outcome,
-    trial: bool,
-    retry_after: Option<Duration>,
-    first_byte: Option<Duration>,
-) {
-    up.health.record(outcome, trial, retry_after, &up.cfg.circuit_breaker, settings, Instant::now());
-    up.metrics.attempt(outcome);
-    sli.attempt(&up.cfg.key, outcome, first_byte.map(|d| d.as_millis() as u64));
-}
-
 /// Trial slots this request holds (taken by [`order::order`]). Each is given back by
-/// recording the attempt that used it, or handed to the answer that commits to it;
+/// recording the attempt that used it, or handed to the [`attempt::Committed`] one;
 /// whatever is still held when the dispatch ends *or is dropped* (a client that went
 /// away mid-attempt) is cancelled. A leaked slot would keep a recovered upstream from
 /// ever getting its trial again.

@@ -51,7 +51,8 @@ async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body:
             Ok(r) => r,
             Err(e) => {
                 // The route is known: a refused request (402) is one of its answers.
-                answer::count_request(gw, &route, e.status(), started);
+                let end = answer::Ending { status: e.status(), slo_bad: None, latency_ms: 0, attempts: 0, candidate: None, usage: None };
+                answer::conclude(gw, &route, started, end, None).await;
                 return Err(e);
             }
         },
@@ -59,7 +60,7 @@ async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body:
     };
     let ctx = DispatchCtx { secrets: &gw.secrets, settings: &gw.settings, metrics: &gw.metrics, request_id, sli: &gw.sli };
     match route::dispatch(&ctx, &route, &req).await {
-        Ok(d) if req.stream => Ok(answer::stream_answer(gw, route.clone(), &req, d, reservation, started)),
+        Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, reservation, started)),
         Ok(d) => Ok(answer::answer(gw, &route, &req, d, reservation, started).await),
         Err(f) => Ok(answer::failure(gw, &route, f, reservation, started).await),
     }
