@@ -106,6 +106,16 @@ pub struct Price {
     /// USD per 1M output tokens, e.g. `"75.00"`.
     #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
     pub output: String,
+    /// USD per 1M input tokens read from the provider's prompt cache, e.g. `"1.50"`;
+    /// default `input`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
+    pub cached_input: Option<String>,
+    /// USD per 1M input tokens written to the provider's prompt cache, e.g. `"18.75"`;
+    /// default `input`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
+    pub cache_write: Option<String>,
 }
 
 /// Failover policy.

@@ -11,10 +11,10 @@ use crate::manifests::Manifests;
 use crate::model_route::{ModelRoute, Price};
 use crate::problem::{Problem, Severity};
 use crate::snapshot::{
-    AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte,
-    LatencyConfig, PriceConfig, ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, Snapshot, UpstreamConfig,
+    AlertConfig, AuthConfig, AwsConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, GcpConfig,
+    LatencyConfig, PriceConfig, ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, Snapshot, UpstreamConfig,
 };
-use crate::upstream::Upstream;
+use crate::upstream::{ANTHROPIC_VERSION, AWS_SECRET_KEYS, Protocol, Upstream, UpstreamSpec};
 use crate::{duration, validate};
 
 /// Defaults of docs/design.md §2, in one place.
@@ -139,21 +139,21 @@ fn resolve_upstreams(
             continue;
         }
         let spec = &u.spec;
+        // Validation guarantees a base URL: the manifest's or the protocol's default.
+        let Some(base_url) = spec.base_url.clone().or_else(|| spec.protocol.default_base_url(spec.gcp.as_ref(), spec.aws.as_ref()))
+        else {
+            continue;
+        };
+        let (default_header, default_scheme) = spec.protocol.default_auth_header();
         let auth = spec.auth.as_ref().map(|a| AuthConfig {
             secret: a.secret_ref.name.clone(),
             key: a.secret_ref.key.clone(),
-            header: a.header.clone().unwrap_or_else(|| "authorization".into()).to_ascii_lowercase(),
-            scheme: a.scheme.clone().unwrap_or_else(|| "Bearer".into()),
+            header: a.header.clone().unwrap_or_else(|| default_header.into()).to_ascii_lowercase(),
+            scheme: a.scheme.clone().unwrap_or_else(|| default_scheme.into()),
         });
-        if let Some(a) = &auth
-            && !secrets.contains(&namespace, &a.secret, &a.key)
-        {
-            problems.push(Problem::warning(
-                &resource,
-                "spec.auth.secretRef",
-                format!("Secret {namespace}/{} has no key {:?}; requests go out without credentials until it does", a.secret, a.key),
-            ));
-        }
+        check_secrets(spec, &namespace, secrets, &mut |field, message| {
+            problems.push(Problem::warning(&resource, field, message));
+        });
         let timeouts = spec.timeouts.clone().unwrap_or_default();
         let first_byte = match timeouts.first_byte.as_deref() {
             None | Some("auto") => FirstByte::Auto,
@@ -166,7 +166,8 @@ fn resolve_upstreams(
                 key,
                 name,
                 namespace,
-                base_url: spec.base_url.trim_end_matches('/').to_string(),
+                protocol: spec.protocol,
+                base_url: base_url.trim_end_matches('/').to_string(),
                 region: spec.region.clone(),
                 auth,
                 connect_timeout_ms: ms(timeouts.connect.as_deref(), defaults::CONNECT_MS),
@@ -183,10 +184,48 @@ fn resolve_upstreams(
                     interval_ms: ms(p.interval.as_deref(), 90_000),
                     path: p.path.clone().unwrap_or_else(|| "/models".into()),
                 }),
+                assistant_prefill: spec.assistant_prefill.unwrap_or(spec.protocol.default_assistant_prefill()),
+                gcp: spec.gcp.as_ref().map(|g| GcpConfig {
+                    project: g.project.clone(),
+                    location: g.location.clone(),
+                    credentials: g.credentials.as_ref().map(|c| SecretKeyConfig {
+                        secret: c.secret_ref.name.clone(),
+                        key: c.secret_ref.key.clone(),
+                    }),
+                }),
+                aws: spec.aws.as_ref().map(|a| AwsConfig {
+                    region: a.region.clone(),
+                    credentials_secret: a.credentials.as_ref().map(|c| c.secret_ref.name.clone()),
+                }),
+                azure_api_version: spec.azure.as_ref().map(|a| a.api_version.clone()),
+                anthropic_version: (spec.protocol == Protocol::Anthropic).then(|| {
+                    spec.anthropic.as_ref().map_or_else(|| ANTHROPIC_VERSION.to_string(), |a| a.version.clone())
+                }),
             },
         );
     }
     out
+}
+
+/// Warns (as `(field, message)`) about every referenced Secret key that is missing; the
+/// AWS session token is optional and not checked.
+fn check_secrets(spec: &UpstreamSpec, namespace: &str, secrets: &dyn SecretLookup, warn: &mut dyn FnMut(&str, String)) {
+    let mut check = |field: &str, secret: &str, key: &str, without: &str| {
+        if !secrets.contains(namespace, secret, key) {
+            warn(field, format!("Secret {namespace}/{secret} has no key {key:?}; {without} until it does"));
+        }
+    };
+    if let Some(a) = &spec.auth {
+        check("spec.auth.secretRef", &a.secret_ref.name, &a.secret_ref.key, "requests go out without credentials");
+    }
+    if let Some(c) = spec.gcp.as_ref().and_then(|g| g.credentials.as_ref()) {
+        check("spec.gcp.credentials.secretRef", &c.secret_ref.name, &c.secret_ref.key, "requests cannot be authorized");
+    }
+    if let Some(c) = spec.aws.as_ref().and_then(|a| a.credentials.as_ref()) {
+        for key in &AWS_SECRET_KEYS[..2] {
+            check("spec.aws.credentials.secretRef", &c.secret_ref.name, key, "requests cannot be signed");
+        }
+    }
 }
 
 fn resolve_routes(
@@ -273,8 +312,16 @@ pub fn usd_to_nanos(text: &str) -> Option<u64> {
     whole.checked_mul(1_000_000_000)?.checked_add(frac_nanos)
 }
 
+/// The price in nanodollars; cache reads and writes cost `input` unless priced.
 fn price_config(p: &Price) -> Option<PriceConfig> {
-    Some(PriceConfig { input_per_mtok_nanos: usd_to_nanos(&p.input)?, output_per_mtok_nanos: usd_to_nanos(&p.output)? })
+    let input = usd_to_nanos(&p.input)?;
+    let or_input = |v: &Option<String>| v.as_deref().map_or(Some(input), usd_to_nanos);
+    Some(PriceConfig {
+        input_per_mtok_nanos: input,
+        output_per_mtok_nanos: usd_to_nanos(&p.output)?,
+        cached_input_per_mtok_nanos: or_input(&p.cached_input)?,
+        cache_write_per_mtok_nanos: or_input(&p.cache_write)?,
+    })
 }
 
 /// The Google SRE workbook tiers for a 30-day window.

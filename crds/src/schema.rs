@@ -43,6 +43,20 @@ pub mod msg {
     pub const HEADER: &str = "header must be an HTTP header name";
     pub const FIRST_BYTE: &str = "firstByte must be a duration such as 50ms or 2s, or auto";
     pub const PROBE_PATH: &str = "probe.path must start with /";
+    pub const BASE_URL_REQUIRED: &str = "baseUrl is required for protocol openai and azure-openai";
+    pub const GCP_REQUIRED: &str =
+        "gcp (project and location) is required for protocol vertex-anthropic and vertex-gemini";
+    pub const AWS_REQUIRED: &str = "aws.region is required for protocol bedrock";
+    pub const AZURE_REQUIRED: &str = "azure.apiVersion is required for protocol azure-openai";
+    pub const GCP_ONLY: &str = "gcp is only read by protocol vertex-anthropic and vertex-gemini; remove it";
+    pub const AWS_ONLY: &str = "aws is only read by protocol bedrock; remove it";
+    pub const AZURE_ONLY: &str = "azure is only read by protocol azure-openai; remove it";
+    pub const ANTHROPIC_ONLY: &str = "anthropic is only read by protocol anthropic; remove it";
+    pub const GCP_PROJECT: &str = "gcp.project must be a Google Cloud project id or number, e.g. my-project";
+    pub const GCP_LOCATION: &str = "gcp.location must be a Google Cloud location such as us-east5, global, us or eu";
+    pub const AWS_REGION: &str = "aws.region must be an AWS region such as us-east-1";
+    pub const AZURE_API_VERSION: &str = "azure.apiVersion must be an API version such as 2024-10-21";
+    pub const ANTHROPIC_VERSION: &str = "anthropic.version must be a version such as 2023-06-01";
     pub const MODEL: &str = "model must be 1-128 characters of letters, digits and . _ : / @ -";
     pub const GATEWAY: &str = "gateway must be a DNS label of at most 40 characters";
     pub const CANDIDATES_UNIQUE: &str = "candidates must name each upstream at most once";

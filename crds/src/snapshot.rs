@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error_budget::BudgetMethod;
 use crate::model_route::{FirstByteAction, Selection};
+pub use crate::upstream::Protocol;
+use crate::upstream::AWS_SECRET_KEYS;
 
 /// Version of the snapshot format; bumped on incompatible changes.
 pub const SNAPSHOT_FORMAT: u32 = 1;
@@ -38,7 +40,10 @@ pub struct UpstreamConfig {
     pub name: String,
     /// Namespace of the resource.
     pub namespace: String,
-    /// Base URL without a trailing slash.
+    /// Wire protocol; snapshots written before protocols existed read as `openai`.
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// Base URL without a trailing slash: the manifest's, or the protocol's default.
     pub base_url: String,
     /// Region label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,6 +65,75 @@ pub struct UpstreamConfig {
     /// Synthetic probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeConfig>,
+    /// Whether a trailing assistant message may be sent for the upstream to continue.
+    #[serde(default)]
+    pub assistant_prefill: bool,
+    /// Google Cloud settings (`vertex-*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcp: Option<GcpConfig>,
+    /// AWS settings (`bedrock`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<AwsConfig>,
+    /// The `api-version` query parameter (`azure-openai`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure_api_version: Option<String>,
+    /// The `anthropic-version` header (`anthropic`; its default filled in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anthropic_version: Option<String>,
+}
+
+impl UpstreamConfig {
+    /// Every `(secret, key)` this upstream reads from `--secrets-dir/<secret>/<key>`: the
+    /// API key, the service-account JSON, and the AWS access keys (the session token
+    /// among them, though a Secret may leave it out).
+    pub fn secret_refs(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Some(a) = &self.auth {
+            out.push((a.secret.clone(), a.key.clone()));
+        }
+        if let Some(c) = self.gcp.as_ref().and_then(|g| g.credentials.as_ref()) {
+            out.push((c.secret.clone(), c.key.clone()));
+        }
+        if let Some(secret) = self.aws.as_ref().and_then(|a| a.credentials_secret.as_ref()) {
+            out.extend(AWS_SECRET_KEYS.iter().map(|k| (secret.clone(), (*k).to_string())));
+        }
+        out
+    }
+}
+
+/// Google Cloud project, location and service-account key of a `vertex-*` upstream.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GcpConfig {
+    /// Project id or number.
+    pub project: String,
+    /// Location, e.g. `us-east5` or `global`.
+    pub location: String,
+    /// The service-account JSON key; `None`: the metadata server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<SecretKeyConfig>,
+}
+
+/// AWS region and access keys of a `bedrock` upstream.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AwsConfig {
+    /// Region, also the SigV4 signing region.
+    pub region: String,
+    /// Secret with `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and optionally
+    /// `AWS_SESSION_TOKEN`; `None`: the standard AWS credential chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+}
+
+/// A key in a Secret, read from `--secrets-dir/<secret>/<key>` at run time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretKeyConfig {
+    /// Secret name.
+    pub secret: String,
+    /// Key within the secret.
+    pub key: String,
 }
 
 /// A secret reference; the value is read from `--secrets-dir/<secret>/<key>` at run time.
@@ -161,21 +235,73 @@ pub struct CandidateConfig {
 
 /// Nanodollars per one million tokens.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", from = "PriceWire")]
 pub struct PriceConfig {
-    /// Per 1M input tokens.
+    /// Per 1M input tokens (not read from or written to a prompt cache).
     pub input_per_mtok_nanos: u64,
     /// Per 1M output tokens.
     pub output_per_mtok_nanos: u64,
+    /// Per 1M input tokens read from the prompt cache.
+    pub cached_input_per_mtok_nanos: u64,
+    /// Per 1M input tokens written to the prompt cache.
+    pub cache_write_per_mtok_nanos: u64,
+}
+
+/// [`PriceConfig`] as read: snapshots written before cache prices existed price cache
+/// reads and writes as input.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PriceWire {
+    input_per_mtok_nanos: u64,
+    output_per_mtok_nanos: u64,
+    #[serde(default)]
+    cached_input_per_mtok_nanos: Option<u64>,
+    #[serde(default)]
+    cache_write_per_mtok_nanos: Option<u64>,
+}
+
+impl From<PriceWire> for PriceConfig {
+    fn from(w: PriceWire) -> Self {
+        Self {
+            input_per_mtok_nanos: w.input_per_mtok_nanos,
+            output_per_mtok_nanos: w.output_per_mtok_nanos,
+            cached_input_per_mtok_nanos: w.cached_input_per_mtok_nanos.unwrap_or(w.input_per_mtok_nanos),
+            cache_write_per_mtok_nanos: w.cache_write_per_mtok_nanos.unwrap_or(w.input_per_mtok_nanos),
+        }
+    }
 }
 
 impl PriceConfig {
+    /// A price whose cache reads and writes cost as much as input.
+    pub fn new(input_per_mtok_nanos: u64, output_per_mtok_nanos: u64) -> Self {
+        Self {
+            input_per_mtok_nanos,
+            output_per_mtok_nanos,
+            cached_input_per_mtok_nanos: input_per_mtok_nanos,
+            cache_write_per_mtok_nanos: input_per_mtok_nanos,
+        }
+    }
+
     /// Cost in nanodollars of a number of input and output tokens, rounded up; saturates at
     /// `u64::MAX` (token counts come from upstreams and are not to be trusted).
     pub fn cost_nanos(&self, input_tokens: u64, output_tokens: u64) -> u64 {
+        self.cost_nanos_usage(input_tokens, 0, 0, output_tokens)
+    }
+
+    /// Cost in nanodollars of a usage whose input is split into tokens neither read from
+    /// nor written to the prompt cache, cache reads and cache writes (the three add up to
+    /// the prompt), each at its price; the sum is rounded up once, and saturates at
+    /// `u64::MAX`, as in [`cost_nanos`](Self::cost_nanos).
+    pub fn cost_nanos_usage(&self, input_uncached: u64, cached_read: u64, cache_write: u64, output: u64) -> u64 {
         // Each product fits in u128; their sum may not.
-        let total = (u128::from(input_tokens) * u128::from(self.input_per_mtok_nanos))
-            .saturating_add(u128::from(output_tokens) * u128::from(self.output_per_mtok_nanos));
+        let total = [
+            (input_uncached, self.input_per_mtok_nanos),
+            (cached_read, self.cached_input_per_mtok_nanos),
+            (cache_write, self.cache_write_per_mtok_nanos),
+            (output, self.output_per_mtok_nanos),
+        ]
+        .into_iter()
+        .fold(0u128, |sum, (tokens, price)| sum.saturating_add(u128::from(tokens) * u128::from(price)));
         u64::try_from(total.div_ceil(1_000_000)).unwrap_or(u64::MAX)
     }
 }
@@ -238,5 +364,10 @@ impl Snapshot {
     /// The route serving `model`, if any.
     pub fn route_for_model(&self, model: &str) -> Option<&RouteConfig> {
         self.routes.iter().find(|r| r.model == model)
+    }
+
+    /// Every `(secret, key)` any upstream reads ([`UpstreamConfig::secret_refs`]), sorted.
+    pub fn secret_refs(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.upstreams.values().flat_map(UpstreamConfig::secret_refs).collect()
     }
 }

@@ -4,9 +4,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::schema::conditions_schema;
+use crate::schema::{conditions_schema, msg};
 
-/// One provider endpoint, e.g. Anthropic's OpenAI-compatible API in us-east-1.
+mod provider;
+
+pub use provider::{
+    ANTHROPIC_VERSION, AWS_SECRET_KEYS, AnthropicSpec, AwsCredentials, AwsSpec, AzureSpec, GcpCredentials, GcpSpec,
+    Protocol, SecretNameRef, rules, vertex_base_url,
+};
+
+/// One provider endpoint, e.g. Anthropic's API, or Claude on Vertex AI in us-east5.
 // kube's `printcolumn(.., type_ = "string", ..)` repeats arguments, not attributes.
 #[expect(clippy::duplicated_attributes, reason = "false positive on kube's printcolumn arguments")]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -28,15 +35,25 @@ use crate::schema::conditions_schema;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new(rules::BASE_URL_REQUIRED).field_path(".baseUrl").message(msg::BASE_URL_REQUIRED))]
+#[x_kube(validation = Rule::new(rules::GCP_REQUIRED).field_path(".gcp").message(msg::GCP_REQUIRED))]
+#[x_kube(validation = Rule::new(rules::AWS_REQUIRED).field_path(".aws").message(msg::AWS_REQUIRED))]
+#[x_kube(validation = Rule::new(rules::AZURE_REQUIRED).field_path(".azure").message(msg::AZURE_REQUIRED))]
+#[x_kube(validation = Rule::new(rules::GCP_ONLY).field_path(".gcp").message(msg::GCP_ONLY))]
+#[x_kube(validation = Rule::new(rules::AWS_ONLY).field_path(".aws").message(msg::AWS_ONLY))]
+#[x_kube(validation = Rule::new(rules::AZURE_ONLY).field_path(".azure").message(msg::AZURE_ONLY))]
+#[x_kube(validation = Rule::new(rules::ANTHROPIC_ONLY).field_path(".anthropic").message(msg::ANTHROPIC_ONLY))]
 pub struct UpstreamSpec {
-    /// Wire format spoken by the upstream. `openai` is the OpenAI-compatible HTTP API.
+    /// Wire format spoken by the upstream; default `openai` (docs/design.md §9).
     #[serde(default)]
     pub protocol: Protocol,
-    /// Base URL; requests go to `{baseUrl}/chat/completions` and so on.
+    /// Base URL; requests go to `{baseUrl}/chat/completions` and so on. Required for
+    /// `openai` and `azure-openai`; the other protocols default to the provider's endpoint.
     // `[:space:]`, not `\s`: RE2 (the apiserver) and Rust's `regex` (file mode, kube's CEL)
     // disagree on `\s` beyond ASCII, and both read `[:space:]` as ASCII whitespace.
-    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#[:space:]]+')").message(crate::schema::msg::BASE_URL))]
-    pub base_url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#[:space:]]+')").message(msg::BASE_URL))]
+    pub base_url: Option<String>,
     /// Free-form region label, shown by `kubectl get upstreams`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63))]
@@ -57,15 +74,40 @@ pub struct UpstreamSpec {
     /// Optional synthetic health check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeSpec>,
+    /// Can the upstream continue a trailing assistant message? Default true for
+    /// `anthropic` and `vertex-anthropic`, false otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assistant_prefill: Option<bool>,
+    /// Project, location and credentials; `vertex-*` only, and required there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcp: Option<GcpSpec>,
+    /// Region and credentials; `bedrock` only, and required there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<AwsSpec>,
+    /// API version; `azure-openai` only, and required there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure: Option<AzureSpec>,
+    /// `anthropic-version` override; `anthropic` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anthropic: Option<AnthropicSpec>,
 }
 
-/// Wire protocol of an upstream.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// OpenAI-compatible HTTP API.
-    #[default]
-    Openai,
+impl UpstreamSpec {
+    /// Names of the Secrets (same namespace) the spec reads: the API key's, the
+    /// service-account key's and the AWS access keys', without repeats.
+    pub fn secret_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = [
+            self.auth.as_ref().map(|a| a.secret_ref.name.as_str()),
+            self.gcp.as_ref().and_then(|g| g.credentials.as_ref()).map(|c| c.secret_ref.name.as_str()),
+            self.aws.as_ref().and_then(|a| a.credentials.as_ref()).map(|c| c.secret_ref.name.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
 }
 
 /// Where the upstream's API key lives and how it is sent.
@@ -74,11 +116,11 @@ pub enum Protocol {
 pub struct UpstreamAuth {
     /// The Secret (same namespace) and key holding the API key.
     pub secret_ref: SecretKeyRef,
-    /// Header that carries the key; default `authorization`.
+    /// Header that carries the key; default per protocol (`authorization` for openai).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9-]+$')").message(crate::schema::msg::HEADER))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9-]+$')").message(msg::HEADER))]
     pub header: Option<String>,
-    /// Prefix before the key; default `Bearer`; `""` sends the bare key.
+    /// Prefix before the key; default per protocol (`Bearer` for openai); `""` sends the bare key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheme: Option<String>,
 }
@@ -105,7 +147,7 @@ pub struct UpstreamTimeouts {
     pub connect: Option<String>,
     /// First-byte watchdog: a duration or `auto`; default `auto`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(crate::schema::DURATION_OR_AUTO_RULE).message(crate::schema::msg::FIRST_BYTE))]
+    #[x_kube(validation = Rule::new(crate::schema::DURATION_OR_AUTO_RULE).message(msg::FIRST_BYTE))]
     pub first_byte: Option<String>,
     /// Longest gap allowed between stream chunks; default `60s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -145,7 +187,7 @@ pub struct ProbeSpec {
     pub interval: Option<String>,
     /// Path under baseUrl; default `/models`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.startsWith('/')").message(crate::schema::msg::PROBE_PATH))]
+    #[x_kube(validation = Rule::new("self.startsWith('/')").message(msg::PROBE_PATH))]
     pub path: Option<String>,
 }
 

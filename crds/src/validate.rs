@@ -10,7 +10,7 @@ use regex::Regex;
 use crate::error_budget::{BudgetMethod, ErrorBudgetSpec};
 use crate::model_route::ModelRouteSpec;
 use crate::schema::{DURATION_MESSAGE, MONEY_MESSAGE, msg};
-use crate::upstream::UpstreamSpec;
+use crate::upstream::{Protocol, UpstreamSpec};
 
 /// A field path and what is wrong with it.
 pub type FieldError = (String, String);
@@ -38,6 +38,10 @@ pattern!(TIMESLICE_M, r"^([1-9]|[1-5][0-9])m$");
 pattern!(ALERT_NAME, r"^[a-z][a-z0-9-]{0,30}$");
 pattern!(ALERT_WINDOW, r"^[1-9][0-9]{0,4}(m|h|d)$");
 pattern!(BURN_RATE, r"^[0-9]{1,4}(\.[0-9]{1,3})?$");
+pattern!(GCP_PROJECT, r"^[a-z0-9][-a-z0-9.:]{0,127}$");
+pattern!(GCP_LOCATION, r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$");
+pattern!(AWS_REGION, r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$");
+pattern!(VERSION, r"^[A-Za-z0-9][-A-Za-z0-9.]{0,63}$");
 
 fn matches(re: &LazyLock<Option<Regex>>, text: &str) -> bool {
     re.as_ref().is_some_and(|r| r.is_match(text))
@@ -110,7 +114,10 @@ fn alert_window_minutes(window: &str) -> Option<u64> {
 /// Validates an Upstream spec.
 pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
     let mut c = Checks::default();
-    c.rule(matches(&BASE_URL, &spec.base_url), "spec.baseUrl", msg::BASE_URL);
+    if let Some(url) = &spec.base_url {
+        c.rule(matches(&BASE_URL, url), "spec.baseUrl", msg::BASE_URL);
+    }
+    protocol_blocks(&mut c, spec);
     if let Some(region) = &spec.region
         && region.chars().count() > 63
     {
@@ -146,6 +153,40 @@ pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
     c.0
 }
 
+/// The spec-wide rules of `upstream::rules`: the block each protocol needs, no block it
+/// would ignore, and the fields of those blocks.
+fn protocol_blocks(c: &mut Checks, spec: &UpstreamSpec) {
+    let p = spec.protocol;
+    c.rule(spec.base_url.is_some() || !p.needs_base_url(), "spec.baseUrl", msg::BASE_URL_REQUIRED);
+    c.rule(spec.gcp.is_some() || !p.is_vertex(), "spec.gcp", msg::GCP_REQUIRED);
+    c.rule(spec.aws.is_some() || p != Protocol::Bedrock, "spec.aws", msg::AWS_REQUIRED);
+    c.rule(spec.azure.is_some() || p != Protocol::AzureOpenai, "spec.azure", msg::AZURE_REQUIRED);
+    c.rule(spec.gcp.is_none() || p.is_vertex(), "spec.gcp", msg::GCP_ONLY);
+    c.rule(spec.aws.is_none() || p == Protocol::Bedrock, "spec.aws", msg::AWS_ONLY);
+    c.rule(spec.azure.is_none() || p == Protocol::AzureOpenai, "spec.azure", msg::AZURE_ONLY);
+    c.rule(spec.anthropic.is_none() || p == Protocol::Anthropic, "spec.anthropic", msg::ANTHROPIC_ONLY);
+    if let Some(g) = &spec.gcp {
+        c.rule(matches(&GCP_PROJECT, &g.project), "spec.gcp.project", msg::GCP_PROJECT);
+        c.rule(matches(&GCP_LOCATION, &g.location), "spec.gcp.location", msg::GCP_LOCATION);
+        if let Some(cred) = &g.credentials {
+            c.chars(&cred.secret_ref.name, "spec.gcp.credentials.secretRef.name", 1, 253);
+            c.chars(&cred.secret_ref.key, "spec.gcp.credentials.secretRef.key", 1, 253);
+        }
+    }
+    if let Some(a) = &spec.aws {
+        c.rule(matches(&AWS_REGION, &a.region), "spec.aws.region", msg::AWS_REGION);
+        if let Some(cred) = &a.credentials {
+            c.chars(&cred.secret_ref.name, "spec.aws.credentials.secretRef.name", 1, 253);
+        }
+    }
+    if let Some(a) = &spec.azure {
+        c.rule(matches(&VERSION, &a.api_version), "spec.azure.apiVersion", msg::AZURE_API_VERSION);
+    }
+    if let Some(a) = &spec.anthropic {
+        c.rule(matches(&VERSION, &a.version), "spec.anthropic.version", msg::ANTHROPIC_VERSION);
+    }
+}
+
 /// Validates a ModelRoute spec.
 pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
     let mut c = Checks::default();
@@ -170,6 +211,11 @@ pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
         if let Some(p) = &cand.price {
             c.rule(matches(&MONEY, &p.input), format!("{at}.price.input"), MONEY_MESSAGE);
             c.rule(matches(&MONEY, &p.output), format!("{at}.price.output"), MONEY_MESSAGE);
+            for (value, field) in [(&p.cached_input, "cachedInput"), (&p.cache_write, "cacheWrite")] {
+                if let Some(v) = value {
+                    c.rule(matches(&MONEY, v), format!("{at}.price.{field}"), MONEY_MESSAGE);
+                }
+            }
         }
     }
     if let Some(f) = &spec.failover

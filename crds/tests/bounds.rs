@@ -104,6 +104,9 @@ fn rows() -> Vec<Row> {
         r("Upstream", "spec.region", Length, None, 63, letters, "", "must be at most 63 characters"),
         r("Upstream", "spec.auth.secretRef.name", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
         r("Upstream", "spec.auth.secretRef.key", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
+        r("Upstream", "spec.gcp.credentials.secretRef.name", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
+        r("Upstream", "spec.gcp.credentials.secretRef.key", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
+        r("Upstream", "spec.aws.credentials.secretRef.name", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
         r("Upstream", "spec.maxConcurrentRequests", Number, Some(1), 1_000_000, number, RANGE, RANGE),
         r("Upstream", "spec.circuitBreaker.failureRatePercent", Number, Some(1), 100, number, RANGE, RANGE),
         r("Upstream", "spec.circuitBreaker.minimumRequests", Number, Some(1), 10_000, number, RANGE, RANGE),
@@ -126,9 +129,15 @@ fn rows() -> Vec<Row> {
     ]
 }
 
-/// The valid fixture of a kind with every optional field set.
-fn base(kind: &str) -> Value {
-    let text = read(&testdata(&format!("cel/{}/valid/full.yaml", kind.to_lowercase())));
+/// The valid fixture of a kind with every optional field set that `at` can be; the
+/// protocol blocks exclude one another, so their fields have fixtures of their own.
+fn base(kind: &str, at: &str) -> Value {
+    let file = match at.split('.').nth(1) {
+        Some("gcp") => "vertex-anthropic",
+        Some("aws") => "bedrock",
+        _ => "full",
+    };
+    let text = read(&testdata(&format!("cel/{}/valid/{file}.yaml", kind.to_lowercase())));
     serde_yaml::from_str(&text).expect("fixture is YAML")
 }
 
@@ -144,7 +153,7 @@ fn pointer(path: &str) -> String {
 
 /// The Display of every problem of the fixture after setting `at` to `value`.
 fn errors_with(kind: &str, at: &str, value: Value) -> Vec<String> {
-    let mut manifest = base(kind);
+    let mut manifest = base(kind, at);
     *manifest.pointer_mut(&pointer(at)).unwrap_or_else(|| panic!("{kind}: nothing at {at}")) = value;
     let support = read(&testdata("cel/support.yaml"));
     let text = serde_yaml::to_string(&manifest).expect("YAML");

@@ -138,7 +138,7 @@ fn an_unknown_field_is_refused_with_its_path() {
     assert_eq!(
         problems(&resolve_text(&text)),
         [
-            "error: Upstream default/primary: spec.timeout: unknown field `timeout`, expected one of `protocol`, `baseUrl`, `region`, `auth`, `timeouts`, `maxConcurrentRequests`, `circuitBreaker`, `probe`",
+            "error: Upstream default/primary: spec.timeout: unknown field `timeout`, expected one of `protocol`, `baseUrl`, `region`, `auth`, `timeouts`, `maxConcurrentRequests`, `circuitBreaker`, `probe`, `assistantPrefill`, `gcp`, `aws`, `azure`, `anthropic`",
         ]
     );
 }
@@ -163,7 +163,9 @@ fn wrong_types_and_missing_fields_name_their_path() {
     let text = "apiVersion: sluice.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {baseUrl: \"http://x\", protocol: grpc}\n";
     assert_eq!(
         problems(&resolve_text(text)),
-        ["error: Upstream default/u: spec.protocol: unknown variant `grpc`, expected `openai`",]
+        [
+            "error: Upstream default/u: spec.protocol: unknown variant `grpc`, expected one of `openai`, `azure-openai`, `anthropic`, `bedrock`, `vertex-anthropic`, `vertex-gemini`, `gemini`",
+        ]
     );
 }
 

@@ -11,7 +11,7 @@ use sluice_crds::model_route::{FirstByteAction, Selection};
 use sluice_crds::resolve::{defaults, usd_to_nanos};
 use sluice_crds::snapshot::{
     AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, LatencyConfig,
-    PriceConfig, ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, UpstreamConfig,
+    PriceConfig, ProbeConfig, Protocol, RouteConfig, SNAPSHOT_FORMAT, UpstreamConfig,
 };
 use sluice_crds::{Snapshot, load_paths, resolve};
 
@@ -35,6 +35,7 @@ fn upstream(name: &str, port: u16, region: &str, secret: &str) -> UpstreamConfig
         key: format!("default/{name}"),
         name: name.into(),
         namespace: "default".into(),
+        protocol: Protocol::Openai,
         base_url: format!("http://127.0.0.1:{port}/v1"),
         region: Some(region.into()),
         auth: auth(secret),
@@ -49,6 +50,11 @@ fn upstream(name: &str, port: u16, region: &str, secret: &str) -> UpstreamConfig
             half_open_requests: 3,
         },
         probe: None,
+        assistant_prefill: false,
+        gcp: None,
+        aws: None,
+        azure_api_version: None,
+        anthropic_version: None,
     }
 }
 
@@ -57,10 +63,7 @@ fn candidate(upstream: &str, model: &str, weight: u32, input_usd_cents: u64, out
         upstream: format!("default/{upstream}"),
         model: model.into(),
         weight,
-        price: Some(PriceConfig {
-            input_per_mtok_nanos: input_usd_cents * USD / 100,
-            output_per_mtok_nanos: output_usd_cents * USD / 100,
-        }),
+        price: Some(PriceConfig::new(input_usd_cents * USD / 100, output_usd_cents * USD / 100)),
     }
 }
 
@@ -246,7 +249,7 @@ fn minimal_manifests_get_the_documented_defaults() {
             upstream: "default/bare".into(),
             model: "m".into(),
             weight: defaults::WEIGHT,
-            price: Some(PriceConfig { input_per_mtok_nanos: 1, output_per_mtok_nanos: 1_234_567_123_456_789 }),
+            price: Some(PriceConfig::new(1, 1_234_567_123_456_789)),
         }]
     );
     assert_eq!(route.retry_on, defaults::RETRY_ON);
@@ -290,13 +293,13 @@ fn usd_strings_convert_to_exact_nanodollars() {
     assert_eq!(usd_to_nanos("1e3"), None);
     assert_eq!(usd_to_nanos("99999999999999"), None, "overflows u64 nanodollars");
 
-    let price = PriceConfig { input_per_mtok_nanos: 15 * USD, output_per_mtok_nanos: 75 * USD };
+    let price = PriceConfig::new(15 * USD, 75 * USD);
     assert_eq!(price.cost_nanos(1_000_000, 0), 15 * USD);
     assert_eq!(price.cost_nanos(1, 0), 15_000, "exact: 15e9 / 1e6");
-    let odd = PriceConfig { input_per_mtok_nanos: 1, output_per_mtok_nanos: 0 };
+    let odd = PriceConfig::new(1, 0);
     assert_eq!(odd.cost_nanos(1, 0), 1, "rounded up, never down");
     assert_eq!(
-        PriceConfig { input_per_mtok_nanos: u64::MAX, output_per_mtok_nanos: u64::MAX }.cost_nanos(u64::MAX, u64::MAX),
+        PriceConfig::new(u64::MAX, u64::MAX).cost_nanos(u64::MAX, u64::MAX),
         u64::MAX
     );
 }

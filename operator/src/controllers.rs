@@ -222,13 +222,13 @@ pub fn budgets_naming_route(budgets: &Store<ErrorBudget>, route: &ModelRoute) ->
         .collect()
 }
 
-/// Upstreams (cached) whose auth names the Secret.
+/// Upstreams (cached) that read the Secret (auth, gcp or aws credentials).
 pub fn upstreams_using_secret(upstreams: &Store<Upstream>, secret: &Secret) -> Vec<ObjectRef<Upstream>> {
     let (ns, name) = (secret.namespace(), secret.name_any());
     upstreams
         .state()
         .iter()
-        .filter(|u| u.namespace() == ns && u.spec.auth.as_ref().is_some_and(|a| a.secret_ref.name == name))
+        .filter(|u| u.namespace() == ns && u.spec.secret_names().contains(&name.as_str()))
         .map(|u| ObjectRef::from_obj(&**u))
         .collect()
 }

@@ -25,13 +25,18 @@ fn meta(namespace: &str, name: &str, kind: &str) -> ObjectMeta {
 pub fn upstream(namespace: &str, name: &str) -> Upstream {
     let spec = UpstreamSpec {
         protocol: Protocol::Openai,
-        base_url: format!("https://{name}.example/v1"),
+        base_url: Some(format!("https://{name}.example/v1")),
         region: None,
         auth: None,
         timeouts: None,
         max_concurrent_requests: None,
         circuit_breaker: None,
         probe: None,
+        assistant_prefill: None,
+        gcp: None,
+        aws: None,
+        azure: None,
+        anthropic: None,
     };
     Upstream { metadata: meta(namespace, name, "upstream"), spec, status: None }
 }

@@ -157,6 +157,38 @@ fn a_changed_secret_set_changes_the_template_hash() {
 }
 
 #[test]
+fn cloud_credential_secrets_are_mounted_like_api_keys() {
+    let mut vertex = upstream("team-a", "vertex");
+    vertex.spec = serde_json::from_value(serde_json::json!({
+        "protocol": "vertex-anthropic",
+        "gcp": {"project": "p-1", "location": "us-east5", "credentials": {"secretRef": {"name": "vertex-sa", "key": "key.json"}}}
+    }))
+    .unwrap();
+    let mut bedrock = upstream("team-a", "bedrock");
+    bedrock.spec = serde_json::from_value(serde_json::json!({
+        "protocol": "bedrock",
+        "aws": {"region": "us-east-1", "credentials": {"secretRef": {"name": "aws-keys"}}}
+    }))
+    .unwrap();
+    let rs = vec![route("team-a", "claude-opus", "claude-opus-4", None, &["vertex", "bedrock"])];
+    let d = deployment(&view_of(&[vertex, bedrock], &rs));
+    let sources = d.spec.template.spec.as_ref().unwrap().volumes.as_ref().unwrap()[1].projected.as_ref().unwrap().sources.clone();
+    let files: Vec<String> = sources
+        .unwrap()
+        .into_iter()
+        .flat_map(|s| {
+            let secret = s.secret.unwrap();
+            assert_eq!(secret.optional, Some(true), "a missing key (the session token) must not block the pod");
+            secret.items.unwrap().into_iter().map(|i| i.path)
+        })
+        .collect();
+    assert_eq!(
+        files,
+        ["aws-keys/AWS_ACCESS_KEY_ID", "aws-keys/AWS_SECRET_ACCESS_KEY", "aws-keys/AWS_SESSION_TOKEN", "vertex-sa/key.json"]
+    );
+}
+
+#[test]
 fn a_config_change_does_not_touch_the_deployment() {
     let v = view_of(&upstreams(), &routes());
     let before_cm = desired_configmap(&v.group(&v.owners())).unwrap();
@@ -166,7 +198,7 @@ fn a_config_change_does_not_touch_the_deployment() {
     rs[0].spec.candidates[0].weight = Some(500);
     rs[1].spec.model = "gpt-4o-2024-08-06".into();
     let mut ups = upstreams();
-    ups[0].spec.base_url = "https://east.example/v2".into();
+    ups[0].spec.base_url = Some("https://east.example/v2".into());
     let changed = view_of(&ups, &rs);
     let after_cm = desired_configmap(&changed.group(&changed.owners())).unwrap();
     assert_ne!(before_cm.data, after_cm.data, "the config did change");

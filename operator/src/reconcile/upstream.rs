@@ -1,9 +1,9 @@
 //! The Upstream reconciler: status only (Upstreams render nothing themselves; the
 //! groups that use one are reconciled through the ModelRoute controller's watch).
 //!
-//! Per reconcile: `GET` the auth Secret (when `spec.auth` is set) to see whether its key
-//! exists, read the ledger, `POST` a `CircuitOpened` event on that transition, and patch
-//! the status when it changed. Also run for every Upstream each status interval.
+//! Per reconcile: `GET` each Secret the spec names (auth, gcp and aws credentials) to see
+//! whether its keys exist, read the ledger, `POST` a `CircuitOpened` event on that
+//! transition, and patch the status when it changed. Also run for every Upstream each status interval.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -25,11 +25,11 @@ pub async fn reconcile(upstream: Arc<Upstream>, ctx: Arc<Context>) -> Result<Act
     let _timer = ctx.metrics.reconcile(Kind::Upstream);
     let namespace = upstream.namespace().ok_or_else(|| Error::NoNamespace(upstream.name_any()))?;
     let key = format!("{namespace}/{}", upstream.name_any());
-    let keys = match &upstream.spec.auth {
-        Some(auth) => secret_keys(&ctx, &namespace, &auth.secret_ref.name).await?,
-        None => BTreeSet::new(),
-    };
-    let lookup = |_: &str, _: &str, key: &str| keys.contains(key);
+    let mut keys = BTreeSet::new();
+    for name in upstream.spec.secret_names() {
+        keys.extend(secret_keys(&ctx, &namespace, name).await?.into_iter().map(|k| (name.to_string(), k)));
+    }
+    let lookup = |_: &str, name: &str, key: &str| keys.contains(&(name.to_string(), key.to_string()));
     let problems = upstream_problems(&upstream, &lookup);
     let now = ctx.now();
     let observations = match observe(&ctx.ledger, &[], std::slice::from_ref(&key), now).await {

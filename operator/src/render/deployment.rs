@@ -28,9 +28,10 @@ use super::{
 /// set so that `runAsNonRoot` can be verified whatever the image's `USER` says.
 const RUN_AS: i64 = 65_532;
 
-/// Every `(secret, key)` the group's upstreams reference, sorted.
+/// Every `(secret, key)` the group's upstreams read, sorted: API keys, service-account
+/// JSON keys and AWS access keys ([`Snapshot::secret_refs`]).
 pub fn secret_refs(snapshot: &Snapshot) -> BTreeSet<(String, String)> {
-    snapshot.upstreams.values().filter_map(|u| u.auth.as_ref()).map(|a| (a.secret.clone(), a.key.clone())).collect()
+    snapshot.secret_refs()
 }
 
 /// Hash of the set of referenced secret names and keys (not of their values): the first
@@ -127,8 +128,9 @@ fn pod_spec(group: &Group<'_>, settings: &GatewaySettings, refs: &BTreeSet<(Stri
 }
 
 /// One projection per Secret, its keys as `<secret>/<key>` files. `optional`, so that a
-/// missing Secret or key (reported on the Upstream's status) does not keep pods from
-/// starting; the gateway sends no credentials for it until it appears.
+/// missing Secret or key (reported on the Upstream's status, or left out on purpose like
+/// `AWS_SESSION_TOKEN`) does not keep pods from starting; the gateway sends no credentials
+/// for it until it appears.
 fn secret_projections(refs: &BTreeSet<(String, String)>) -> Vec<VolumeProjection> {
     let mut by_secret: BTreeMap<&str, Vec<KeyToPath>> = BTreeMap::new();
     for (secret, key) in refs {
