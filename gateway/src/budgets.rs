@@ -3,12 +3,11 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use sluice_crds::error_budget::BudgetMethod as CrdMethod;
 use sluice_crds::snapshot::BudgetConfig;
-use sluice_ledger::budget::{self, AlertPolicy, BudgetMethod, BudgetPolicy, BudgetReport, BudgetState, LatencySli};
+use sluice_ledger::budget::{BudgetReport, BudgetState};
 use sluice_ledger::Ledger;
 
 /// Options of `budgets`.
@@ -25,42 +24,10 @@ pub struct BudgetsArgs {
     pub json: bool,
 }
 
-/// The ledger's budget policy for a resolved ErrorBudget.
-pub fn policy(b: &BudgetConfig) -> BudgetPolicy {
-    BudgetPolicy {
-        objective: b.objective_ratio,
-        window: Duration::from_millis(b.window_ms),
-        method: match b.method {
-            CrdMethod::Occurrences => BudgetMethod::Occurrences,
-            CrdMethod::Timeslices => BudgetMethod::Timeslices,
-        },
-        timeslice: b.timeslice_ms.map(Duration::from_millis),
-        latency: b.latency.map(|l| LatencySli { threshold_ms: l.threshold_ms, percentile: f64::from(l.percentile) }),
-        alerts: b
-            .alerts
-            .iter()
-            .map(|a| AlertPolicy {
-                name: a.name.clone(),
-                long: Duration::from_millis(a.long_window_ms),
-                short: Duration::from_millis(a.short_window_ms),
-                burn_rate: a.burn_rate,
-            })
-            .collect(),
-    }
-}
-
-/// The current unix minute.
-pub fn now_minute() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| (d.as_secs() / 60) as i64)
-}
-
-/// Evaluates one budget against the ledger.
+/// Evaluates one budget against the ledger, now (`Ledger::evaluate_budget`, as the
+/// operator does for status).
 pub async fn evaluate(ledger: &Ledger, b: &BudgetConfig) -> anyhow::Result<BudgetReport> {
-    let policy = policy(b);
-    let now = now_minute();
-    let from = now - policy.lookback_minutes() + 1;
-    let minutes = ledger.route_minutes(&b.routes, from, now).await?;
-    budget::evaluate(&policy, &minutes, now).with_context(|| format!("ErrorBudget {}", b.key))
+    ledger.evaluate_budget(b, SystemTime::now()).await.with_context(|| format!("ErrorBudget {}", b.key))
 }
 
 /// Runs `budgets`.

@@ -1,8 +1,12 @@
 //! Error-budget maths (docs/design.md §2 ErrorBudget): pure functions from a policy and
 //! per-minute route rollups to what `status` and `sluice-gateway budgets` show.
 //!
-//! Start at [`evaluate`]. Definitions, all over whole unix minutes; a window of length
-//! `L` ending at `now_minute` covers the minutes `now_minute − L + 1 ..= now_minute`:
+//! Start at [`evaluate`]; [`Ledger::evaluate_budget`](crate::Ledger::evaluate_budget)
+//! runs it for a resolved ErrorBudget resource (its policy is
+//! `BudgetPolicy::from(&BudgetConfig)`) over the rollups in the ledger.
+//!
+//! Definitions, all over whole unix minutes; a window of length `L` ending at
+//! `now_minute` covers the minutes `now_minute − L + 1 ..= now_minute`:
 //!
 //! - **Events.** A request is bad when it was bad by status (`RouteMinute::bad`) or,
 //!   with a latency SLI, slower than the threshold. Latency comes from the histogram
@@ -39,11 +43,13 @@ use format::{format_tenths, round_div};
 use series::{Counts, PPB, Series, Validated, whole_minutes};
 
 mod format;
+mod resource;
 mod series;
 #[cfg(test)]
 mod tests;
 
 pub use format::format_duration;
+pub use resource::{EvaluateError, unix_minute};
 
 /// The burn-rate windows every report shows, by label.
 pub const BURN_RATE_WINDOWS: [(&str, i64); 4] =

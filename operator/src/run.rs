@@ -142,5 +142,19 @@ async fn connect_ledger(url: &str, token: &CancellationToken) -> Result<Option<L
     }
 }
 
-/// Resolves on SIGINT or SIGTERM (the gateway's, so both binaries stop alike).
-pub use sluice_gateway::serve::shutdown_signal;
+/// Resolves on SIGINT or SIGTERM, as the gateway does, so both binaries stop alike. If
+/// the SIGTERM handler cannot be installed, only SIGINT stops the operator.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}

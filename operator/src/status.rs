@@ -17,6 +17,8 @@ pub mod format;
 pub mod route;
 pub mod upstream;
 
+pub use sluice_ledger::budget::unix_minute;
+
 /// How far back the `…5m` figures look.
 pub const STATUS_WINDOW: Duration = Duration::from_secs(5 * 60);
 /// Heartbeats older than this are ignored for circuit states and weights.
@@ -135,11 +137,6 @@ pub fn circuit_rank(state: CircuitState) -> u8 {
         CircuitState::HalfOpen => 1,
         CircuitState::Open => 2,
     }
-}
-
-/// The unix minute of `t`.
-pub fn unix_minute(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs() / 60).unwrap_or(i64::MAX))
 }
 
 /// `(from, to)` minutes of the status window ending at `now` (5 minutes, the current

@@ -14,7 +14,6 @@ use sluice_crds::ErrorBudget;
 use super::{Context, patch_status};
 use crate::error::Error;
 use crate::metrics::Kind;
-use crate::observe::evaluate;
 use crate::status::budget::{BudgetInputs, budget_status, transition};
 use crate::view::budget_view;
 
@@ -28,7 +27,7 @@ pub async fn reconcile(budget: Arc<ErrorBudget>, ctx: Arc<Context>) -> Result<Ac
     let view = budget_view(&budget, &ctx.stores.upstreams(), &ctx.stores.routes());
     let now = ctx.now();
     let evaluated = match &view.config {
-        Some(config) => Some(evaluate(&ctx.ledger, config, now).await.map_err(|e| {
+        Some(config) => Some(ctx.ledger.evaluate_budget(config, now).await.map_err(|e| {
             ctx.metrics.ledger_error();
             tracing::warn!(budget = %config.key, error = %e, "evaluating the budget failed");
             e.to_string()

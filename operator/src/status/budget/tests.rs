@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use sluice_ledger::RouteMinute;
+use sluice_ledger::budget::BudgetPolicy;
 
 use super::*;
 use crate::testing::{budget, route, upstream};
@@ -16,7 +17,7 @@ fn report(bad_per_minute: u64) -> BudgetReport {
     let b = budget("team-a", "slo", &["chat"]);
     let view = budget_view(&b, &[upstream("team-a", "east")], &[route("team-a", "chat", "m", None, &["east"])]);
     let config = view.config.unwrap();
-    let policy = sluice_gateway::budgets::policy(&config);
+    let policy = BudgetPolicy::from(&config);
     let minutes: Vec<RouteMinute> = (0..60)
         .map(|i| {
             let mut m = RouteMinute::new("team-a/chat", NOW_MINUTE - i);
