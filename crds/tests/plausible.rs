@@ -49,9 +49,51 @@ fn namespace() -> impl Strategy<Value = Option<&'static str>> {
     prop::option::weighted(0.2, Just("team-a"))
 }
 
+/// The protocol and the protocol blocks, each present or not whatever the protocol, with
+/// values near and across their patterns: `(protocol, gcp, aws, azure, anthropic,
+/// assistantPrefill)` as JSON to merge into the spec.
+fn provider() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
+    let protocols =
+        ["openai", "azure-openai", "anthropic", "bedrock", "vertex-anthropic", "vertex-gemini", "gemini"].to_vec();
+    let secret = ("[a-z-]{1,12}", "[a-zA-Z.]{1,8}");
+    let gcp = ("[a-z0-9][-a-z0-9.:/ ]{0,12}", "[a-z0-9][-a-z0-9. ]{0,10}", opt(secret));
+    let aws = ("[a-z0-9][-a-z0-9.]{0,12}-?", opt("[a-z-]{1,12}"));
+    let version = "[A-Za-z0-9][-A-Za-z0-9. &]{0,12}";
+    (opt(prop::sample::select(protocols)), opt(gcp), opt(aws), opt(version), opt(version), opt(any::<bool>())).prop_map(
+        |(protocol, gcp, aws, azure, anthropic, prefill)| {
+            let mut out = Vec::new();
+            if let Some(p) = protocol {
+                out.push(("protocol", json!(p)));
+            }
+            if let Some((project, location, credentials)) = gcp {
+                let mut g = json!({"project": project, "location": location});
+                put(&mut g, "credentials", credentials.map(|(name, key)| json!({"secretRef": {"name": name, "key": key}})));
+                out.push(("gcp", g));
+            }
+            if let Some((region, credentials)) = aws {
+                let mut a = json!({"region": region});
+                put(&mut a, "credentials", credentials.map(|name| json!({"secretRef": {"name": name}})));
+                out.push(("aws", a));
+            }
+            if let Some(v) = azure {
+                out.push(("azure", json!({"apiVersion": v})));
+            }
+            if let Some(v) = anthropic {
+                out.push(("anthropic", json!({"version": v})));
+            }
+            if let Some(b) = prefill {
+                out.push(("assistantPrefill", json!(b)));
+            }
+            out
+        },
+    )
+}
+
 fn upstream() -> impl Strategy<Value = Value> {
-    let base_url =
-        prop_oneof!["https?://[a-z0-9.:\\[\\]]{0,10}(/v1)?/?", "(ftp|http|https):/{0,3}[ a-z/?#]{0,6}", ".{0,8}"];
+    let base_url = prop::option::weighted(
+        0.85,
+        prop_oneof!["https?://[a-z0-9.:\\[\\]]{0,10}(/v1)?/?", "(ftp|http|https):/{0,3}[ a-z/?#]{0,6}", ".{0,8}"],
+    );
     let auth = (("[a-z-]{1,12}", "[a-zA-Z]{1,8}"), opt("[A-Za-z0-9: _-]{0,8}"), opt("[A-Za-z ]{0,7}"));
     let timeouts = (opt(duration()), opt(prop_oneof![duration(), Just("auto".to_string())]), opt(duration()));
     let breaker = (opt(1..=100u32), opt(1..=10_000u32), opt(duration()), opt(1..=100u32));
@@ -66,9 +108,14 @@ fn upstream() -> impl Strategy<Value = Value> {
         opt(1..=1_000_000u32),
         opt(breaker),
         opt(probe),
+        provider(),
     )
-        .prop_map(|(name, ns, base_url, region, auth, timeouts, max, breaker, probe)| {
-            let mut spec = json!({"baseUrl": base_url});
+        .prop_map(|(name, ns, base_url, region, auth, timeouts, max, breaker, probe, provider)| {
+            let mut spec = json!({});
+            put(&mut spec, "baseUrl", base_url.map(Value::from));
+            for (key, value) in provider {
+                spec[key] = value;
+            }
             put(&mut spec, "region", region.map(Value::from));
             put(
                 &mut spec,
@@ -123,7 +170,7 @@ fn money() -> impl Strategy<Value = String> {
 }
 
 fn model_route() -> impl Strategy<Value = Value> {
-    let candidate = (name(), opt("[a-z0-9-]{1,12}"), opt(1..=1000u32), opt((money(), money())));
+    let candidate = (name(), opt("[a-z0-9-]{1,12}"), opt(1..=1000u32), opt((money(), money(), opt(money()), opt(money()))));
     let candidates = prop::collection::vec(candidate, 1..=8);
     let retry_on = prop::collection::vec(prop_oneof![Just(408u16), Just(429), 500..=599u16, 100..=600u16], 1..=16);
     let failover = (opt(retry_on), opt(prop::sample::select(vec!["failover", "hedge"])));
@@ -149,7 +196,16 @@ fn model_route() -> impl Strategy<Value = Value> {
                     let mut c = json!({"upstream": upstream});
                     put(&mut c, "model", model.map(Value::from));
                     put(&mut c, "weight", weight.map(Value::from));
-                    put(&mut c, "price", price.map(|(input, output)| json!({"input": input, "output": output})));
+                    put(
+                        &mut c,
+                        "price",
+                        price.map(|(input, output, cached, write)| {
+                            let mut p = json!({"input": input, "output": output});
+                            put(&mut p, "cachedInput", cached.map(Value::from));
+                            put(&mut p, "cacheWrite", write.map(Value::from));
+                            p
+                        }),
+                    );
                     c
                 })
                 .collect();
