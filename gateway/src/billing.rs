@@ -35,7 +35,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
     match ledger.authenticate(key).await {
         Ok(Some(account)) => Ok(Some(account)),
         Ok(None) => Err(ApiError::InvalidApiKey("incorrect API key provided".into())),
-        Err(e) => Err(ApiError::NotReady(format!("the ledger is unreachable: {e}"))),
+        Err(e) => Err(ledger_failure("authenticating the API key", e)),
     }
 }
 
@@ -71,8 +71,38 @@ pub async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: 
             account.name,
             format_usd(available_nanos.max(0)),
         ))),
-        Err(e) => Err(ApiError::NotReady(format!("the ledger is unreachable: {e}"))),
+        Err(e) => Err(ledger_failure("reserving", e)),
     }
+}
+
+/// A ledger failure while `doing` something for a request, classified once: a ledger
+/// that cannot be reached, or that fails a statement (busy, pool exhausted), is 503 and
+/// the request may be retried; an account that vanished since its key was checked is
+/// 401; anything else is a value the gateway should not have sent, 500. Only the first
+/// is called unreachable.
+pub fn ledger_failure(doing: &str, e: LedgerError) -> ApiError {
+    match &e {
+        LedgerError::Database(_) | LedgerError::Migrate(_) if reaches_io_error(&e) => {
+            ApiError::NotReady(format!("the ledger is unreachable ({doing}): {e}"))
+        }
+        LedgerError::Database(_) | LedgerError::Migrate(_) => ApiError::NotReady(format!("the ledger failed ({doing}): {e}")),
+        LedgerError::UnknownAccount(_) | LedgerError::UnknownAccountId(_) => {
+            ApiError::InvalidApiKey(format!("the account of this API key no longer exists ({e})"))
+        }
+        _ => ApiError::Internal(format!("the ledger refused a value ({doing}): {e}")),
+    }
+}
+
+/// Whether a connection failure (an I/O error) is behind `e`.
+fn reaches_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        if c.is::<std::io::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// A reservation counted in `sluice_reservations_open` for as long as it lives: settled,
@@ -95,5 +125,30 @@ impl Held {
 impl Drop for OpenGauge {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connecting: {0}")]
+    struct Connecting(#[source] std::io::Error);
+
+    #[test]
+    fn only_a_connection_failure_is_called_unreachable() {
+        let refused = Connecting(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(reaches_io_error(&refused));
+        assert!(!reaches_io_error(&LedgerError::UnknownReservation(1)));
+
+        let gone = ledger_failure("reserving", LedgerError::UnknownAccountId(7));
+        assert_eq!(gone.status(), http::StatusCode::UNAUTHORIZED);
+        assert_eq!(gone.to_string(), "the account of this API key no longer exists (no account with id 7)");
+
+        let refused_value = ledger_failure("reserving", LedgerError::TooLarge { what: "estimate", value: u64::MAX });
+        assert_eq!(refused_value.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(refused_value.body()["error"]["code"], "internal_error");
+        assert!(!refused_value.to_string().contains("unreachable"), "{refused_value}");
     }
 }

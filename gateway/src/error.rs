@@ -46,9 +46,12 @@ pub enum ApiError {
     /// The route's deadline ran out.
     #[error("{0}")]
     DeadlineExceeded(String),
-    /// The gateway is not ready (no config or ledger).
+    /// The gateway is not ready (no config, or a ledger it cannot use right now).
     #[error("{0}")]
     NotReady(String),
+    /// A failure that is the gateway's own (e.g. the ledger refused a value it sent).
+    #[error("{0}")]
+    Internal(String),
     /// A non-retryable upstream answer, passed through unchanged.
     #[error("upstream answered {}", .0.status)]
     Upstream(Box<Passthrough>),
@@ -69,6 +72,7 @@ impl ApiError {
             ApiError::UpstreamsUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "upstreams_unavailable"),
             ApiError::DeadlineExceeded(_) => (StatusCode::GATEWAY_TIMEOUT, "api_error", "deadline_exceeded"),
             ApiError::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "not_ready"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal_error"),
             ApiError::Upstream(p) => (p.status, "upstream_error", "upstream_error"),
         }
     }

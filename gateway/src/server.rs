@@ -9,4 +9,4 @@ pub mod state;
 
 pub use accept::{HEADER_READ_TIMEOUT, serve_http, shutdown_signal};
 pub use router::router;
-pub use state::{AuthMode, Gateway, SharedGateway};
+pub use state::{AuthMode, Gateway, ReloadError, SharedGateway};

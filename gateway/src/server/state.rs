@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sluice_ledger::Ledger;
 
-use crate::config::source::{Secrets, Source};
-use crate::config::{Carry, Current, Runtime};
+use crate::config::source::{LoadError, Secrets, Source};
+use crate::config::{BuildError, Carry, Current, Runtime};
 use crate::route::health::HealthSettings;
 use crate::telemetry::metrics::{Metrics, ReloadLabel, ReloadResult};
 use crate::telemetry::sli::Sli;
@@ -21,6 +21,20 @@ pub enum AuthMode {
     Keys,
     /// No keys and no billing; SLI rollups still flow.
     None,
+}
+
+/// Why a reload installed nothing (the old version keeps serving).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The gateway was built without a config source (tests, demo).
+    #[error("no config source")]
+    NoSource,
+    /// The source could not be read, or its manifests have problems.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The snapshot could not be compiled (an HTTP client or a URL).
+    #[error(transparent)]
+    Build(#[from] BuildError),
 }
 
 /// Everything a request handler needs.
@@ -76,15 +90,15 @@ impl Gateway {
 
     /// Loads the config source once; on success installs it. Returns the outcome for
     /// logging; the old version keeps serving on failure.
-    pub fn reload(&self) -> Result<usize, String> {
-        let Some(source) = &self.source else { return Err("no config source".into()) };
-        let result = source.load(self.secrets.dir()).map_err(|e| e.to_string()).and_then(|loaded| {
+    pub fn reload(&self) -> Result<usize, ReloadError> {
+        let Some(source) = &self.source else { return Err(ReloadError::NoSource) };
+        let result = source.load(self.secrets.dir()).map_err(ReloadError::from).and_then(|loaded| {
             for w in &loaded.warnings {
                 tracing::warn!(problem = %w, "config warning");
             }
             self.secrets.refresh(&loaded.snapshot);
             let routes = loaded.snapshot.routes.len();
-            let runtime = Runtime::build(loaded.snapshot, &self.carry, &self.metrics).map_err(|e| e.to_string())?;
+            let runtime = Runtime::build(loaded.snapshot, &self.carry, &self.metrics)?;
             self.current.set(runtime);
             Ok(routes)
         });
@@ -94,7 +108,7 @@ impl Gateway {
     }
 
     /// Installs a snapshot directly (tests, demo).
-    pub fn install(&self, snapshot: sluice_crds::Snapshot) -> Result<(), crate::config::BuildError> {
+    pub fn install(&self, snapshot: sluice_crds::Snapshot) -> Result<(), BuildError> {
         self.secrets.refresh(&snapshot);
         let runtime = Runtime::build(snapshot, &self.carry, &self.metrics)?;
         self.current.set(runtime);
