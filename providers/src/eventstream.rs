@@ -152,6 +152,16 @@ impl Frame {
     }
 }
 
+/// Whether a response's `content-type` says its body is an event stream. The gateway
+/// checks it before handing a Bedrock stream to the transcoder: an error answer is JSON.
+pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(CONTENT_TYPE))
+}
+
 /// Writes one message with string `headers` and `payload` to `out`.
 pub fn write_message_to(
     headers: &[(&str, &str)],

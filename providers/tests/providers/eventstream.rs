@@ -4,7 +4,8 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use sluice_providers::eventstream::{
-    Frame, FrameDecoder, FrameError, MessageType, encode_event, encode_exception, write_message_to,
+    Frame, FrameDecoder, FrameError, MessageType, encode_event, encode_exception, is_event_stream,
+    write_message_to,
 };
 
 fn stream() -> Vec<u8> {
@@ -148,4 +149,20 @@ fn a_bad_crc_or_a_truncated_body_is_an_error() {
         decode_in(&[&whole[..whole.len() - 3]]),
         Err(FrameError::Truncated(whole.len() - 3))
     );
+}
+
+#[test]
+fn content_type_check() {
+    let mut headers = http::HeaderMap::new();
+    assert!(!is_event_stream(&headers));
+    headers.insert(
+        "content-type",
+        http::HeaderValue::from_static("application/json"),
+    );
+    assert!(!is_event_stream(&headers));
+    headers.insert(
+        "content-type",
+        http::HeaderValue::from_static("application/vnd.amazon.eventstream"),
+    );
+    assert!(is_event_stream(&headers));
 }
