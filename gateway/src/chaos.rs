@@ -1,33 +1,57 @@
-//! The chaos upstream: a scriptable fake OpenAI-compatible provider
-//! (docs/design.md §6) for tests, the demo and game days.
+//! The chaos upstream: a scriptable fake provider (docs/design.md §6) for
+//! tests, the demo and game days, speaking every protocol of §9 in its own
+//! framing on one listener.
 //!
 //! Start here: [`serve`] a [`ChaosState`] on a listener (or [`run`] it from
-//! the CLI), point an Upstream's `baseUrl` at it (with or without `/v1`), and
+//! the CLI), point an Upstream's `baseUrl` at it, and
 //! choose faults per request with `x-chaos-*` headers or for every request
 //! with `POST /_chaos` (see [`Script`] for the fields). [`ChaosState`]'s
-//! counters tell exactly how often the upstream was called.
+//! counters tell exactly how often the upstream was called, per protocol.
+//!
+//! | protocol | paths |
+//! |---|---|
+//! | `openai` | `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models` (also without `/v1`) |
+//! | `azure-openai` | `/openai/deployments/{deployment}/chat/completions?api-version=…` (also without `/openai`; no `api-version`: Azure's 404) |
+//! | `anthropic` | `/v1/messages`, `/messages` (`anthropic-version` header and `max_tokens` required) |
+//! | `vertex-anthropic` | `/v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict` (body `anthropic_version: vertex-2023-10-16`, no `model`) |
+//! | `vertex-gemini` | `/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` |
+//! | `gemini` | `/v1beta/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` |
+//! | `bedrock` | `/model/{percent-encoded id}/converse`, `/converse-stream` (event-stream frames) |
+//! | Google auth | `POST /token` (JWT-bearer grant), `GET /computeMetadata/v1/instance/service-accounts/default/token` |
+//!
+//! Fields a provider does not know are refused with its 400, as the real
+//! API does (so `stream_options` sent to Anthropic fails). Credentials are
+//! checked as [`ChaosAuth`] says; by default nothing is checked.
 //!
 //! | header | effect |
 //! |---|---|
-//! | `x-chaos-status` | answer with this status; ≥ 400 gives an OpenAI error body |
-//! | `x-chaos-error-code` | `error.code` of that body, e.g. `context_length_exceeded` |
-//! | `x-chaos-first-byte-ms` | delay before headers; for streams, `200` at once, then the delay before the first event |
+//! | `x-chaos-status` | answer with this status; ≥ 400 gives the protocol's error body (Anthropic `{"type":"error",…}`, 529 `overloaded_error`; Google `{"error":{"code","message","status"}}`; Bedrock `x-amzn-errortype` + `{"message"}`; OpenAI/Azure `{"error":{…}}`) |
+//! | `x-chaos-error-code` | the error's name: OpenAI `error.code` (e.g. `context_length_exceeded`), Anthropic `error.type`, Google `status`, Bedrock exception (e.g. `ThrottlingException` with status 400); also names the in-stream error |
+//! | `x-chaos-first-byte-ms` | delay before headers; for streams, `200` (and Anthropic's `message_start`, Bedrock's `messageStart`) at once, then the delay before the first content event |
 //! | `x-chaos-headers-first-byte-ms` | delay before headers, streams included |
 //! | `x-chaos-chunks` / `x-chaos-chunk-ms` | content chunks (default 5) and the gap between them |
 //! | `x-chaos-hang` | never answer; `x-chaos-hang-after-chunks: N` stalls after N chunks |
 //! | `x-chaos-reset-after-chunks` | 0: TCP reset before headers; N: reset after N chunks |
-//! | `x-chaos-retry-after` / `x-chaos-retry-after-ms` | `Retry-After` / `retry-after-ms` on errors |
-//! | `x-chaos-malformed-chunk` | the Nth SSE event is `data: {not json` |
-//! | `x-chaos-no-done` | end streams without `data: [DONE]` |
+//! | `x-chaos-retry-after` / `x-chaos-retry-after-ms` | `Retry-After` / `retry-after-ms` on errors (Google: a `RetryInfo` detail) |
+//! | `x-chaos-malformed-chunk` | the Nth event (Bedrock: frame) of a stream is not JSON |
+//! | `x-chaos-no-done` | end streams without their end marker (`[DONE]`, `message_stop`, Bedrock `metadata`, Gemini's last chunk) |
 //! | `x-chaos-fail-rate` | this fraction of requests fails with the status (or 503) |
+//! | `x-chaos-error-after-chunks` | after N content chunks (0: before any), the in-stream error: OpenAI `data: {"error"}`, Anthropic `event: error` (`overloaded_error`), Gemini an error object (`UNAVAILABLE`), Bedrock an exception frame (`serviceUnavailableException`) |
+//! | `x-chaos-tool-call` | when the request declares this tool, call it: Anthropic `tool_use` with `input_json_delta` pieces, Gemini `functionCall`, Bedrock `toolUse`; `{"query": …}` arguments, one piece per chunk (0 chunks: no arguments) |
+//! | `x-chaos-cache-read-tokens` / `x-chaos-cache-write-tokens` | prompt-cache usage: Anthropic `cache_read_input_tokens` / `cache_creation_input_tokens`, Bedrock `cacheRead/WriteInputTokens`, Gemini `cachedContentTokenCount` |
 //!
 //! `GET /models` ignores the script (a probe cannot see a model outage) and is
-//! counted apart from inference requests.
+//! counted apart from inference requests. `POST /_chaos/expire-tokens`
+//! expires every access token issued so far.
 
+mod auth;
+mod cli;
 mod conn;
 mod counters;
 mod handler;
+mod native;
 mod plan;
+mod protocol;
 mod request;
 mod script;
 mod stream;
@@ -35,13 +59,17 @@ mod wire;
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
+pub use auth::{AwsKeys, ChaosAuth, DEFAULT_TOKEN_TTL, GoogleAuth, ServiceAccount};
+pub use cli::run;
 pub use counters::CounterSnapshot;
+pub use protocol::Protocol;
 pub use script::{HEADER_PREFIX, Script, ScriptError};
+
+use auth::Tokens;
 
 use conn::{ChaosListener, ConnHandle};
 use counters::Counters;
@@ -60,11 +88,40 @@ pub struct ChaosArgs {
     /// Address to listen on; port 0 picks a free port (logged once bound).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9090")]
     pub listen: String,
+    /// The key every API-key protocol must send (OpenAI and Bedrock Bearer,
+    /// Azure `api-key`, Anthropic `x-api-key`, Gemini `x-goog-api-key`);
+    /// unset: any key, or none, is accepted.
+    #[arg(long, value_name = "KEY", env = "SLUICE_CHAOS_API_KEY")]
+    pub api_key: Option<String>,
+    /// Bedrock requests must be SigV4-signed with this access key id ...
+    #[arg(long, value_name = "ID", requires = "aws_secret_access_key")]
+    pub aws_access_key_id: Option<String>,
+    /// ... and this secret key.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "SLUICE_CHAOS_AWS_SECRET_ACCESS_KEY",
+        requires = "aws_access_key_id"
+    )]
+    pub aws_secret_access_key: Option<String>,
+    /// Vertex AI requests must carry an access token issued by this upstream
+    /// (`POST /token` or the metadata server).
+    #[arg(long)]
+    pub gcp_tokens: bool,
+    /// A service-account JSON key whose JWT assertions `POST /token`
+    /// accepts (its public half is used); implies `--gcp-tokens`.
+    #[arg(long, value_name = "FILE")]
+    pub gcp_service_account: Option<std::path::PathBuf>,
+    /// `expires_in` of issued access tokens, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TOKEN_TTL.as_secs())]
+    pub token_ttl: u64,
 }
 
 struct Inner {
     counters: Arc<Counters>,
     defaults: RwLock<Arc<Defaults>>,
+    auth: RwLock<Arc<ChaosAuth>>,
+    tokens: Tokens,
 }
 
 /// The default script and its plan, swapped together.
@@ -80,8 +137,46 @@ impl ChaosState {
             inner: Arc::new(Inner {
                 counters: Arc::new(Counters::new()),
                 defaults: RwLock::new(Arc::new(Defaults::new(Script::default()))),
+                auth: RwLock::new(Arc::new(ChaosAuth::default())),
+                tokens: Tokens::default(),
             }),
         }
+    }
+
+    /// A healthy upstream that checks credentials as `auth` says.
+    pub fn with_auth(auth: ChaosAuth) -> Self {
+        let state = Self::new();
+        state.set_auth(auth);
+        state
+    }
+
+    /// The credentials checked from now on.
+    pub fn set_auth(&self, auth: ChaosAuth) {
+        *self
+            .inner
+            .auth
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(auth);
+    }
+
+    /// The credentials checked.
+    pub fn auth(&self) -> Arc<ChaosAuth> {
+        Arc::clone(
+            &self
+                .inner
+                .auth
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Every access token issued so far expires now (as after an hour).
+    pub fn expire_tokens(&self) {
+        self.inner.tokens.expire_all();
+    }
+
+    pub(crate) fn tokens(&self) -> &Tokens {
+        &self.inner.tokens
     }
 
     /// A state whose default script is `script` (validated).
@@ -131,6 +226,11 @@ impl ChaosState {
     /// Inference requests received, faulty ones included.
     pub fn requests(&self) -> u64 {
         self.inner.counters.requests()
+    }
+
+    /// Inference requests received on `protocol`'s paths.
+    pub fn requests_for(&self, protocol: Protocol) -> u64 {
+        self.inner.counters.requests_for(protocol)
     }
 
     /// Responses sent with `status`.
@@ -203,7 +303,30 @@ pub fn router(state: ChaosState) -> Router {
         .route("/embeddings", post(handler::embeddings))
         .route("/v1/models", get(handler::models))
         .route("/models", get(handler::models))
+        .route(
+            "/openai/deployments/{deployment}/chat/completions",
+            post(handler::azure),
+        )
+        .route(
+            "/deployments/{deployment}/chat/completions",
+            post(handler::azure),
+        )
+        .route("/v1/messages", post(native::messages))
+        .route("/messages", post(native::messages))
+        .route("/v1/projects/{*rest}", post(native::vertex))
+        .route("/v1beta/models/{*rest}", post(native::gemini))
+        .route("/model/{*rest}", post(native::bedrock))
+        .route("/token", post(auth::token))
+        .route(
+            "/computeMetadata/v1/instance/service-accounts/default/token",
+            get(auth::metadata_token),
+        )
+        .route(
+            "/computeMetadata/v1/project/project-id",
+            get(auth::metadata_project),
+        )
         .route("/_chaos", get(handler::show).post(handler::set))
+        .route("/_chaos/expire-tokens", post(handler::expire_tokens))
         .fallback(handler::not_found)
         .with_state(state)
 }
@@ -214,70 +337,9 @@ pub async fn serve(listener: TcpListener, state: ChaosState) -> std::io::Result<
     axum::serve(ChaosListener::new(listener), app).await
 }
 
-/// `sluice-gateway chaos`: binds, logs `listening on http://ADDR` (also on
-/// stderr, for tests that pass port 0) and serves until SIGINT or SIGTERM.
-pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("chaos: cannot listen on {}", args.listen))?;
-    let addr = listener.local_addr().context("chaos: no local address")?;
-    tracing::info!("listening on http://{addr}");
-    eprintln!("listening on http://{addr}");
-    // Hung requests never finish, so no graceful drain: stop on the signal.
-    tokio::select! {
-        served = serve(listener, ChaosState::new()) => served.context("chaos: server failed")?,
-        () = shutdown_signal() => tracing::info!("chaos: shutting down"),
-    }
-    Ok(())
-}
-
-async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "chaos: cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "chaos: cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        chaos: ChaosArgs,
-    }
-
-    #[test]
-    fn listen_defaults_to_port_9090() {
-        let cli = Cli::parse_from(["chaos"]);
-        assert_eq!(cli.chaos.listen, "127.0.0.1:9090");
-        let cli = Cli::parse_from(["chaos", "--listen", "127.0.0.1:0"]);
-        assert_eq!(cli.chaos.listen, "127.0.0.1:0");
-    }
 
     #[test]
     fn set_script_validates_and_reset_clears() {

@@ -1,5 +1,6 @@
 //! The chaos upstream over real sockets (127.0.0.1:0), driven by reqwest as
-//! a gateway would drive a provider.
+//! a gateway would drive a provider. The OpenAI protocol is tested here, the
+//! native ones in `chaos/<protocol>.rs`.
 #![expect(
     clippy::unwrap_used,
     reason = "helpers outside #[test] fns panic on failure, like the tests"
@@ -12,7 +13,19 @@ use std::time::{Duration, Instant};
 use reqwest::Response;
 use serde_json::{Value, json};
 use sluice_gateway::chaos::{self, ChaosState, Script};
+use sluice_ledger::testing::eventually;
 use tokio::net::TcpListener;
+
+#[path = "chaos/anthropic.rs"]
+mod anthropic;
+#[path = "chaos/auth.rs"]
+mod auth;
+#[path = "chaos/bedrock.rs"]
+mod bedrock;
+#[path = "chaos/gemini.rs"]
+mod gemini;
+#[path = "chaos/native.rs"]
+mod native;
 
 const CHAT: &str = "/v1/chat/completions";
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -329,11 +342,10 @@ async fn hang_holds_until_the_client_gives_up() {
         .unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
     assert_eq!((c.state.hangs(), c.state.requests()), (1, 1));
-    eventually(
-        || c.state.in_flight() == 0,
-        "hung handler dropped when the client left",
-    )
-    .await;
+    assert!(
+        eventually(MS(2000), async || c.state.in_flight() == 0).await,
+        "hung handler dropped when the client left"
+    );
 
     let h = [("x-chaos-hang-after-chunks", "2")];
     let mut resp = c.send(CHAT, &chat_body(true), &h).await.unwrap();
@@ -347,11 +359,10 @@ async fn hang_holds_until_the_client_gives_up() {
     assert!(stalled.is_err(), "stream must stall after 2 chunks");
     assert_eq!(c.state.hangs(), 2);
     drop(resp);
-    eventually(
-        || c.state.in_flight() == 0,
-        "stalled stream dropped with its client",
-    )
-    .await;
+    assert!(
+        eventually(MS(2000), async || c.state.in_flight() == 0).await,
+        "stalled stream dropped with its client"
+    );
 }
 
 #[tokio::test]
@@ -472,11 +483,15 @@ async fn counters_are_exact() {
     c.stream(&chat_body(true), &[]).await.end.unwrap();
     let h = [("x-chaos-reset-after-chunks", "0")];
     c.send(CHAT, &chat_body(false), &h).await.unwrap_err();
-    eventually(|| c.state.in_flight() == 0, "all requests finished").await;
+    assert!(
+        eventually(MS(2000), async || c.state.in_flight() == 0).await,
+        "all requests finished"
+    );
     let v = c.get("/_chaos").await;
     assert_eq!(v["script"], json!({}));
     let want = json!({"requests": 7, "by_status": {"200": 4, "503": 2}, "streams_started": 1,
-                      "resets": 1, "hangs": 0, "in_flight": 0, "models": 0});
+                      "resets": 1, "hangs": 0, "in_flight": 0, "models": 0,
+                      "by_protocol": {"openai": 7}, "tokens_issued": 0});
     assert_eq!(v["counters"], want);
     assert_eq!(
         (c.state.requests(), c.state.requests_with_status(200)),
@@ -484,6 +499,20 @@ async fn counters_are_exact() {
     );
     c.state.clear_counters();
     assert_eq!(c.state.requests(), 0);
+}
+
+#[tokio::test]
+async fn error_event_ends_an_openai_stream() {
+    let c = start().await;
+    let h: Headers<'_> = &[("x-chaos-error-after-chunks", "2")];
+    let ev = c.stream(&chat_body(true), h).await;
+    assert!(ev.end.is_ok());
+    let texts = ev.texts();
+    assert_eq!(texts.len(), 3, "{texts:?}");
+    let last: Value = serde_json::from_str(texts[2].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(last["error"]["type"], "server_error");
+    assert_eq!(c.state.counters().by_protocol.len(), 1);
+    assert_eq!(c.state.requests_for(chaos::Protocol::OpenAi), 1);
 }
 
 /// The I/O error kind at the bottom of a client error, if any.
@@ -496,14 +525,4 @@ fn io_kind(err: &reqwest::Error) -> Option<ErrorKind> {
         source = e.source();
     }
     None
-}
-
-async fn eventually(cond: impl Fn() -> bool, what: &str) {
-    for _ in 0..200 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(MS(10)).await;
-    }
-    panic!("not within 2 s: {what}");
 }

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use serde::{Deserialize, Serialize};
 
+use super::protocol::Protocol;
+
 /// Lowest HTTP status with a slot in [`Counters::by_status`].
 const STATUS_MIN: u16 = 100;
 /// Number of status slots: 100..=599.
@@ -18,7 +20,8 @@ const STATUS_SLOTS: usize = 500;
 /// A point-in-time copy of the counters, as served by `GET /_chaos`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CounterSnapshot {
-    /// Inference requests received (chat, completions, embeddings).
+    /// Inference requests received (chat, completions, embeddings, and every
+    /// native protocol's calls).
     pub requests: u64,
     /// Responses by HTTP status, counted when the status line is decided.
     /// Hung requests and resets before headers have no status and are absent.
@@ -33,6 +36,13 @@ pub struct CounterSnapshot {
     pub in_flight: u64,
     /// `GET /models` requests (kept apart so probes do not skew `requests`).
     pub models: u64,
+    /// Inference requests by protocol (only protocols seen); they add up to
+    /// `requests`.
+    #[serde(default)]
+    pub by_protocol: BTreeMap<Protocol, u64>,
+    /// Access tokens issued by the fake token and metadata endpoints.
+    #[serde(default)]
+    pub tokens_issued: u64,
 }
 
 /// Shared counters behind [`super::ChaosState`].
@@ -44,6 +54,8 @@ pub(crate) struct Counters {
     hangs: AtomicU64,
     in_flight: AtomicU64,
     models: AtomicU64,
+    by_protocol: [AtomicU64; Protocol::ALL.len()],
+    tokens_issued: AtomicU64,
 }
 
 /// Marks one inference request as in flight until dropped.
@@ -64,12 +76,15 @@ impl Counters {
             hangs: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             models: AtomicU64::new(0),
+            by_protocol: std::array::from_fn(|_| AtomicU64::new(0)),
+            tokens_issued: AtomicU64::new(0),
         }
     }
 
     /// Counts a new inference request; returns its 1-based sequence number
     /// (used in response ids) and the in-flight guard.
-    pub(crate) fn begin(self: &Arc<Self>) -> (u64, InFlight) {
+    pub(crate) fn begin(self: &Arc<Self>, protocol: Protocol) -> (u64, InFlight) {
+        self.by_protocol[protocol.index()].fetch_add(1, SeqCst);
         let seq = self.requests.fetch_add(1, SeqCst) + 1;
         self.in_flight.fetch_add(1, SeqCst);
         let guard = InFlight {
@@ -98,6 +113,14 @@ impl Counters {
 
     pub(crate) fn model_list(&self) {
         self.models.fetch_add(1, SeqCst);
+    }
+
+    pub(crate) fn token_issued(&self) {
+        self.tokens_issued.fetch_add(1, SeqCst);
+    }
+
+    pub(crate) fn requests_for(&self, protocol: Protocol) -> u64 {
+        self.by_protocol[protocol.index()].load(SeqCst)
     }
 
     pub(crate) fn requests(&self) -> u64 {
@@ -133,6 +156,14 @@ impl Counters {
             hangs: self.hangs.load(SeqCst),
             in_flight: self.in_flight.load(SeqCst),
             models: self.models.load(SeqCst),
+            by_protocol: Protocol::ALL
+                .into_iter()
+                .filter_map(|p| {
+                    let n = self.requests_for(p);
+                    (n > 0).then_some((p, n))
+                })
+                .collect(),
+            tokens_issued: self.tokens_issued.load(SeqCst),
         }
     }
 
@@ -146,6 +177,10 @@ impl Counters {
         self.resets.store(0, SeqCst);
         self.hangs.store(0, SeqCst);
         self.models.store(0, SeqCst);
+        for c in &self.by_protocol {
+            c.store(0, SeqCst);
+        }
+        self.tokens_issued.store(0, SeqCst);
     }
 }
 
@@ -162,7 +197,7 @@ mod tests {
     #[test]
     fn snapshot_lists_only_seen_statuses() {
         let c = Arc::new(Counters::new());
-        let (seq, guard) = c.begin();
+        let (seq, guard) = c.begin(Protocol::Anthropic);
         assert_eq!(seq, 1);
         c.status(503);
         c.status(503);
@@ -172,6 +207,7 @@ mod tests {
         assert_eq!(snap.requests, 1);
         assert_eq!(snap.in_flight, 1);
         assert_eq!(snap.by_status, BTreeMap::from([(200, 1), (503, 2)]));
+        assert_eq!(snap.by_protocol, BTreeMap::from([(Protocol::Anthropic, 1)]));
         drop(guard);
         assert_eq!(c.in_flight(), 0);
     }

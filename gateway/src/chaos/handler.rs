@@ -1,8 +1,9 @@
-//! HTTP handlers of the chaos upstream.
+//! HTTP handlers of the chaos upstream's OpenAI and Azure OpenAI paths, and
+//! of its control endpoints.
 //!
 //! One inference path serves chat, completions and embeddings, in this
 //! order: count → plan (headers over the default script) → read the body →
-//! delay before headers → hang → reset before headers → scripted error →
+//! check auth → delay before headers → hang → reset before headers → scripted error →
 //! answer (plain, cut, or SSE).
 
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::connect_info::ConnectInfo;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderValue, StatusCode};
@@ -18,24 +19,45 @@ use http::{HeaderValue, StatusCode};
 use super::ChaosState;
 use super::conn::ConnHandle;
 use super::plan::{Plan, error_kind, json_response};
+use super::protocol::{Protocol, query_param};
 use super::request::InferenceRequest;
 use super::script::{Script, ScriptError};
 use super::stream::{self, BodyCtx, Cut, Sse};
 use super::wire::{self, Endpoint, Meta, Usage};
 
 /// Largest request body read; prompts are only measured, never kept.
-const BODY_LIMIT: usize = 64 * 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 64 * 1024 * 1024;
 
 pub(crate) async fn chat(State(state): State<ChaosState>, request: Request) -> Response {
-    inference(state, Endpoint::Chat, request).await
+    inference(state, Endpoint::Chat, None, request).await
 }
 
 pub(crate) async fn completions(State(state): State<ChaosState>, request: Request) -> Response {
-    inference(state, Endpoint::Completion, request).await
+    inference(state, Endpoint::Completion, None, request).await
 }
 
 pub(crate) async fn embeddings(State(state): State<ChaosState>, request: Request) -> Response {
-    inference(state, Endpoint::Embedding, request).await
+    inference(state, Endpoint::Embedding, None, request).await
+}
+
+/// Azure OpenAI's chat: the deployment names the model (the body's `model`
+/// is ignored); without `api-version` Azure answers 404.
+pub(crate) async fn azure(
+    State(state): State<ChaosState>,
+    Path(deployment): Path<String>,
+    request: Request,
+) -> Response {
+    if query_param(request.uri().query(), "api-version").is_none_or(|v| v.is_empty()) {
+        let body = serde_json::json!({"error": {"code": "404", "message": "Resource not found"}});
+        return json_response(StatusCode::NOT_FOUND, Bytes::from(body.to_string()));
+    }
+    inference(state, Endpoint::Chat, Some(deployment), request).await
+}
+
+/// `POST /_chaos/expire-tokens`: every access token issued so far expires.
+pub(crate) async fn expire_tokens(State(state): State<ChaosState>) -> Response {
+    state.expire_tokens();
+    control_view(&state)
 }
 
 /// `GET /models`: always healthy, so probes cannot see model-level chaos.
@@ -70,9 +92,19 @@ pub(crate) async fn not_found() -> Response {
     json_response(StatusCode::NOT_FOUND, body)
 }
 
-async fn inference(state: ChaosState, endpoint: Endpoint, request: Request) -> Response {
+/// `deployment` is set for Azure OpenAI, `None` for OpenAI.
+async fn inference(
+    state: ChaosState,
+    endpoint: Endpoint,
+    deployment: Option<String>,
+    request: Request,
+) -> Response {
+    let protocol = match deployment {
+        Some(_) => Protocol::AzureOpenAi,
+        None => Protocol::OpenAi,
+    };
     let counters = Arc::clone(&state.inner.counters);
-    let (seq, in_flight) = counters.begin();
+    let (seq, in_flight) = counters.begin(protocol);
     let (parts, body) = request.into_parts();
     let conn = parts
         .extensions
@@ -93,7 +125,11 @@ async fn inference(state: ChaosState, endpoint: Endpoint, request: Request) -> R
             return client_error(&format!("cannot read request body: {e}"), "invalid_request");
         }
     };
-    let req = match InferenceRequest::parse(&body) {
+    if let Some(refused) = state.refuse_auth(protocol, &parts, &body) {
+        counters.status(refused.status().as_u16());
+        return refused;
+    }
+    let mut req = match InferenceRequest::parse(&body) {
         Ok(req) => req,
         Err(e) => {
             counters.status(400);
@@ -101,6 +137,9 @@ async fn inference(state: ChaosState, endpoint: Endpoint, request: Request) -> R
         }
     };
 
+    if let Some(deployment) = deployment {
+        req.model = deployment;
+    }
     let failure = plan.failure();
     let streaming = req.stream && endpoint != Endpoint::Embedding && failure.is_none();
     stream::sleep(plan.headers_delay).await;
@@ -199,7 +238,7 @@ fn answer(
 
 /// Resets the connection instead of answering. The response returned is
 /// never written: the aborted connection fails hyper's first write.
-fn reset_before_headers(conn: Option<ConnHandle>) -> Response {
+pub(crate) fn reset_before_headers(conn: Option<ConnHandle>) -> Response {
     match conn {
         Some(conn) => conn.abort(),
         // Served by a plain `axum::serve` (not [`super::serve`]): the best

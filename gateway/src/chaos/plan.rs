@@ -38,6 +38,14 @@ pub(crate) struct Plan {
     pub(crate) reset_after: Option<u32>,
     pub(crate) malformed: Option<u32>,
     pub(crate) no_done: bool,
+    /// In-stream error event after this many content chunks.
+    pub(crate) error_after: Option<u32>,
+    /// The script's `error_code`: names the in-stream error too.
+    pub(crate) error_code: Option<String>,
+    /// Answer with a call to this tool when the request declares it.
+    pub(crate) tool_call: Option<String>,
+    pub(crate) cache_read: u64,
+    pub(crate) cache_write: u64,
     /// The answer text for `chunks` words.
     pub(crate) content: Bytes,
 }
@@ -51,10 +59,15 @@ pub(crate) enum FailMode {
     Rate(f64, ErrorReply),
 }
 
-/// A ready-made OpenAI-shaped error response.
+/// A ready-made OpenAI-shaped error response, and what native protocols
+/// need to render their own.
 #[derive(Debug)]
 pub(crate) struct ErrorReply {
     pub(crate) status: StatusCode,
+    /// The script's `error_code`: a native error name for native protocols.
+    pub(crate) code: Option<String>,
+    /// The script's `retry_after`, in seconds.
+    pub(crate) retry_after_s: Option<u64>,
     body: Bytes,
     retry_after: Option<HeaderValue>,
     retry_after_ms: Option<HeaderValue>,
@@ -88,6 +101,11 @@ impl Plan {
             reset_after: script.reset_after_chunks,
             malformed: script.malformed_chunk,
             no_done: script.no_done.unwrap_or(false),
+            error_after: script.error_after_chunks,
+            error_code: script.error_code.clone(),
+            tool_call: script.tool_call.clone(),
+            cache_read: script.cache_read_tokens.unwrap_or(0),
+            cache_write: script.cache_write_tokens.unwrap_or(0),
             content: wire::content(chunks),
         }
     }
@@ -116,6 +134,8 @@ impl ErrorReply {
         let header = |v: Option<u64>| v.map(HeaderValue::from);
         Self {
             status,
+            code: script.error_code.clone(),
+            retry_after_s: script.retry_after,
             body: wire::error_body(&message, kind, code),
             retry_after: header(script.retry_after),
             retry_after_ms: header(script.retry_after_ms),
@@ -123,7 +143,11 @@ impl ErrorReply {
     }
 
     pub(crate) fn response(&self) -> Response {
-        let mut response = json_response(self.status, self.body.clone());
+        self.with_retry_headers(json_response(self.status, self.body.clone()))
+    }
+
+    /// Adds the scripted `Retry-After` and `retry-after-ms` headers.
+    pub(crate) fn with_retry_headers(&self, mut response: Response) -> Response {
         let headers = response.headers_mut();
         if let Some(v) = &self.retry_after {
             headers.insert(RETRY_AFTER, v.clone());

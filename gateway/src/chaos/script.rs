@@ -94,6 +94,15 @@ script! {
     no_done: bool,
     /// Fraction (0..=1) of requests that fail with `status` (or 503).
     fail_rate: f64,
+    /// A stream sends this many content chunks, then the protocol's in-stream
+    /// error event (0: before any content) and ends.
+    error_after_chunks: u32,
+    /// When the request declares a tool of this name, answer with a call to it.
+    tool_call: String,
+    /// Prompt tokens reported as read from the provider's prompt cache.
+    cache_read_tokens: u64,
+    /// Prompt tokens reported as written to the provider's prompt cache.
+    cache_write_tokens: u64,
 }
 
 /// A script that could not be parsed or validated.
@@ -142,7 +151,8 @@ impl Script {
 
     /// Reads the `x-chaos-*` headers; `None` when there are none (the fast
     /// path, which allocates nothing). Values are JSON scalars (`503`,
-    /// `true`, `0.5`); `x-chaos-error-code` is taken verbatim.
+    /// `true`, `0.5`); `x-chaos-error-code` and `x-chaos-tool-call` are taken
+    /// verbatim.
     pub fn from_headers(headers: &HeaderMap) -> Result<Option<Script>, ScriptError> {
         let mut script: Option<Script> = None;
         for (name, value) in headers {
@@ -164,7 +174,7 @@ impl Script {
                 .to_str()
                 .map_err(|_| bad("value is not visible ASCII".to_owned()))?
                 .trim();
-            let value = if *field == "error_code" {
+            let value = if matches!(*field, "error_code" | "tool_call") {
                 Value::String(raw.to_owned())
             } else {
                 serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
@@ -209,6 +219,18 @@ impl Script {
             return Err((
                 "error_code",
                 format!("must be 1 to 64 letters, digits or '_', got {code:?}"),
+            ));
+        }
+        if let Some(name) = &self.tool_call
+            && (name.is_empty()
+                || name.len() > 64
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+        {
+            return Err((
+                "tool_call",
+                format!("must be 1 to 64 letters, digits, '_' or '-', got {name:?}"),
             ));
         }
         let ms_fields = [
@@ -338,6 +360,23 @@ mod tests {
         assert_eq!(
             err.to_string(),
             r#"x-chaos-chunks: invalid type: string "abc", expected u32"#
+        );
+        let s = Script::from_headers(&headers(&[
+            ("x-chaos-tool-call", "get_weather"),
+            ("x-chaos-error-after-chunks", "0"),
+            ("x-chaos-cache-read-tokens", "7"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.tool_call.as_deref(), Some("get_weather"));
+        assert_eq!(
+            (s.error_after_chunks, s.cache_read_tokens),
+            (Some(0), Some(7))
+        );
+        let err = Script::from_headers(&headers(&[("x-chaos-tool-call", "a b")])).unwrap_err();
+        assert!(
+            err.to_string().starts_with("x-chaos-tool-call: must be"),
+            "{err}"
         );
         let err = Script::from_headers(&headers(&[("x-chaos-bogus", "1")])).unwrap_err();
         assert!(

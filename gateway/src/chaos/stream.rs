@@ -4,7 +4,8 @@
 //! first-byte delay, content chunks with their cadence, the finish chunk,
 //! the optional usage chunk, `[DONE]`. Faults cut in between: a hang pends
 //! forever (until hyper drops the body because the client left), a reset
-//! ends the body with an error and resets the connection.
+//! ends the body with an error and resets the connection, an error event
+//! ends it cleanly.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -72,7 +73,7 @@ enum Step {
 impl BodyCtx {
     /// Counts the reset, lets hyper flush what was already written, then
     /// arms the RST and returns the error that makes hyper drop the body.
-    async fn reset(&self) -> ResetError {
+    pub(crate) async fn reset(&self) -> ResetError {
         self.counters.reset();
         // Returning `Pending` once makes hyper flush buffered chunks first,
         // so the client really receives the N chunks before the break.
@@ -84,7 +85,7 @@ impl BodyCtx {
     }
 
     /// Counts the hang and never returns.
-    async fn hang(&self) -> Infallible {
+    pub(crate) async fn hang(&self) -> Infallible {
         self.counters.hang();
         std::future::pending().await
     }
@@ -115,6 +116,20 @@ impl SseState {
                 }
                 Step::Content(i) => {
                     let cut_here = |n: Option<u32>| n.is_some_and(|n| i >= n.min(self.sse.chunks));
+                    if cut_here(plan.error_after) {
+                        // OpenAI's mid-stream error: an error object, then the end.
+                        self.step = Step::End;
+                        let code = plan.error_code.as_deref().unwrap_or("server_error");
+                        let body = wire::error_body(
+                            "The server had an error while processing your request.",
+                            "server_error",
+                            code,
+                        );
+                        let mut event = b"data: ".to_vec();
+                        event.extend_from_slice(&body);
+                        event.extend_from_slice(b"\n\n");
+                        return Some(Ok(Bytes::from(event)));
+                    }
                     if cut_here(plan.reset_after) {
                         self.step = Step::End;
                         return Some(Err(self.sse.ctx.reset().await));

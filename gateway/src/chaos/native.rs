@@ -1,0 +1,326 @@
+//! The native protocols of the chaos upstream: Anthropic, Claude and Gemini
+//! on Vertex AI, Gemini, Bedrock Converse (docs/design.md §6, §9).
+//!
+//! Every call goes the way of the OpenAI path, with the protocol's own
+//! shapes: count → plan → read the body → check auth → check the body →
+//! delay before headers → hang → reset before headers → scripted error →
+//! answer (a native body, cut or whole, or a native stream).
+//!
+//! Formats are written from the providers' documentation, never from the
+//! gateway's translation code, so that tests through the gateway check it.
+
+mod anthropic;
+mod bedrock;
+pub(crate) mod errors;
+mod google;
+mod request;
+mod stream;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderValue, StatusCode};
+use serde_json::Value;
+
+use super::ChaosState;
+use super::conn::ConnHandle;
+use super::handler::BODY_LIMIT;
+use super::plan::{Plan, json_response};
+use super::protocol::{self, Call, Family, NoCall, Protocol};
+use super::stream::{BodyCtx, Cut, cut_body, sleep};
+use super::wire;
+
+pub(crate) use google::error_info as google_error_info;
+use request::NativeRequest;
+use stream::NativeStream;
+
+/// How an answer ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Finish {
+    Stop,
+    Length,
+    Tool,
+}
+
+/// Token counts in the form every protocol reports them from.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NativeUsage {
+    /// Uncached prompt tokens.
+    pub(crate) prompt: u64,
+    pub(crate) completion: u64,
+    pub(crate) cache_read: u64,
+    pub(crate) cache_write: u64,
+}
+
+/// Everything a native body or stream is rendered from.
+pub(crate) struct Answer {
+    pub(crate) id: String,
+    pub(crate) seq: u64,
+    pub(crate) model: String,
+    /// Content pieces: words, or pieces of the tool call's input JSON.
+    pub(crate) pieces: Vec<String>,
+    /// The tool called, if the answer is a tool call.
+    pub(crate) tool: Option<String>,
+    pub(crate) finish: Finish,
+    pub(crate) usage: NativeUsage,
+    /// Gemini streams: SSE (`alt=sse`) or a JSON array.
+    pub(crate) sse: bool,
+    /// Native name of the in-stream error (the script's `error_code`).
+    pub(crate) error_name: Option<String>,
+}
+
+impl Answer {
+    /// The tool call's input as an object (`{}` when it has no arguments or
+    /// was cut short).
+    pub(crate) fn tool_input(&self) -> Value {
+        serde_json::from_str::<Value>(&self.pieces.concat())
+            .ok()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| Value::Object(serde_json::Map::new()))
+    }
+}
+
+/// `POST /v1/messages` and `/messages`.
+pub(crate) async fn messages(State(state): State<ChaosState>, request: Request) -> Response {
+    let call = Call {
+        protocol: Protocol::Anthropic,
+        model: None,
+        stream: false,
+    };
+    inference(state, Ok(call), request).await
+}
+
+/// `POST /v1/projects/…` (Vertex AI).
+pub(crate) async fn vertex(State(state): State<ChaosState>, request: Request) -> Response {
+    let rest = request
+        .uri()
+        .path()
+        .strip_prefix("/v1/")
+        .unwrap_or_default()
+        .to_owned();
+    inference(state, protocol::vertex(&rest), request).await
+}
+
+/// `POST /v1beta/models/…` (Gemini on AI Studio).
+pub(crate) async fn gemini(State(state): State<ChaosState>, request: Request) -> Response {
+    let tail = request
+        .uri()
+        .path()
+        .strip_prefix("/v1beta/models/")
+        .unwrap_or_default()
+        .to_owned();
+    inference(state, protocol::gemini(&tail), request).await
+}
+
+/// `POST /model/{id}/converse|converse-stream` (Bedrock).
+pub(crate) async fn bedrock(State(state): State<ChaosState>, request: Request) -> Response {
+    let rest = request
+        .uri()
+        .path()
+        .strip_prefix("/model/")
+        .unwrap_or_default()
+        .to_owned();
+    inference(state, protocol::bedrock(&rest), request).await
+}
+
+async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Request) -> Response {
+    let Ok(call) = call else {
+        return no_operation(request.uri().path());
+    };
+    let protocol = call.protocol;
+    let counters = Arc::clone(&state.inner.counters);
+    let (seq, in_flight) = counters.begin(protocol);
+    let (parts, body) = request.into_parts();
+    let conn = parts
+        .extensions
+        .get::<ConnectInfo<ConnHandle>>()
+        .map(|ConnectInfo(handle)| handle.clone());
+    let refuse = |response: Response| {
+        counters.status(response.status().as_u16());
+        response
+    };
+
+    let plan = match state.plan_for(&parts.headers) {
+        Ok(plan) => plan,
+        Err(e) => return refuse(errors::invalid(protocol, &e.to_string())),
+    };
+    let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(body) => body,
+        Err(e) => {
+            return refuse(errors::invalid(
+                protocol,
+                &format!("cannot read request body: {e}"),
+            ));
+        }
+    };
+    if let Some(response) = state.refuse_auth(protocol, &parts, &body) {
+        return refuse(response);
+    }
+    if protocol == Protocol::Anthropic && !parts.headers.contains_key("anthropic-version") {
+        return refuse(errors::invalid(
+            protocol,
+            "anthropic-version: header is required",
+        ));
+    }
+    let req = match NativeRequest::parse(&call, &body) {
+        Ok(req) => req,
+        Err(invalid) => return refuse(errors::invalid(protocol, &invalid.0)),
+    };
+
+    let failure = plan.failure();
+    let streaming = req.stream && failure.is_none();
+    sleep(plan.headers_delay).await;
+    if !streaming {
+        sleep(plan.first_byte).await;
+    }
+    if plan.hang {
+        counters.hang();
+        return std::future::pending().await;
+    }
+    if plan.reset_after == Some(0) {
+        counters.reset();
+        return super::handler::reset_before_headers(conn);
+    }
+    if let Some(reply) = failure {
+        counters.status(reply.status.as_u16());
+        return errors::scripted(protocol, reply);
+    }
+
+    counters.status(plan.success_status.as_u16());
+    let ctx = BodyCtx {
+        counters: Arc::clone(&counters),
+        conn,
+        _in_flight: in_flight,
+    };
+    let sse = protocol::query_param(parts.uri.query(), "alt").as_deref() == Some("sse");
+    let answer = answer(&plan, &call, seq, &req, sse);
+    respond(&plan, protocol.family(), answer, streaming, ctx)
+}
+
+/// The answer's content and usage.
+fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) -> Answer {
+    let chunks = match req.max_tokens {
+        Some(max) => u32::try_from(max).map_or(plan.chunks, |max| plan.chunks.min(max)),
+        None => plan.chunks,
+    };
+    let tool = plan
+        .tool_call
+        .as_ref()
+        .filter(|name| req.tools.iter().any(|t| t == *name))
+        .cloned();
+    let words = (0..chunks).map(|i| wire::word(i).to_owned());
+    let pieces: Vec<String> = match (&tool, call.protocol.family()) {
+        (None, _) => words.collect(),
+        (Some(_), _) if chunks == 0 => Vec::new(),
+        // Gemini sends a function call whole, in one chunk.
+        (Some(_), Family::Gemini) => vec![tool_arguments(words)],
+        (Some(_), _) => {
+            let mut pieces: Vec<String> = words.map(|w| json_fragment(&w)).collect();
+            if let Some(first) = pieces.first_mut() {
+                first.insert_str(0, "{\"query\": \"");
+            }
+            if let Some(last) = pieces.last_mut() {
+                last.push_str("\"}");
+            }
+            pieces
+        }
+    };
+    let finish = match (&tool, chunks < plan.chunks) {
+        (_, true) => Finish::Length,
+        (Some(_), false) => Finish::Tool,
+        (None, false) => Finish::Stop,
+    };
+    let prefix = match call.protocol.family() {
+        Family::Anthropic => "msg_chaos_",
+        Family::Bedrock | Family::Gemini | Family::OpenAi => "chaos-",
+    };
+    Answer {
+        id: format!("{prefix}{seq}"),
+        seq,
+        model: req.model.clone(),
+        pieces,
+        tool,
+        finish,
+        usage: NativeUsage {
+            prompt: req.prompt_tokens,
+            completion: u64::from(chunks),
+            cache_read: plan.cache_read,
+            cache_write: plan.cache_write,
+        },
+        sse,
+        error_name: plan.error_code.clone(),
+    }
+}
+
+/// `{"query": "<words>"}`.
+fn tool_arguments(words: impl Iterator<Item = String>) -> String {
+    let text: String = words.collect();
+    serde_json::json!({ "query": text }).to_string()
+}
+
+/// `s` escaped for the inside of a JSON string.
+fn json_fragment(s: &str) -> String {
+    let quoted = Value::from(s).to_string();
+    quoted[1..quoted.len() - 1].to_owned()
+}
+
+fn respond(
+    plan: &Arc<Plan>,
+    family: Family,
+    answer: Answer,
+    streaming: bool,
+    ctx: BodyCtx,
+) -> Response {
+    if streaming {
+        ctx.counters.stream_started();
+        let content_type = match family {
+            Family::Bedrock => "application/vnd.amazon.eventstream",
+            Family::Gemini if !answer.sse => "application/json",
+            _ => "text/event-stream",
+        };
+        let body = NativeStream {
+            ctx,
+            plan: Arc::clone(plan),
+            answer,
+            family,
+        }
+        .into_body();
+        let mut response = Response::new(body);
+        *response.status_mut() = plan.success_status;
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return response;
+    }
+    let full = match family {
+        Family::Anthropic => anthropic::body(&answer),
+        Family::Gemini => google::body(&answer),
+        Family::Bedrock | Family::OpenAi => bedrock::body(&answer),
+    };
+    let cut = match (plan.reset_after, plan.hang_after) {
+        (Some(_), _) => Some(Cut::Reset),
+        (None, Some(_)) => Some(Cut::Hang),
+        (None, None) => None,
+    };
+    let mut response = json_response(plan.success_status, Bytes::new());
+    *response.body_mut() = match cut {
+        Some(cut) => cut_body(full, cut, ctx),
+        None => Body::from(full),
+    };
+    response
+}
+
+/// A path under a native prefix that names no operation, answered the way
+/// the provider would.
+fn no_operation(path: &str) -> Response {
+    if path.starts_with("/model/") {
+        return errors::bedrock(404, "UnknownOperationException", "");
+    }
+    let message = format!("The requested URL {path} was not found on this server.");
+    errors::google(StatusCode::NOT_FOUND.as_u16(), &message, Vec::new(), None)
+}

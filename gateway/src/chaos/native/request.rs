@@ -1,0 +1,347 @@
+//! Reading a native request body and refusing it where the real provider
+//! would: missing required fields, fields the API does not know (such as
+//! `stream_options` sent to a non-OpenAI target), the wrong version tag.
+
+use serde_json::{Map, Value};
+
+use crate::chaos::protocol::{Call, Protocol};
+
+/// `anthropic_version` that Claude on Vertex AI requires in the body.
+pub(crate) const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
+
+/// What the answer depends on in a native request.
+#[derive(Debug)]
+pub(crate) struct NativeRequest {
+    pub(crate) model: String,
+    pub(crate) stream: bool,
+    pub(crate) max_tokens: Option<u64>,
+    /// Estimate: text bytes / 4, rounded up, at least 1.
+    pub(crate) prompt_tokens: u64,
+    /// Names of the tools the request declares.
+    pub(crate) tools: Vec<String>,
+}
+
+/// A request the provider refuses with a 400, in its words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Invalid(pub(crate) String);
+
+const ANTHROPIC_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "metadata",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "service_tier",
+    "container",
+    "mcp_servers",
+    "context_management",
+];
+
+/// Google's JSON parser takes both lowerCamel and snake_case names.
+const GEMINI_FIELDS: &[&str] = &[
+    "contents",
+    "tools",
+    "toolConfig",
+    "tool_config",
+    "safetySettings",
+    "safety_settings",
+    "systemInstruction",
+    "system_instruction",
+    "generationConfig",
+    "generation_config",
+    "cachedContent",
+    "cached_content",
+    "labels",
+];
+
+const BEDROCK_FIELDS: &[&str] = &[
+    "messages",
+    "system",
+    "inferenceConfig",
+    "toolConfig",
+    "guardrailConfig",
+    "additionalModelRequestFields",
+    "additionalModelResponseFieldPaths",
+    "promptVariables",
+    "requestMetadata",
+    "performanceConfig",
+];
+
+impl NativeRequest {
+    /// Parses and checks `body` for `call` (not for the OpenAI protocols).
+    pub(crate) fn parse(call: &Call, body: &[u8]) -> Result<Self, Invalid> {
+        let map: Map<String, Value> = serde_json::from_slice(body).map_err(|e| {
+            Invalid(match call.protocol {
+                Protocol::Gemini | Protocol::VertexGemini => {
+                    format!("Invalid JSON payload received. {e}")
+                }
+                Protocol::Bedrock => format!(
+                    "Malformed input request: {e}, please reformat your input and try again."
+                ),
+                _ => format!("There was an error parsing the body: {e}"),
+            })
+        })?;
+        match call.protocol {
+            Protocol::Anthropic | Protocol::VertexAnthropic => anthropic(call, &map),
+            Protocol::Gemini | Protocol::VertexGemini => gemini(call, &map),
+            Protocol::Bedrock => bedrock(call, &map),
+            Protocol::OpenAi | Protocol::AzureOpenAi => {
+                Err(Invalid("not a native protocol".to_owned()))
+            }
+        }
+    }
+}
+
+fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
+    let vertex = call.protocol == Protocol::VertexAnthropic;
+    for key in map.keys() {
+        let known =
+            ANTHROPIC_FIELDS.contains(&key.as_str()) || (vertex && key == "anthropic_version");
+        if !known || (vertex && key == "model") {
+            return Err(Invalid(format!("{key}: Extra inputs are not permitted")));
+        }
+    }
+    if vertex {
+        match map.get("anthropic_version").and_then(Value::as_str) {
+            Some(VERTEX_ANTHROPIC_VERSION) => {}
+            Some(other) => {
+                return Err(Invalid(format!(
+                    "anthropic_version: Input should be '{VERTEX_ANTHROPIC_VERSION}', got {other:?}"
+                )));
+            }
+            None => return Err(Invalid("anthropic_version: Field required".to_owned())),
+        }
+    }
+    let model = match (&call.model, map.get("model")) {
+        (Some(m), _) => m.clone(),
+        (None, Some(Value::String(m))) => m.clone(),
+        (None, _) => return Err(Invalid("model: Field required".to_owned())),
+    };
+    if !map.get("messages").is_some_and(Value::is_array) {
+        return Err(Invalid("messages: Field required".to_owned()));
+    }
+    let Some(max_tokens) = map.get("max_tokens") else {
+        return Err(Invalid("max_tokens: Field required".to_owned()));
+    };
+    let max_tokens = max_tokens.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
+        Invalid("max_tokens: Input should be greater than or equal to 1".to_owned())
+    })?;
+    let stream = map.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if vertex && stream != call.stream {
+        let method = if call.stream {
+            "streamRawPredict"
+        } else {
+            "rawPredict"
+        };
+        return Err(Invalid(format!(
+            "stream: must be {} for {method}",
+            call.stream
+        )));
+    }
+    let tools = names(map.get("tools"), &["name"]);
+    Ok(NativeRequest {
+        model,
+        stream,
+        max_tokens: Some(max_tokens),
+        prompt_tokens: tokens(&[map.get("system"), map.get("messages"), map.get("tools")]),
+        tools,
+    })
+}
+
+fn gemini(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
+    for key in map.keys() {
+        if !GEMINI_FIELDS.contains(&key.as_str()) {
+            return Err(Invalid(format!(
+                "Invalid JSON payload received. Unknown name \"{key}\": Cannot find field."
+            )));
+        }
+    }
+    let contents = map.get("contents").and_then(Value::as_array);
+    if contents.is_none_or(|c| c.is_empty()) {
+        return Err(Invalid(
+            "* GenerateContentRequest.contents: contents is not specified\n".to_owned(),
+        ));
+    }
+    let config = map
+        .get("generationConfig")
+        .or_else(|| map.get("generation_config"));
+    let max_tokens = config
+        .and_then(|c| {
+            c.get("maxOutputTokens")
+                .or_else(|| c.get("max_output_tokens"))
+        })
+        .and_then(Value::as_u64);
+    let mut tools = Vec::new();
+    for tool in map
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let decls = tool
+            .get("functionDeclarations")
+            .or_else(|| tool.get("function_declarations"));
+        tools.extend(names(decls, &["name"]));
+    }
+    let system = map
+        .get("systemInstruction")
+        .or_else(|| map.get("system_instruction"));
+    Ok(NativeRequest {
+        model: call.model.clone().unwrap_or_default(),
+        stream: call.stream,
+        max_tokens,
+        prompt_tokens: tokens(&[system, map.get("contents"), map.get("tools")]),
+        tools,
+    })
+}
+
+fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
+    for key in map.keys() {
+        if !BEDROCK_FIELDS.contains(&key.as_str()) {
+            return Err(Invalid(format!(
+                "Malformed input request: extraneous key [{key}] is not permitted, please reformat your input and try again."
+            )));
+        }
+    }
+    if !map.get("messages").is_some_and(Value::is_array) {
+        return Err(Invalid(
+            "1 validation error detected: Value null at 'messages' failed to satisfy constraint: Member must not be null".to_owned(),
+        ));
+    }
+    let max_tokens = map
+        .get("inferenceConfig")
+        .and_then(|c| c.get("maxTokens"))
+        .and_then(Value::as_u64);
+    let specs: Vec<Value> = map
+        .get("toolConfig")
+        .and_then(|c| c.get("tools"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("toolSpec").cloned())
+        .collect();
+    let tools = names(Some(&Value::Array(specs)), &["name"]);
+    Ok(NativeRequest {
+        model: call.model.clone().unwrap_or_default(),
+        stream: call.stream,
+        max_tokens,
+        prompt_tokens: tokens(&[
+            map.get("system"),
+            map.get("messages"),
+            map.get("toolConfig"),
+        ]),
+        tools,
+    })
+}
+
+/// The string at `path` in every item of the array `list`.
+fn names(list: Option<&Value>, path: &[&str]) -> Vec<String> {
+    let items = list
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    items
+        .iter()
+        .filter_map(|item| {
+            path.iter()
+                .try_fold(item, |v, key| v.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Bytes of every string in `values` / 4, rounded up, at least 1.
+fn tokens(values: &[Option<&Value>]) -> u64 {
+    fn bytes(v: &Value) -> u64 {
+        match v {
+            Value::String(s) => u64::try_from(s.len()).unwrap_or(u64::MAX),
+            Value::Number(_) => 4,
+            Value::Array(a) => a.iter().map(bytes).fold(0, u64::saturating_add),
+            Value::Object(o) => o.values().map(bytes).fold(0, u64::saturating_add),
+            Value::Bool(_) | Value::Null => 0,
+        }
+    }
+    let total = values
+        .iter()
+        .flatten()
+        .map(|v| bytes(v))
+        .fold(0, u64::saturating_add);
+    total.div_ceil(4).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(protocol: Protocol, model: Option<&str>, stream: bool) -> Call {
+        Call {
+            protocol,
+            model: model.map(str::to_owned),
+            stream,
+        }
+    }
+
+    #[test]
+    fn providers_refuse_what_they_would_refuse() {
+        let anthropic = call(Protocol::Anthropic, None, false);
+        let ok = br#"{"model":"c","max_tokens":5,"messages":[{"role":"user","content":"abcdefgh"}],
+            "tools":[{"name":"get_weather","input_schema":{}}]}"#;
+        let r = NativeRequest::parse(&anthropic, ok).unwrap();
+        assert_eq!(
+            (r.model.as_str(), r.max_tokens, r.tools.len()),
+            ("c", Some(5), 1)
+        );
+        let err = NativeRequest::parse(&anthropic, br#"{"model":"c","messages":[]}"#).unwrap_err();
+        assert_eq!(err.0, "max_tokens: Field required");
+        let err = NativeRequest::parse(
+            &anthropic,
+            br#"{"model":"c","max_tokens":1,"messages":[],"stream_options":{}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.0, "stream_options: Extra inputs are not permitted");
+
+        let vertex = call(Protocol::VertexAnthropic, Some("claude@1"), true);
+        let err = NativeRequest::parse(
+            &vertex,
+            br#"{"anthropic_version":"vertex-2023-10-16","model":"x","max_tokens":1,"messages":[],"stream":true}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.0, "model: Extra inputs are not permitted");
+        let r = NativeRequest::parse(
+            &vertex,
+            br#"{"anthropic_version":"vertex-2023-10-16","max_tokens":1,"messages":[],"stream":true}"#,
+        )
+        .unwrap();
+        assert_eq!(r.model, "claude@1");
+
+        let gemini = call(Protocol::Gemini, Some("g"), false);
+        let err =
+            NativeRequest::parse(&gemini, br#"{"contents":[{}],"max_tokens":3}"#).unwrap_err();
+        assert!(err.0.contains("Unknown name \"max_tokens\""), "{}", err.0);
+        let r = NativeRequest::parse(
+            &gemini,
+            br#"{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":3},
+                "tools":[{"functionDeclarations":[{"name":"f"}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!((r.max_tokens, r.tools), (Some(3), vec!["f".to_owned()]));
+
+        let bedrock = call(Protocol::Bedrock, Some("b"), false);
+        let err = NativeRequest::parse(&bedrock, br#"{"messages":[],"model":"b"}"#).unwrap_err();
+        assert!(err.0.contains("extraneous key [model]"), "{}", err.0);
+        let r = NativeRequest::parse(
+            &bedrock,
+            br#"{"messages":[],"inferenceConfig":{"maxTokens":9},"toolConfig":{"tools":[{"toolSpec":{"name":"t"}}]}}"#,
+        )
+        .unwrap();
+        assert_eq!((r.max_tokens, r.tools), (Some(9), vec!["t".to_owned()]));
+    }
+}
