@@ -1,36 +1,217 @@
-//! Stub: filled in by the next commit.
+//! Anthropic Messages, direct (`anthropic`) and on Vertex AI (`vertex-anthropic`).
+//!
+//! Vertex differs only in the envelope: no `model` in the body (it is in the path),
+//! `anthropic_version: vertex-2023-10-16` in the body instead of the header, the
+//! `:rawPredict`/`:streamRawPredict` paths, and Google's error envelope beside
+//! Anthropic's own.
 
-use http::HeaderMap;
+mod request;
+mod stream;
 
-use crate::{AnswerOpts, ChatRequest, ChunkWriter, Completion, NativeRequest, Out, Target, TranslateError, Transcoder, UpstreamError};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
 
-pub(crate) fn build(_target: &Target<'_>, _req: &ChatRequest, _stream: bool) -> Result<NativeRequest, TranslateError> {
-    Err(TranslateError::unsupported("protocol", "not implemented yet"))
+use crate::error::{says_context_length, says_expired};
+use crate::{
+    Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, ErrorKind, FinishReason,
+    NativeRequest, Protocol, Target, TranslateError, UpstreamError, Usage, google, retry,
+};
+
+pub(crate) use stream::StreamTranscoder;
+
+const DEFAULT_VERSION: &str = "2023-06-01";
+const VERTEX_VERSION: &str = "vertex-2023-10-16";
+
+pub(crate) fn build(
+    target: &Target<'_>,
+    req: &ChatRequest,
+    stream: bool,
+) -> Result<NativeRequest, TranslateError> {
+    let mut body = request::body(target, req)?;
+    if stream {
+        body["stream"] = json!(true);
+    }
+    let (path, headers) = if target.protocol == Protocol::VertexAnthropic {
+        body["anthropic_version"] = json!(VERTEX_VERSION);
+        let verb = if stream {
+            "streamRawPredict"
+        } else {
+            "rawPredict"
+        };
+        (
+            format!(
+                "{}/publishers/anthropic/models/{}:{verb}",
+                vertex_prefix(target)?,
+                model_segment(target.model)
+            ),
+            Vec::new(),
+        )
+    } else {
+        body["model"] = json!(target.model);
+        let version = target.anthropic_version.unwrap_or(DEFAULT_VERSION);
+        let value = HeaderValue::from_str(version).map_err(|_| {
+            TranslateError::invalid("anthropic.version", "not a valid header value")
+        })?;
+        (
+            "/messages".to_owned(),
+            vec![(HeaderName::from_static("anthropic-version"), value)],
+        )
+    };
+    Ok(NativeRequest {
+        path,
+        body: Bytes::from(body.to_string()),
+        headers,
+    })
 }
 
-pub(crate) fn parse(_target: &Target<'_>, _body: &[u8], _opts: &AnswerOpts) -> Result<Completion, UpstreamError> {
-    Err(UpstreamError::malformed(200, "not implemented yet"))
+/// `/projects/{p}/locations/{l}` for the Vertex targets.
+pub(crate) fn vertex_prefix(target: &Target<'_>) -> Result<String, TranslateError> {
+    let project = target
+        .gcp_project
+        .ok_or_else(|| TranslateError::invalid("gcp.project", "required for Vertex AI"))?;
+    let location = target
+        .gcp_location
+        .ok_or_else(|| TranslateError::invalid("gcp.location", "required for Vertex AI"))?;
+    Ok(format!(
+        "/projects/{}/locations/{}",
+        model_segment(project),
+        model_segment(location)
+    ))
 }
 
-pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
-    crate::generic_error(status, headers, body, now_unix_ms)
+/// A model id as one path segment; `@` (Vertex model versions) stays as it is.
+pub(crate) fn model_segment(model: &str) -> String {
+    crate::encode_segment(model).replace("%40", "@")
 }
 
-pub(crate) struct StreamTranscoder(ChunkWriter);
+pub(crate) fn parse(
+    target: &Target<'_>,
+    body: &[u8],
+    opts: &AnswerOpts,
+) -> Result<Completion, UpstreamError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+    if v["type"] == "error" || v.get("error").is_some() {
+        return Err(classify(200, &HeaderMap::new(), body, 0));
+    }
+    let mut answer = Answer {
+        id: v["id"].as_str().map(str::to_owned),
+        model: v["model"].as_str().unwrap_or(target.model).to_owned(),
+        finish_reason: v["stop_reason"].as_str().map(finish_reason),
+        usage: usage(&v["usage"], &mut Usage::default()),
+        ..Answer::default()
+    };
+    for block in v["content"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        match block["type"].as_str() {
+            Some("text") => answer.text.push_str(block["text"].as_str().unwrap_or("")),
+            Some("tool_use") => answer.tool_calls.push(AnswerToolCall {
+                id: block["id"].as_str().map(str::to_owned),
+                name: block["name"].as_str().unwrap_or("").to_owned(),
+                arguments: match &block["input"] {
+                    Value::Null => String::new(),
+                    input => input.to_string(),
+                },
+            }),
+            // Thinking and server-tool blocks have no OpenAI chat equivalent.
+            _ => {}
+        }
+    }
+    Ok(answer.into_completion(opts))
+}
 
-impl StreamTranscoder {
-    pub(crate) fn new(opts: AnswerOpts) -> Self {
-        Self(ChunkWriter::new(&opts))
+/// Anthropic's stop reasons onto OpenAI's finish reasons.
+fn finish_reason(stop: &str) -> FinishReason {
+    match stop {
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::ContentFilter,
+        _ => FinishReason::Stop,
     }
 }
 
-impl Transcoder for StreamTranscoder {
-    fn feed(&mut self, _bytes: &[u8]) -> Vec<Out> {
-        Vec::new()
+/// Updates `acc` from an Anthropic usage object (counts are cumulative: a field
+/// present replaces, a field absent keeps) and returns it.
+fn usage(u: &Value, acc: &mut Usage) -> Usage {
+    let get = |k: &str| u[k].as_u64();
+    let input = get("input_tokens");
+    let read = get("cache_read_input_tokens");
+    let write = get("cache_creation_input_tokens");
+    if input.is_some() || read.is_some() || write.is_some() {
+        let old_input = acc
+            .prompt_tokens
+            .saturating_sub(acc.cached_tokens + acc.cache_write_tokens);
+        let (input, read, write) = (
+            input.unwrap_or(old_input),
+            read.unwrap_or(acc.cached_tokens),
+            write.unwrap_or(acc.cache_write_tokens),
+        );
+        *acc = Usage::from_exclusive(input, acc.completion_tokens, read, write);
     }
-    fn finish(&mut self) -> Vec<Out> {
-        let mut out = Vec::new();
-        self.0.error(UpstreamError::malformed(200, "not implemented yet"), &mut out);
-        out
+    if let Some(out) = get("output_tokens") {
+        acc.completion_tokens = out;
     }
+    *acc
+}
+
+pub(crate) fn classify(
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+    now_unix_ms: u64,
+) -> UpstreamError {
+    let hinted = retry::from_headers(headers, now_unix_ms);
+    let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
+        return crate::generic_error(status, headers, body, now_unix_ms);
+    };
+    // Vertex sometimes wraps its error object in a one-element array.
+    if let Value::Array(items) = &mut v {
+        v = items.first().cloned().unwrap_or(Value::Null);
+    }
+    let err = &v["error"];
+    if let Some(g) = google::read(status, err) {
+        // Vertex may carry Anthropic's own error as a JSON string in `message`.
+        if let Ok(inner) = serde_json::from_str::<Value>(&g.message)
+            && let Some(e) = anthropic_error(status, &inner["error"])
+        {
+            return e.with_retry_after(hinted.or(g.retry_after));
+        }
+        return UpstreamError::new(
+            g.kind,
+            status,
+            g.message,
+            Some(g.status_name.as_str()).filter(|s| !s.is_empty()),
+        )
+        .with_retry_after(hinted.or(g.retry_after));
+    }
+    match anthropic_error(status, err) {
+        Some(e) => e.with_retry_after(hinted),
+        None => crate::generic_error(status, headers, body, now_unix_ms),
+    }
+}
+
+/// Anthropic's `{"type": "...", "message": "..."}` error object, classified by its type.
+fn anthropic_error(status: u16, err: &Value) -> Option<UpstreamError> {
+    let name = err["type"].as_str()?;
+    let message = err["message"].as_str().unwrap_or("").to_owned();
+    let kind = match name {
+        "overloaded_error" => ErrorKind::Overloaded,
+        "rate_limit_error" => ErrorKind::RateLimited,
+        "api_error" => ErrorKind::Server,
+        "timeout_error" => ErrorKind::Timeout,
+        "authentication_error" if says_expired(&message) => ErrorKind::AuthExpired,
+        "authentication_error" | "permission_error" => ErrorKind::Auth,
+        "not_found_error" => ErrorKind::NotFound,
+        "invalid_request_error" | "request_too_large" if says_context_length(&message) => {
+            ErrorKind::ContextLength
+        }
+        "invalid_request_error" | "request_too_large" => ErrorKind::InvalidRequest,
+        "billing_error" => ErrorKind::Client,
+        _ if status == 401 && says_expired(&message) => ErrorKind::AuthExpired,
+        _ => ErrorKind::from_status(status),
+    };
+    let code = match kind {
+        ErrorKind::InvalidRequest | ErrorKind::Client | ErrorKind::Server => Some(name),
+        _ => None,
+    };
+    Some(UpstreamError::new(kind, status, message, code))
 }

@@ -116,17 +116,23 @@ impl ChunkWriter {
         if let Some(seen) = self.tool_args.get_mut(index) {
             *seen = true;
         }
-        let delta = json!({ "tool_calls": [{ "index": index, "function": { "arguments": args } }] });
+        let delta =
+            json!({ "tool_calls": [{ "index": index, "function": { "arguments": args } }] });
         out.push(self.delta(delta, None, true));
     }
 
-    /// The finish chunk. Calls that never got arguments first get `"{}"`, so every
-    /// call's arguments parse as JSON.
+    /// Ends the call at `index`: a call that got no argument text gets `"{}"`, so
+    /// every call's arguments parse as JSON.
+    pub fn tool_end(&mut self, index: usize, out: &mut Vec<Out>) {
+        if self.tool_args.get(index) == Some(&false) {
+            self.tool_args(index, "{}", out);
+        }
+    }
+
+    /// The finish chunk, after ending every call still open.
     pub fn finish(&mut self, reason: FinishReason, out: &mut Vec<Out>) {
         for index in 0..self.tool_args.len() {
-            if !self.tool_args[index] {
-                self.tool_args(index, "{}", out);
-            }
+            self.tool_end(index, out);
         }
         out.push(self.delta(json!({}), Some(reason), false));
     }
@@ -141,15 +147,24 @@ impl ChunkWriter {
             "id": self.id, "object": "chat.completion.chunk", "created": self.created,
             "model": self.model, "choices": [], "usage": usage.to_openai(),
         });
-        out.push(Out::Event { bytes: sse(&chunk), content: false });
-        out.push(Out::Event { bytes: Bytes::from_static(b"data: [DONE]\n\n"), content: false });
+        out.push(Out::Event {
+            bytes: sse(&chunk),
+            content: false,
+        });
+        out.push(Out::Event {
+            bytes: Bytes::from_static(b"data: [DONE]\n\n"),
+            content: false,
+        });
         out.push(Out::Done);
     }
 
     /// An error: before content the attempt may still fail over, after it the stream ends.
     pub fn error(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
         self.done = true;
-        out.push(Out::Error { error, before_content: !self.content });
+        out.push(Out::Error {
+            error,
+            before_content: !self.content,
+        });
     }
 
     fn delta(&mut self, mut delta: Value, finish: Option<FinishReason>, content: bool) -> Out {
@@ -163,7 +178,10 @@ impl ChunkWriter {
             "model": self.model,
             "choices": [{ "index": 0, "delta": delta, "finish_reason": finish.map(FinishReason::as_str) }],
         });
-        Out::Event { bytes: sse(&chunk), content }
+        Out::Event {
+            bytes: sse(&chunk),
+            content,
+        }
     }
 }
 

@@ -32,7 +32,10 @@ impl Answer {
     /// The `chat.completion` body. `finish_reason` is `tool_calls` whenever the answer
     /// calls a tool and the provider said only "stop" (Gemini `STOP`).
     pub fn into_completion(self, opts: &AnswerOpts) -> Completion {
-        let id = self.id.filter(|id| !id.is_empty()).unwrap_or_else(|| opts.id.clone());
+        let id = self
+            .id
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| opts.id.clone());
         let mut finish = self.finish_reason.unwrap_or(FinishReason::Stop);
         if !self.tool_calls.is_empty() && finish == FinishReason::Stop {
             finish = FinishReason::ToolCalls;
@@ -62,6 +65,9 @@ impl Answer {
             "choices": [{ "index": 0, "message": message, "finish_reason": finish.as_str() }],
             "usage": self.usage.to_openai(),
         });
-        Completion { body: Bytes::from(body.to_string()), usage: self.usage }
+        Completion {
+            body: Bytes::from(body.to_string()),
+            usage: self.usage,
+        }
     }
 }

@@ -19,10 +19,16 @@ pub enum TranslateError {
 
 impl TranslateError {
     pub fn unsupported(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::Unsupported { field: field.into(), reason: reason.into() }
+        Self::Unsupported {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::Invalid { field: field.into(), reason: reason.into() }
+        Self::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
     /// The field the error names.
     pub fn field(&self) -> &str {
@@ -66,18 +72,23 @@ impl ErrorKind {
     /// Whether another candidate may be tried: rate limits, overload, unavailability,
     /// timeouts and server errors. Client errors would fail everywhere.
     pub fn retryable(self) -> bool {
-        matches!(self, Self::RateLimited | Self::Overloaded | Self::Unavailable | Self::Timeout | Self::Server)
+        matches!(
+            self,
+            Self::RateLimited | Self::Overloaded | Self::Unavailable | Self::Timeout | Self::Server
+        )
     }
 
     /// The OpenAI error `type` used in [`UpstreamError::openai_body`].
     pub fn openai_type(self) -> &'static str {
         match self {
-            Self::RateLimited | Self::Overloaded => "rate_limit_error",
-            Self::Unavailable | Self::Timeout | Self::Server => "server_error",
+            Self::RateLimited => "rate_limit_error",
+            Self::Overloaded | Self::Unavailable | Self::Timeout | Self::Server => "server_error",
             Self::AuthExpired | Self::Auth => "authentication_error",
-            Self::ContextLength | Self::ContentFilter | Self::InvalidRequest | Self::NotFound | Self::Client => {
-                "invalid_request_error"
-            }
+            Self::ContextLength
+            | Self::ContentFilter
+            | Self::InvalidRequest
+            | Self::NotFound
+            | Self::Client => "invalid_request_error",
         }
     }
 
@@ -128,15 +139,32 @@ pub struct UpstreamError {
 }
 
 impl UpstreamError {
-    /// An error of `kind`; `code` overrides the kind's OpenAI code (e.g. the provider's
-    /// own error name for a plain client error).
-    pub fn new(kind: ErrorKind, status: u16, message: impl Into<String>, code: Option<&str>) -> Self {
+    /// An error of `kind`; `code` (e.g. the provider's own error name) is used when
+    /// OpenAI has no code for the kind.
+    pub fn new(
+        kind: ErrorKind,
+        status: u16,
+        message: impl Into<String>,
+        code: Option<&str>,
+    ) -> Self {
         let message = message.into();
-        let code = code.or(kind.openai_code());
+        let code = kind.openai_code().or(code);
+        // An error object inside a 2xx body or stream stands for the status of its kind.
+        let status = if (200..300).contains(&status) {
+            kind.canonical_status()
+        } else {
+            status
+        };
         let body = serde_json::json!({
             "error": { "message": message, "type": kind.openai_type(), "code": code, "param": null }
         });
-        Self { kind, status, retry_after: None, message, openai_body: Bytes::from(body.to_string()) }
+        Self {
+            kind,
+            status,
+            retry_after: None,
+            message,
+            openai_body: Bytes::from(body.to_string()),
+        }
     }
 
     /// The same error with a retry hint.
@@ -149,7 +177,12 @@ impl UpstreamError {
     /// A 2xx answer that could not be understood: treated as a server error so the
     /// attempt may fail over.
     pub fn malformed(status: u16, what: impl std::fmt::Display) -> Self {
-        Self::new(ErrorKind::Server, status, format!("malformed upstream answer: {what}"), None)
+        Self::new(
+            ErrorKind::Server,
+            status,
+            format!("malformed upstream answer: {what}"),
+            None,
+        )
     }
 
     /// The `data: {"error":…}\n\n` SSE event that carries this error after the
@@ -161,4 +194,44 @@ impl UpstreamError {
         out.extend_from_slice(b"\n\n");
         Bytes::from(out)
     }
+}
+
+impl ErrorKind {
+    /// The HTTP status an error of this kind stands for when it arrived inside a 2xx
+    /// body or stream, so the client sees e.g. 529 for an in-stream `overloaded_error`.
+    pub fn canonical_status(self) -> u16 {
+        match self {
+            Self::RateLimited => 429,
+            Self::Overloaded => 529,
+            Self::Unavailable => 503,
+            Self::Timeout => 504,
+            Self::Server => 500,
+            Self::AuthExpired | Self::Auth => 401,
+            Self::NotFound => 404,
+            Self::ContextLength | Self::ContentFilter | Self::InvalidRequest | Self::Client => 400,
+        }
+    }
+}
+
+/// Whether a provider's error message says the prompt exceeds the context window
+/// (Anthropic "prompt is too long", Gemini "exceeds the maximum number of tokens",
+/// OpenAI "maximum context length").
+pub(crate) fn says_context_length(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "prompt is too long",
+        "maximum context length",
+        "context window",
+        "context limit",
+        "exceeds the maximum number of tokens",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
+}
+
+/// Whether a 401's message says the credential expired (the gateway refreshes it).
+pub(crate) fn says_expired(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("expired") || m.contains("access_token_expired")
 }

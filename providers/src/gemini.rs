@@ -1,36 +1,181 @@
-//! Stub: filled in by the next commit.
+//! Gemini `generateContent`, on Google AI Studio (`gemini`) and Vertex AI
+//! (`vertex-gemini`): the same body and SSE stream of `GenerateContentResponse`
+//! objects, different paths.
 
+mod request;
+mod stream;
+
+use bytes::Bytes;
 use http::HeaderMap;
+use serde_json::Value;
 
-use crate::{AnswerOpts, ChatRequest, ChunkWriter, Completion, NativeRequest, Out, Target, TranslateError, Transcoder, UpstreamError};
+use crate::anthropic::{model_segment, vertex_prefix};
+use crate::{
+    Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, FinishReason, NativeRequest,
+    Protocol, Target, TranslateError, UpstreamError, Usage, google, retry,
+};
 
-pub(crate) fn build(_target: &Target<'_>, _req: &ChatRequest, _stream: bool) -> Result<NativeRequest, TranslateError> {
-    Err(TranslateError::unsupported("protocol", "not implemented yet"))
+pub(crate) use stream::StreamTranscoder;
+
+pub(crate) fn build(
+    target: &Target<'_>,
+    req: &ChatRequest,
+    stream: bool,
+) -> Result<NativeRequest, TranslateError> {
+    let body = request::body(target, req)?;
+    let verb = if stream {
+        "streamGenerateContent?alt=sse"
+    } else {
+        "generateContent"
+    };
+    let model = model_segment(target.model);
+    let path = if target.protocol == Protocol::VertexGemini {
+        format!(
+            "{}/publishers/google/models/{model}:{verb}",
+            vertex_prefix(target)?
+        )
+    } else {
+        format!("/models/{model}:{verb}")
+    };
+    Ok(NativeRequest {
+        path,
+        body: Bytes::from(body.to_string()),
+        headers: Vec::new(),
+    })
 }
 
-pub(crate) fn parse(_target: &Target<'_>, _body: &[u8], _opts: &AnswerOpts) -> Result<Completion, UpstreamError> {
-    Err(UpstreamError::malformed(200, "not implemented yet"))
+pub(crate) fn parse(
+    target: &Target<'_>,
+    body: &[u8],
+    opts: &AnswerOpts,
+) -> Result<Completion, UpstreamError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+    if v.get("error").is_some() {
+        return Err(classify(200, &HeaderMap::new(), body, 0));
+    }
+    let mut answer = Answer {
+        id: v["responseId"].as_str().map(str::to_owned),
+        model: v["modelVersion"]
+            .as_str()
+            .unwrap_or(target.model)
+            .to_owned(),
+        usage: usage(&v["usageMetadata"]).unwrap_or_default(),
+        ..Answer::default()
+    };
+    let candidate = &v["candidates"][0];
+    for part in parts(candidate) {
+        match Part::of(part) {
+            Part::Text(t) => answer.text.push_str(t),
+            Part::Call { id, name, args } => answer.tool_calls.push(AnswerToolCall {
+                id: id.map(str::to_owned),
+                name: name.to_owned(),
+                arguments: args,
+            }),
+            Part::Skip => {}
+        }
+    }
+    answer.finish_reason = finish_reason(&v);
+    Ok(answer.into_completion(opts))
 }
 
-pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
-    crate::generic_error(status, headers, body, now_unix_ms)
+fn parts(candidate: &Value) -> &[Value] {
+    candidate["content"]["parts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
-pub(crate) struct StreamTranscoder(ChunkWriter);
+/// What a response part means on the OpenAI side.
+enum Part<'a> {
+    Text(&'a str),
+    /// A function call; `args` is JSON text, empty when the call has no arguments.
+    Call {
+        id: Option<&'a str>,
+        name: &'a str,
+        args: String,
+    },
+    Skip,
+}
 
-impl StreamTranscoder {
-    pub(crate) fn new(opts: AnswerOpts) -> Self {
-        Self(ChunkWriter::new(&opts))
+impl<'a> Part<'a> {
+    fn of(part: &'a Value) -> Self {
+        if let Some(call) = part.get("functionCall") {
+            let args = match &call["args"] {
+                Value::Object(m) if !m.is_empty() => call["args"].to_string(),
+                _ => String::new(),
+            };
+            return Self::Call {
+                id: call["id"].as_str(),
+                name: call["name"].as_str().unwrap_or(""),
+                args,
+            };
+        }
+        // Thought summaries are not part of the answer.
+        if part["thought"] == true {
+            return Self::Skip;
+        }
+        part["text"].as_str().map_or(Self::Skip, Self::Text)
     }
 }
 
-impl Transcoder for StreamTranscoder {
-    fn feed(&mut self, _bytes: &[u8]) -> Vec<Out> {
-        Vec::new()
+/// The OpenAI finish reason of a response, if it has one. `STOP` stays `stop` here;
+/// the caller turns it into `tool_calls` when a function was called.
+fn finish_reason(v: &Value) -> Option<FinishReason> {
+    if v["promptFeedback"]["blockReason"].is_string() && v["candidates"][0].is_null() {
+        return Some(FinishReason::ContentFilter);
     }
-    fn finish(&mut self) -> Vec<Out> {
-        let mut out = Vec::new();
-        self.0.error(UpstreamError::malformed(200, "not implemented yet"), &mut out);
-        out
+    let reason = v["candidates"][0]["finishReason"].as_str()?;
+    Some(match reason {
+        "MAX_TOKENS" => FinishReason::Length,
+        "SAFETY"
+        | "RECITATION"
+        | "BLOCKLIST"
+        | "PROHIBITED_CONTENT"
+        | "SPII"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION"
+        | "LANGUAGE" => FinishReason::ContentFilter,
+        // STOP, OTHER, MALFORMED_FUNCTION_CALL, FINISH_REASON_UNSPECIFIED, …
+        _ => FinishReason::Stop,
+    })
+}
+
+/// `usageMetadata` → usage; `promptTokenCount` already includes cached tokens.
+fn usage(u: &Value) -> Option<Usage> {
+    if !u.is_object() {
+        return None;
+    }
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    Some(Usage {
+        prompt_tokens: n("promptTokenCount"),
+        completion_tokens: n("candidatesTokenCount") + n("thoughtsTokenCount"),
+        cached_tokens: n("cachedContentTokenCount"),
+        cache_write_tokens: 0,
+    })
+}
+
+pub(crate) fn classify(
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+    now_unix_ms: u64,
+) -> UpstreamError {
+    let hinted = retry::from_headers(headers, now_unix_ms);
+    let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
+        return crate::generic_error(status, headers, body, now_unix_ms);
+    };
+    if let Value::Array(items) = &mut v {
+        v = items.first().cloned().unwrap_or(Value::Null);
+    }
+    match google::read(status, &v["error"]) {
+        Some(g) => UpstreamError::new(
+            g.kind,
+            status,
+            g.message,
+            Some(g.status_name.as_str()).filter(|s| !s.is_empty()),
+        )
+        .with_retry_after(hinted.or(g.retry_after)),
+        None => crate::generic_error(status, headers, body, now_unix_ms),
     }
 }

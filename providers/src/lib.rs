@@ -29,6 +29,7 @@ mod completion;
 mod error;
 pub mod eventstream;
 mod gemini;
+mod google;
 mod openai;
 mod request;
 pub mod retry;

@@ -43,7 +43,10 @@ impl ChatRequest {
     /// The output token limit: `max_completion_tokens` ?? `max_tokens` ?? `default`.
     /// A 0 from the client is treated as absent: no provider accepts it.
     pub fn max_output_tokens(&self, default: u32) -> u32 {
-        self.max_completion_tokens.or(self.max_tokens).filter(|&n| n > 0).unwrap_or(default)
+        self.max_completion_tokens
+            .or(self.max_tokens)
+            .filter(|&n| n > 0)
+            .unwrap_or(default)
     }
 
     /// The stop sequences, as a list.
@@ -116,8 +119,12 @@ impl Content {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
-    Text { text: String },
-    ImageUrl { image_url: ImageUrl },
+    Text {
+        text: String,
+    },
+    ImageUrl {
+        image_url: ImageUrl,
+    },
     #[serde(other)]
     Other,
 }
@@ -216,4 +223,32 @@ pub struct NamedFunction {
 pub enum Stop {
     One(String),
     Many(Vec<String>),
+}
+
+/// Rejects what no native (non-OpenAI) target can express without changing the
+/// answer: several choices, log probabilities, audio output.
+pub(crate) fn reject_openai_only(req: &ChatRequest) -> Result<(), crate::TranslateError> {
+    if req.n.is_some_and(|n| n > 1) {
+        return Err(crate::TranslateError::unsupported(
+            "n",
+            "this upstream returns one choice",
+        ));
+    }
+    if req
+        .rest
+        .get("logprobs")
+        .is_some_and(|v| v == &Value::Bool(true))
+    {
+        return Err(crate::TranslateError::unsupported(
+            "logprobs",
+            "this upstream returns no log probabilities",
+        ));
+    }
+    if req.rest.get("audio").is_some_and(|v| !v.is_null()) {
+        return Err(crate::TranslateError::unsupported(
+            "audio",
+            "this upstream returns no audio",
+        ));
+    }
+    Ok(())
 }

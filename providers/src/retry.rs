@@ -61,7 +61,13 @@ fn http_date_unix_ms(s: &str) -> Option<u64> {
 pub fn rfc3339_unix_ms(s: &str) -> Option<u64> {
     let s = s.trim();
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b't')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
@@ -105,7 +111,8 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// Unix milliseconds of a `SystemTime`, for callers that hold one.
 pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -124,25 +131,49 @@ mod tests {
     #[test]
     fn reads_every_hint_format() {
         let now = rfc3339_unix_ms("2015-10-21T07:28:00Z").unwrap();
-        assert_eq!(from_headers(&headers(&[("retry-after-ms", "1500")]), now), Some(Duration::from_millis(1500)));
-        assert_eq!(from_headers(&headers(&[("x-ms-retry-after-ms", "250")]), now), Some(Duration::from_millis(250)));
-        assert_eq!(from_headers(&headers(&[("retry-after", "7")]), now), Some(Duration::from_secs(7)));
         assert_eq!(
-            from_headers(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT")]), now),
+            from_headers(&headers(&[("retry-after-ms", "1500")]), now),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            from_headers(&headers(&[("x-ms-retry-after-ms", "250")]), now),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            from_headers(&headers(&[("retry-after", "7")]), now),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            from_headers(
+                &headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT")]),
+                now
+            ),
             Some(Duration::from_secs(30))
         );
         assert_eq!(
-            from_headers(&headers(&[("anthropic-ratelimit-requests-reset", "2015-10-21T07:28:12.5Z")]), now),
+            from_headers(
+                &headers(&[(
+                    "anthropic-ratelimit-requests-reset",
+                    "2015-10-21T07:28:12.5Z"
+                )]),
+                now
+            ),
             Some(Duration::from_millis(12_500))
         );
-        assert_eq!(from_headers(&headers(&[("retry-after", "soon")]), now), None);
+        assert_eq!(
+            from_headers(&headers(&[("retry-after", "soon")]), now),
+            None
+        );
     }
 
     #[test]
     fn parses_rfc3339_with_offsets() {
         assert_eq!(rfc3339_unix_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(rfc3339_unix_ms("1970-01-01T01:00:00+01:00"), Some(0));
-        assert_eq!(rfc3339_unix_ms("2024-02-29T12:00:00.123456Z"), Some(1_709_208_000_123));
+        assert_eq!(
+            rfc3339_unix_ms("2024-02-29T12:00:00.123456Z"),
+            Some(1_709_208_000_123)
+        );
         assert_eq!(proto_duration("13s"), Some(Duration::from_secs(13)));
         assert_eq!(proto_duration("0.5s"), Some(Duration::from_millis(500)));
     }

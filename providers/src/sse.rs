@@ -48,7 +48,8 @@ impl SseFramer {
     pub fn finish(&mut self) -> Option<SseEvent> {
         if !self.buf.is_empty() {
             let buf = std::mem::take(&mut self.buf);
-            let line = String::from_utf8_lossy(buf.strip_suffix(b"\r").unwrap_or(&buf)).into_owned();
+            let line =
+                String::from_utf8_lossy(buf.strip_suffix(b"\r").unwrap_or(&buf)).into_owned();
             if let Some(event) = self.line(&line) {
                 return Some(event);
             }
@@ -86,7 +87,10 @@ impl SseFramer {
         if !std::mem::take(&mut self.has_data) {
             return None;
         }
-        Some(SseEvent { event, data: std::mem::take(&mut self.data) })
+        Some(SseEvent {
+            event,
+            data: std::mem::take(&mut self.data),
+        })
     }
 }
 
@@ -106,9 +110,18 @@ mod tests {
     fn frames_events_at_every_split_with_lf_and_crlf() {
         let input = b"event: a\ndata: {\"x\":1}\n\n: comment\r\nevent: b\r\ndata: one\r\ndata: two\r\n\r\ndata: tail";
         let want = vec![
-            SseEvent { event: Some("a".into()), data: "{\"x\":1}".into() },
-            SseEvent { event: Some("b".into()), data: "one\ntwo".into() },
-            SseEvent { event: None, data: "tail".into() },
+            SseEvent {
+                event: Some("a".into()),
+                data: "{\"x\":1}".into(),
+            },
+            SseEvent {
+                event: Some("b".into()),
+                data: "one\ntwo".into(),
+            },
+            SseEvent {
+                event: None,
+                data: "tail".into(),
+            },
         ];
         for split in 0..=input.len() {
             assert_eq!(all(input, split), want, "split at {split}");
@@ -117,6 +130,12 @@ mod tests {
 
     #[test]
     fn an_event_without_data_is_dropped() {
-        assert_eq!(all(b"event: ping\n\ndata: x\n\n", 3), vec![SseEvent { event: None, data: "x".into() }]);
+        assert_eq!(
+            all(b"event: ping\n\ndata: x\n\n", 3),
+            vec![SseEvent {
+                event: None,
+                data: "x".into()
+            }]
+        );
     }
 }

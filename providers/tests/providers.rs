@@ -3,11 +3,23 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
 
+#[path = "providers/anthropic.rs"]
+mod anthropic;
 #[path = "providers/aws.rs"]
 mod aws;
 #[path = "providers/eventstream.rs"]
 mod eventstream;
+#[path = "providers/fixture.rs"]
+mod fixture;
 #[path = "providers/gcp.rs"]
 mod gcp;
+#[path = "providers/gemini.rs"]
+mod gemini;
+#[path = "providers/openai.rs"]
+mod openai;
+#[path = "providers/regressions.rs"]
+mod regressions;
 #[path = "providers/sigv4.rs"]
 mod sigv4;
+#[path = "providers/streams.rs"]
+mod streams;
