@@ -1,6 +1,7 @@
 //! An OpenAI client for tests: whole replies, and SSE streams recorded event by event
 //! with each event's arrival time.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -108,6 +109,12 @@ impl Client {
 
     /// A streaming chat completion with extra request headers (e.g. `x-request-id`).
     pub async fn chat_stream_with(&self, model: &str, extra: Value, headers: &[(&str, &str)]) -> anyhow::Result<SseReply> {
+        self.chat_stream_counted(model, extra, headers, &AtomicUsize::new(0)).await
+    }
+
+    /// [`Client::chat_stream_with`] that adds each event to `seen` as it arrives, so
+    /// that a test can wait until the stream is under way.
+    pub async fn chat_stream_counted(&self, model: &str, extra: Value, headers: &[(&str, &str)], seen: &AtomicUsize) -> anyhow::Result<SseReply> {
         let body = chat_body(model, true, extra).to_string();
         let mut r = self.request(reqwest::Method::POST, "/v1/chat/completions").header("content-type", "application/json").body(body);
         for (k, v) in headers {
@@ -115,7 +122,7 @@ impl Client {
         }
         let t0 = Instant::now();
         let resp = r.send().await?;
-        SseReply::read(resp, t0).await
+        SseReply::read(resp, t0, seen).await
     }
 }
 
@@ -200,7 +207,7 @@ impl SseEvent {
 }
 
 impl SseReply {
-    async fn read(mut resp: reqwest::Response, t0: Instant) -> anyhow::Result<Self> {
+    async fn read(mut resp: reqwest::Response, t0: Instant, seen: &AtomicUsize) -> anyhow::Result<Self> {
         let headers_at = t0.elapsed();
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
@@ -220,6 +227,7 @@ impl SseReply {
                             .collect();
                         if !data.is_empty() {
                             events.push(SseEvent { at: t0.elapsed(), data: data.join("\n") });
+                            seen.fetch_add(1, Ordering::SeqCst);
                         }
                     }
                 }

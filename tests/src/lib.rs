@@ -14,11 +14,15 @@
 //!
 //! For resilience and billing scenarios:
 //! - [`rollups`] reads the ledger's SLI rollups back after a flush;
-//! - [`db::LedgerDb`] is a private SQLite file or Postgres schema, with the
+//! - `sluice_ledger::testing::TestDb` (the workspace's one test database, also used
+//!   by the ledger's tests) is a private SQLite file or Postgres schema, with the
 //!   reservation and journal rows; [`billing`] has prices, costs and an account sampler;
 //! - [`canned::CannedUpstream`] answers with a usage the test chooses;
 //! - [`process::GatewayProcess`] runs the real binary (to kill it with SIGKILL);
 //! - [`load::open_loop`] drives fixed-rate load.
+//!
+//! Tests wait for state with `sluice_ledger::testing::eventually` (the workspace's one
+//! polling helper), never with a fixed sleep.
 //!
 //! Everything stops when its handle is dropped (tasks are aborted) or when the test's
 //! runtime ends. No fixed ports are used.
@@ -26,7 +30,6 @@
 pub mod billing;
 pub mod canned;
 pub mod client;
-pub mod db;
 pub mod gateway;
 pub mod load;
 pub mod manifest;
@@ -57,20 +60,6 @@ pub fn init_logging() {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-    }
-}
-
-/// Polls `check` every 5 ms until it holds or `within` has passed; returns whether it held.
-pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let end = tokio::time::Instant::now() + within;
-    loop {
-        if check() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= end {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

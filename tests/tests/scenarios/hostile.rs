@@ -12,7 +12,8 @@ use http::{HeaderName, HeaderValue, Method, Request};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
-use sluice_gateway::app::AuthMode;
+use sluice_gateway::server::AuthMode;
+use sluice_ledger::testing::eventually;
 use sluice_tests::billing::Price;
 use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, route, yaml};
 use tower::ServiceExt as _;
@@ -210,7 +211,7 @@ async fn start() -> anyhow::Result<(ChaosUpstream, TestGateway, String)> {
 fn any_input_gets_a_success_or_a_documented_error() -> anyhow::Result<()> {
     let rt = runtime()?;
     let (only, gw, key) = rt.block_on(start())?;
-    let app = sluice_gateway::server::app(gw.state.clone());
+    let app = sluice_gateway::server::router(gw.state.clone());
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(2048);
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let statuses = std::sync::Mutex::new(std::collections::BTreeMap::<u16, u32>::new());
@@ -233,7 +234,7 @@ fn any_input_gets_a_success_or_a_documented_error() -> anyhow::Result<()> {
     // Nothing stays reserved and the money adds up after all that.
     rt.block_on(async {
         let ledger = gw.ledger()?;
-        assert!(sluice_tests::eventually(Duration::from_secs(5), || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
+        assert!(eventually(Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
         let check = ledger.journal_verify("acme").await?;
         assert!(check.is_consistent() && check.reserved_nanos == 0, "{check:?}");
         anyhow::Ok(())
@@ -246,7 +247,7 @@ fn any_input_gets_a_success_or_a_documented_error() -> anyhow::Result<()> {
 fn huge_deep_and_invalid_utf8_bodies_are_refused_cleanly() -> anyhow::Result<()> {
     let rt = runtime()?;
     let (only, gw, key) = rt.block_on(start())?;
-    let app = sluice_gateway::server::app(gw.state.clone());
+    let app = sluice_gateway::server::router(gw.state.clone());
     let auth = (http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {key}"))?);
     let post = |body: Vec<u8>| Input { method: Method::POST, path: ENDPOINTS[0].into(), headers: vec![auth.clone()], body };
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![

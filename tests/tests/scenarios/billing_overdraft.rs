@@ -10,11 +10,11 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_gateway::app::AuthMode;
+use sluice_gateway::server::AuthMode;
+use sluice_ledger::testing::{Backend, TestDb};
 use sluice_tests::billing::{Price, Sampler, usage_of};
 use sluice_tests::canned::{CannedUpstream, CannedUsage};
 use sluice_tests::client::chat_body;
-use sluice_tests::db::{Backend, LedgerDb};
 use sluice_tests::{GatewayOptions, TestGateway, route, yaml};
 
 const CONCURRENT: usize = 500;
@@ -23,7 +23,7 @@ const MAX_TOKENS: u64 = 100;
 const PRICE: Price = Price { input: "2.00", output: "10.00" };
 
 async fn overdraft_is_impossible(backend: Backend) -> anyhow::Result<()> {
-    let Some(db) = LedgerDb::of(backend).await? else { return Ok(()) };
+    let Some(db) = TestDb::of(backend).await? else { return Ok(()) };
     let body = chat_body("chat-model", false, json!({"max_tokens": MAX_TOKENS})).to_string();
     // The reservation: input bound (body bytes) and max_tokens at the candidate's price.
     let estimate = PRICE.cost(body.len() as u64, MAX_TOKENS);

@@ -7,11 +7,11 @@
 //! 567 completion tokens for a three-word answer), so an estimate could never match.
 
 use serde_json::json;
-use sluice_gateway::app::AuthMode;
+use sluice_gateway::server::AuthMode;
+use sluice_ledger::testing::{TestDb, eventually};
 use sluice_tests::billing::{Price, usage_of};
 use sluice_tests::canned::{CANNED_WORDS, CannedUpstream, CannedUsage};
 use sluice_tests::client::chat_body;
-use sluice_tests::db::LedgerDb;
 use sluice_tests::{ChaosUpstream, Doc, GatewayOptions, TestGateway, route, yaml};
 
 const USAGE: CannedUsage = CannedUsage { prompt: 1234, completion: 567 };
@@ -24,7 +24,7 @@ async fn gateway(docs: &[Doc]) -> anyhow::Result<(TestGateway, sluice_tests::Cli
     gateway_on(docs, None).await
 }
 
-async fn gateway_on(docs: &[Doc], db: Option<&LedgerDb>) -> anyhow::Result<(TestGateway, sluice_tests::Client)> {
+async fn gateway_on(docs: &[Doc], db: Option<&TestDb>) -> anyhow::Result<(TestGateway, sluice_tests::Client)> {
     let opts = GatewayOptions { auth: AuthMode::Keys, ledger: db.map(|d| d.url.clone()), ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&yaml(docs), opts).await?;
     let key = gw.account("acme", OPENING).await?;
@@ -40,7 +40,7 @@ async fn balance(gw: &TestGateway) -> anyhow::Result<i64> {
 
 /// Waits until a stream's settlement (which runs before its last event) is visible.
 async fn settled(gw: &TestGateway) -> bool {
-    sluice_tests::eventually(std::time::Duration::from_secs(5), || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await
+    eventually(std::time::Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await
 }
 
 #[tokio::test]
@@ -88,7 +88,7 @@ async fn settlement_uses_the_usage_the_upstream_reported() -> anyhow::Result<()>
 }
 
 /// A dear primary that fails, a cheap backup with its own model id that serves.
-async fn failover_pair(primary_script: serde_json::Value, first: Price, second: Price, db: Option<&LedgerDb>) -> anyhow::Result<(ChaosUpstream, CannedUpstream, TestGateway, sluice_tests::Client)> {
+async fn failover_pair(primary_script: serde_json::Value, first: Price, second: Price, db: Option<&TestDb>) -> anyhow::Result<(ChaosUpstream, CannedUpstream, TestGateway, sluice_tests::Client)> {
     let primary = ChaosUpstream::start("primary").await?;
     primary.script(primary_script)?;
     let backup = CannedUpstream::start("backup", USAGE).await?;
@@ -110,7 +110,7 @@ async fn after_a_failover_only_the_candidate_that_served_is_billed_at_its_price(
         ("reset, stream", json!({"reset_after_chunks": 0}), true),
         ("silent, stream", json!({"first_byte_ms": 5000}), true),
     ] {
-        let db = LedgerDb::sqlite()?;
+        let db = TestDb::sqlite();
         let (primary, backup, gw, client) = failover_pair(script, DEAR, CHEAP, Some(&db)).await?;
         let id = format!("failover-{}", name.replace([',', ' '], "-"));
         let (status, upstream, model, usage) = if stream {

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use sluice_ledger::testing::eventually;
 use sluice_tests::{ChaosUpstream, TestGateway, route, serial, yaml};
 
 #[tokio::test]
@@ -65,7 +66,7 @@ async fn three_hung_candidates_share_a_2s_deadline_then_504() -> anyhow::Result<
     }
     // Every abandoned attempt was cancelled, not left hanging on the upstream.
     for u in &ups {
-        assert!(sluice_tests::eventually(Duration::from_secs(2), || u.state.in_flight() == 0).await, "{} still has a request in flight", u.name);
+        assert!(eventually(Duration::from_secs(2), async || u.state.in_flight() == 0).await, "{} still has a request in flight", u.name);
     }
     assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "two"), ("outcome", "budget")]), 1.0);
     assert_eq!(gw.count("sluice_requests_total", &[("route", "chat"), ("code", "504")]), 1.0);

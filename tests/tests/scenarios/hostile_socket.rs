@@ -180,7 +180,7 @@ async fn trickled_headers_are_cut_off_by_the_header_read_timeout() -> anyhow::Re
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
-    let limit = sluice_gateway::serve::HEADER_READ_TIMEOUT;
+    let limit = sluice_gateway::server::HEADER_READ_TIMEOUT;
     let closed = read_all(&mut read, limit + Duration::from_secs(10)).await;
     trickle.abort();
     assert!(closed.is_some(), "the connection was still open {:.0} ms after it started trickling headers", ms(began.elapsed()));

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use sluice_ledger::testing::eventually;
 use sluice_tests::{ChaosUpstream, Doc, TestGateway, median, ms, route, serial, yaml};
 
 const WATCHDOG: Duration = Duration::from_millis(50);
@@ -53,7 +54,7 @@ async fn a_silent_primary_is_failed_over_within_the_watchdog() -> anyhow::Result
         assert_eq!((primary.requests(), backup.requests()), (1, 1));
         assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "primary"), ("outcome", "first_byte_timeout")]), 1.0);
         // The abandoned attempt is cancelled: its connection goes away.
-        assert!(sluice_tests::eventually(Duration::from_secs(2), || primary.state.in_flight() == 0).await, "the silent attempt was not cancelled");
+        assert!(eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await, "the silent attempt was not cancelled");
     }
     let med = median(&firsts);
     eprintln!("watchdog failover: first byte at {:?} ms (median {:.1} ms)", firsts.iter().map(|d| ms(*d).round()).collect::<Vec<_>>(), ms(med));
@@ -77,7 +78,7 @@ async fn hedge_keeps_the_slow_primary_and_takes_the_first_byte_of_either() -> an
     let first = s.first_event_at().unwrap_or(Duration::MAX);
     assert!(first >= Duration::from_millis(150) && first < Duration::from_millis(400), "first byte at {first:?}");
     assert_eq!(backup.requests(), 1, "the backup was started at the watchdog");
-    assert!(sluice_tests::eventually(Duration::from_secs(2), || backup.state.in_flight() == 0).await, "the losing hedge was not cancelled");
+    assert!(eventually(Duration::from_secs(2), async || backup.state.in_flight() == 0).await, "the losing hedge was not cancelled");
     assert_eq!(primary.requests(), 1);
     drop(gw);
 
@@ -94,7 +95,7 @@ async fn hedge_keeps_the_slow_primary_and_takes_the_first_byte_of_either() -> an
     eprintln!("hedge: backup first byte at {:.1} ms", ms(first));
     assert!(first >= Duration::from_millis(80) && first < Duration::from_millis(300), "first byte at {first:?}");
     assert_eq!((primary.requests(), backup.requests()), (1, 1));
-    assert!(sluice_tests::eventually(Duration::from_secs(2), || primary.state.in_flight() == 0).await, "the slow primary was not cancelled");
+    assert!(eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await, "the slow primary was not cancelled");
     Ok(())
 }
 

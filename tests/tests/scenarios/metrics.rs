@@ -2,7 +2,8 @@
 //! labels after traffic, and label values come from config, never from requests.
 
 use serde_json::json;
-use sluice_gateway::app::AuthMode;
+use sluice_gateway::server::AuthMode;
+use sluice_ledger::testing::eventually;
 use sluice_tests::metrics::{has_labels, samples};
 use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, route, yaml};
 
@@ -67,7 +68,7 @@ async fn every_contract_metric_is_exposed_with_its_labels() -> anyhow::Result<()
     assert!(has("sluice_config_reloads_total", &[("result", "rejected")]));
 
     // The stream settles in the background; spend is what the wallet was charged.
-    let settled = sluice_tests::eventually(std::time::Duration::from_secs(5), || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await;
+    let settled = eventually(std::time::Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await;
     assert!(settled, "reservations still open");
     let spend = gw.metric("sluice_spend_nanodollars_total", &[("route", "chat")]).unwrap_or(0.0);
     let account = ledger.account("acme").await?.ok_or_else(|| anyhow::anyhow!("no account"))?;
@@ -98,17 +99,9 @@ async fn a_client_that_gives_up_leaves_no_reservation_open() -> anyhow::Result<(
     assert!(sent.is_err_and(|e| e.is_timeout()));
     assert_eq!(hung.requests(), 1);
     let wait = std::time::Duration::from_secs(3);
-    assert!(sluice_tests::eventually(wait, || hung.state.in_flight() == 0).await, "the attempt was not cancelled");
-    let mut released = false;
-    for _ in 0..60 {
-        let account = ledger.account("acme").await?.ok_or_else(|| anyhow::anyhow!("no account"))?;
-        if account.reserved_nanos == 0 {
-            released = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    assert!(eventually(wait, async || hung.state.in_flight() == 0).await, "the attempt was not cancelled");
+    let released = eventually(wait, async || ledger.account("acme").await.is_ok_and(|a| a.is_some_and(|a| a.reserved_nanos == 0))).await;
     assert!(released, "the wallet still has money reserved for a request nobody waits for");
-    assert!(sluice_tests::eventually(wait, || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await, "sluice_reservations_open = {:?}", gw.metric("sluice_reservations_open", &[]));
+    assert!(eventually(wait, async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await, "sluice_reservations_open = {:?}", gw.metric("sluice_reservations_open", &[]));
     Ok(())
 }

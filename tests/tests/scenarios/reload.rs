@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sluice_tests::{ChaosUpstream, Doc, TestGateway, eventually, route, yaml};
+use sluice_ledger::testing::eventually;
+use sluice_tests::{ChaosUpstream, Doc, TestGateway, route, yaml};
 
 const WORKERS: u32 = 8;
 /// Per worker: 8 × 25/s = 200 req/s.
@@ -67,17 +68,17 @@ async fn rewrites_under_load_fail_no_request() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(2500).saturating_sub(t0.elapsed())).await;
     gw.write_manifests(&manifests(&a, &b, (50, 100), false, false))?;
     let v2_written = t0.elapsed();
-    assert!(eventually(Duration::from_secs(3), || reloads(&gw, "ok") == 2.0).await, "v2 was not loaded");
+    assert!(eventually(Duration::from_secs(3), async || reloads(&gw, "ok") == 2.0).await, "v2 was not loaded");
     let v2_loaded = t0.elapsed();
     // A broken version at 5 s: refused, v2 keeps serving.
     tokio::time::sleep(Duration::from_millis(5000).saturating_sub(t0.elapsed())).await;
     gw.write_manifests(&manifests(&a, &b, (50, 100), true, true))?;
-    assert!(eventually(Duration::from_secs(3), || reloads(&gw, "rejected") == 1.0).await, "the broken version was not refused");
+    assert!(eventually(Duration::from_secs(3), async || reloads(&gw, "rejected") == 1.0).await, "the broken version was not refused");
     assert_eq!(gw.client()?.chat("extra-model", json!({})).await?.status, 404, "nothing of the refused version serves");
     // v3 at 7.5 s: a route added.
     tokio::time::sleep(Duration::from_millis(7500).saturating_sub(t0.elapsed())).await;
     gw.write_manifests(&manifests(&a, &b, (50, 100), true, false))?;
-    assert!(eventually(Duration::from_secs(3), || reloads(&gw, "ok") == 3.0).await, "v3 was not loaded");
+    assert!(eventually(Duration::from_secs(3), async || reloads(&gw, "ok") == 3.0).await, "v3 was not loaded");
     let r = gw.client()?.chat("extra-model", json!({})).await?;
     assert_eq!((r.status, r.header("x-sluice-upstream")), (200, Some("b")), "the added route serves");
 

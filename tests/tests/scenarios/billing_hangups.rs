@@ -8,9 +8,10 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_gateway::app::AuthMode;
+use sluice_gateway::server::AuthMode;
+use sluice_ledger::testing::eventually;
 use sluice_tests::client::chat_body;
-use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, eventually, route, yaml};
+use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, route, yaml};
 
 #[tokio::test]
 async fn clients_hanging_up_mid_billing_leave_the_ledger_usable() -> anyhow::Result<()> {
@@ -47,7 +48,7 @@ async fn clients_hanging_up_mid_billing_leave_the_ledger_usable() -> anyhow::Res
         let r = client.chat("chat-model", json!({})).await?;
         assert_eq!(r.status, 200, "billing broke after clients hung up: {}", r.text());
     }
-    let drained = eventually(Duration::from_secs(10), || gw.count("sluice_reservations_open", &[]) == 0.0).await;
+    let drained = eventually(Duration::from_secs(10), async || gw.count("sluice_reservations_open", &[]) == 0.0).await;
     assert!(drained, "reservations left open:\n{}", gw.metrics());
     let open = ledger.open_reservations().await?;
     assert_eq!(open, 0, "reservations still open in the ledger");

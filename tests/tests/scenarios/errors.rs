@@ -2,7 +2,7 @@
 //! documented status, type and code.
 
 use serde_json::json;
-use sluice_gateway::app::AuthMode;
+use sluice_gateway::server::AuthMode;
 use sluice_tests::{ChaosUpstream, GatewayOptions, Reply, TestGateway, refused_url, route, upstream_doc, yaml};
 
 fn assert_error(r: &Reply, status: u16, kind: &str, code: &str) {

@@ -4,15 +4,17 @@
 //! `[DONE]` a client saw was billed, even if the gateway died right after sending it.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 use sluice_ledger::Ledger;
+use sluice_ledger::testing::{TestDb, eventually};
 use sluice_tests::billing::{Price, usage_of};
 use sluice_tests::client::chat_body;
-use sluice_tests::db::LedgerDb;
 use sluice_tests::process::GatewayProcess;
-use sluice_tests::{ChaosUpstream, eventually, route, yaml};
+use sluice_tests::{ChaosUpstream, route, yaml};
 use tempfile::TempDir;
 
 const PRICE: Price = Price { input: "3.00", output: "15.00" };
@@ -72,7 +74,7 @@ async fn account(ledger: &Ledger) -> anyhow::Result<sluice_ledger::Account> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Result<()> {
     let s = setup().await?;
-    let db = LedgerDb::sqlite()?;
+    let db = TestDb::sqlite();
     let ledger = db.connect().await?;
     ledger.create_account("acme", OPENING).await?;
     let key = ledger.create_key("acme").await?;
@@ -87,16 +89,17 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
         let (input, output) = usage_of(&r.json()["usage"]).ok_or_else(|| anyhow::anyhow!("no usage"))?;
         charged += PRICE.cost(input, output);
     }
-    // Four slow streams in flight.
+    // Four slow streams in flight, each with some content received.
     let mut streams = Vec::new();
+    let seen: Arc<[AtomicUsize; 4]> = Arc::default();
     for i in 0..4 {
-        let client = client.clone();
+        let (client, seen) = (client.clone(), seen.clone());
         streams.push(tokio::spawn(async move {
-            client.chat_stream_with("slow-model", json!({}), &[("x-request-id", &format!("slow-{i}"))]).await
+            client.chat_stream_counted("slow-model", json!({}), &[("x-request-id", &format!("slow-{i}"))], &seen[i]).await
         }));
     }
-    assert!(eventually(Duration::from_secs(10), || s.slow.state.streams_started() == 4).await, "the streams did not start");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let under_way = eventually(Duration::from_secs(10), async || seen.iter().all(|n| n.load(Ordering::SeqCst) >= 2)).await;
+    assert!(under_way, "the streams did not start: {seen:?}");
     assert_eq!(ledger.open_reservations().await?, 4, "four reservations held by the streams");
 
     first.kill9().await?;
@@ -106,7 +109,7 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
         assert!(!reply.complete(), "a stream cut by a crash must not look complete: {:?}", reply.datas());
         assert!(!reply.contents().is_empty(), "the stream was mid-answer when the gateway died");
     }
-    assert!(eventually(Duration::from_secs(5), || s.slow.state.in_flight() == 0).await, "the dead gateway's upstream streams were not closed");
+    assert!(eventually(Duration::from_secs(5), async || s.slow.state.in_flight() == 0).await, "the dead gateway's upstream streams were not closed");
     assert_eq!(ledger.open_reservations().await?, 4, "a kill releases nothing by itself");
     let orphans: Vec<_> = db.reservations().await?.into_iter().filter(|r| r.state == "open").collect();
     let last_expiry = orphans.iter().map(|r| r.expires_at_ms).max().unwrap_or(0);
@@ -114,15 +117,15 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
     // A new process with a shorter TTL of its own: the reaper releases the orphans when
     // *their* expiry passes, not before.
     let second = GatewayProcess::serve(&serve_args(&s.manifests, &db.url, "3s")).await?;
-    let t0 = Instant::now();
     let mut released_at = None;
-    while t0.elapsed() < Duration::from_secs(15) {
-        if ledger.open_reservations().await? == 0 {
+    eventually(Duration::from_secs(15), async || {
+        let released = ledger.open_reservations().await.is_ok_and(|n| n == 0);
+        if released {
             released_at = Some(unix_ms());
-            break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        released
+    })
+    .await;
     let released_at = released_at.ok_or_else(|| anyhow::anyhow!("orphaned reservations still open 15 s after the restart:\n{}", second.log()))?;
     let rows = db.reservations_by_request().await?;
     let mut lags = Vec::new();
@@ -142,7 +145,8 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
         released_at - last_expiry
     );
     for lag in &lags {
-        assert!(*lag <= FLUSH.as_millis() as i64 + 1500, "released {lag} ms after expiry");
+        // The reaper runs every flush; the rest is slack for a busy machine.
+        assert!(*lag <= FLUSH.as_millis() as i64 + 3000, "released {lag} ms after expiry");
     }
 
     // Nothing charged twice: only the two answers that settled before the crash.
@@ -204,7 +208,7 @@ async fn kill_on_done(gw: &mut GatewayProcess, key: &str, request_id: &str) -> a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_done_was_seen_is_billed_even_if_the_gateway_dies_at_once() -> anyhow::Result<()> {
     let s = setup().await?;
-    let db = LedgerDb::sqlite()?;
+    let db = TestDb::sqlite();
     let ledger = db.connect().await?;
     ledger.create_account("acme", OPENING).await?;
     let key = ledger.create_key("acme").await?;

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sluice_gateway::app::AuthMode;
+use sluice_gateway::server::AuthMode;
 use sluice_tests::billing::Price;
 use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, route, serial, yaml};
 

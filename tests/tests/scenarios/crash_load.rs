@@ -13,9 +13,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use sluice_ledger::testing::{TestDb, eventually};
 use sluice_tests::billing::{Price, usage_of};
 use sluice_tests::client::chat_body;
-use sluice_tests::db::LedgerDb;
 use sluice_tests::load::{Shot, open_loop};
 use sluice_tests::process::GatewayProcess;
 use sluice_tests::{ChaosUpstream, Client, route, yaml};
@@ -55,7 +55,7 @@ async fn shoot(base: &RwLock<String>, key: &str, n: u64, at: Duration) -> Shot {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_under_load_loses_and_doubles_no_settlement() -> anyhow::Result<()> {
-    let Some(db) = LedgerDb::postgres().await? else { return Ok(()) };
+    let Some(db) = TestDb::postgres().await? else { return Ok(()) };
     let [streamy, whole] = ChaosUpstream::start_all(["streamy", "whole"]).await?;
     streamy.script(json!({"chunks": 10, "chunk_ms": 30}))?;
     whole.script(json!({"first_byte_ms": 150}))?;
@@ -94,11 +94,8 @@ async fn a_kill_under_load_loses_and_doubles_no_settlement() -> anyhow::Result<(
     let shots = load.await?;
 
     // The reaper releases what the kill orphaned, at expiry (3 s).
-    let t0 = Instant::now();
-    while ledger.open_reservations().await? > 0 {
-        anyhow::ensure!(t0.elapsed() < Duration::from_secs(10), "reservations still open 10 s after the load:\n{}", second.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let reaped = eventually(Duration::from_secs(10), async || ledger.open_reservations().await.is_ok_and(|n| n == 0)).await;
+    anyhow::ensure!(reaped, "reservations still open 10 s after the load:\n{}", second.log());
     let rows = db.reservations_by_request().await?;
     let journal = db.journal().await?;
 

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use sluice_ledger::testing::eventually;
 use sluice_tests::{ChaosUpstream, SseReply, TestGateway, route, serial, yaml};
 
 async fn single(idle: &str) -> anyhow::Result<(ChaosUpstream, TestGateway)> {
@@ -67,7 +68,7 @@ async fn a_stall_is_ended_by_the_idle_timeout() -> anyhow::Result<()> {
     assert_eq!(only.state.hangs(), 1);
     assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "only"), ("outcome", "idle_timeout")]), 1.0);
     // The stalled upstream connection is given up.
-    assert!(sluice_tests::eventually(Duration::from_secs(2), || only.state.in_flight() == 0).await);
+    assert!(eventually(Duration::from_secs(2), async || only.state.in_flight() == 0).await);
     Ok(())
 }
 
@@ -97,7 +98,7 @@ async fn a_client_that_leaves_a_stalled_stream_releases_the_upstream() -> anyhow
     // The client goes away while the upstream is stalled.
     drop(resp);
     drop(http);
-    let released = sluice_tests::eventually(Duration::from_secs(3), || only.state.in_flight() == 0).await;
+    let released = eventually(Duration::from_secs(3), async || only.state.in_flight() == 0).await;
     assert!(released, "the stalled upstream stream is held until the 30 s idle timeout after the client left");
     Ok(())
 }

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_gateway::app::AuthMode;
+use sluice_gateway::server::AuthMode;
+use sluice_ledger::testing::{TestDb, eventually};
 use sluice_tests::billing::Price;
-use sluice_tests::db::LedgerDb;
-use sluice_tests::{ChaosUpstream, Client, GatewayOptions, SseReply, TestGateway, eventually, route, serial, yaml};
+use sluice_tests::{ChaosUpstream, Client, GatewayOptions, SseReply, TestGateway, route, serial, yaml};
 
 const PRICE: Price = Price { input: "3.00", output: "15.00" };
 
@@ -18,14 +18,14 @@ struct Billed {
     backup: ChaosUpstream,
     gw: TestGateway,
     client: Client,
-    db: LedgerDb,
+    db: TestDb,
 }
 
 /// `only` (idle timeout 1 s) with a backup behind it, priced, with `--auth keys`.
 async fn billed(script: serde_json::Value) -> anyhow::Result<Billed> {
     let [only, backup] = ChaosUpstream::start_all(["only", "backup"]).await?;
     only.script(script)?;
-    let db = LedgerDb::sqlite()?;
+    let db = TestDb::sqlite();
     let r = route("chat", "chat-model", &[("only", 100), ("backup", 50)]).candidate(0, "price", PRICE.json()).candidate(1, "price", PRICE.json());
     let opts = GatewayOptions { auth: AuthMode::Keys, ledger: Some(db.url.clone()), ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&yaml(&[only.doc().with("spec.timeouts.idle", "1s"), backup.doc(), r]), opts).await?;
@@ -59,7 +59,7 @@ async fn still_healthy(b: &Billed) -> anyhow::Result<()> {
 /// What the broken request was billed: settled at most the reservation, for the
 /// content that reached the client, and the journal adds up.
 async fn billed_for_delivered(b: &Billed, contents: i64) -> anyhow::Result<()> {
-    assert!(eventually(Duration::from_secs(3), || b.gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
+    assert!(eventually(Duration::from_secs(3), async || b.gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
     let rows = b.db.reservations().await?;
     let row = rows.first().ok_or_else(|| anyhow::anyhow!("no reservation"))?;
     assert_eq!(row.state, "settled", "{row:?}");
@@ -77,7 +77,7 @@ async fn a_stream_cut_mid_answer_ends_with_an_error_event_and_counts_as_bad() ->
     assert_broken(&s, 3);
     assert_eq!(s.header("x-sluice-upstream"), Some("only"));
     assert_eq!(b.backup.requests(), 0, "bytes reached the client: no failover");
-    assert!(eventually(Duration::from_secs(2), || b.gw.count("sluice_upstream_attempts_total", &[("upstream", "only"), ("outcome", "reset")]) == 1.0).await);
+    assert!(eventually(Duration::from_secs(2), async || b.gw.count("sluice_upstream_attempts_total", &[("upstream", "only"), ("outcome", "reset")]) == 1.0).await);
     let roll = b.gw.rollups(&["chat"], &["only"]).await?;
     assert_eq!(roll.route("chat"), (1, 1), "a broken stream is a bad event");
     assert_eq!(roll.attempts("only", "reset"), 1);
@@ -94,7 +94,7 @@ async fn a_stalled_stream_is_ended_by_the_idle_timeout_and_counts_as_bad() -> an
     let last_content = s.contents().last().map(|e| e.at).unwrap_or_default();
     let gap = s.events.last().map(|e| e.at).unwrap_or_default().saturating_sub(last_content);
     assert!(gap >= Duration::from_millis(950) && gap < Duration::from_millis(1600), "ended {gap:?} after the last chunk (idle 1 s)");
-    assert!(eventually(Duration::from_secs(2), || b.only.state.in_flight() == 0).await, "the stalled upstream stream is given up");
+    assert!(eventually(Duration::from_secs(2), async || b.only.state.in_flight() == 0).await, "the stalled upstream stream is given up");
     let roll = b.gw.rollups(&["chat"], &["only"]).await?;
     assert_eq!(roll.route("chat"), (1, 1));
     assert_eq!(roll.attempts("only", "idle_timeout"), 1);
@@ -116,7 +116,7 @@ async fn a_malformed_chunk_is_dropped_and_the_answer_completes() -> anyhow::Resu
     // Billed by the upstream's usage (5 completion tokens), not by what was forwarded.
     let (input, output) = s.usage().ok_or_else(|| anyhow::anyhow!("no usage"))?;
     assert_eq!(output, 5);
-    assert!(eventually(Duration::from_secs(3), || b.gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
+    assert!(eventually(Duration::from_secs(3), async || b.gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
     let rows = b.db.reservations().await?;
     assert_eq!(rows.first().and_then(|r| r.charged), Some(PRICE.cost(input, output)));
     still_healthy(&b).await

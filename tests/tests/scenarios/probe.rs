@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use sluice_tests::{ChaosUpstream, TestGateway, eventually, refused_url, route, serial, upstream_doc, yaml};
+use sluice_ledger::testing::eventually;
+use sluice_tests::{ChaosUpstream, TestGateway, refused_url, route, serial, upstream_doc, yaml};
 
 #[tokio::test]
 async fn a_failing_probe_demotes_an_idle_upstream_and_a_passing_one_changes_nothing() -> anyhow::Result<()> {
@@ -16,12 +17,12 @@ async fn a_failing_probe_demotes_an_idle_upstream_and_a_passing_one_changes_noth
     ];
     let gw = TestGateway::start(&yaml(&docs)).await?;
     // No request is sent: only probes reach the upstreams.
-    let probed = eventually(Duration::from_secs(5), || {
+    let probed = eventually(Duration::from_secs(5), async || {
         gw.count("sluice_upstream_attempts_total", &[("upstream", "dead"), ("outcome", "connect")]) >= 2.0
     })
     .await;
     assert!(probed, "the dead upstream's probe failures were not recorded:\n{}", gw.metrics());
-    assert!(eventually(Duration::from_secs(5), || healthy.counters().models >= 2).await, "the healthy upstream was not probed");
+    assert!(eventually(Duration::from_secs(5), async || healthy.counters().models >= 2).await, "the healthy upstream was not probed");
     // Probe successes are not attempts: nothing was counted as ok for either.
     assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "healthy"), ("outcome", "ok")]), 0.0);
     assert_eq!(healthy.requests(), 0, "probes are not chat requests");

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_tests::{ChaosUpstream, TestGateway, eventually, ms, route, serial, yaml};
+use sluice_ledger::testing::eventually;
+use sluice_tests::{ChaosUpstream, TestGateway, ms, route, serial, yaml};
 
 /// A primary with a 200 ms first-byte watchdog and a backup, fresh health each time.
 async fn pair(primary: serde_json::Value, backup: serde_json::Value, backoff: serde_json::Value) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
@@ -43,7 +44,7 @@ async fn a_reset_before_headers_fails_over() -> anyhow::Result<()> {
         assert_eq!((status, upstream.as_deref(), failover.as_deref()), (200, Some("backup"), Some("reset")), "stream: {stream}");
         assert_eq!((primary.state.resets(), backup.requests()), (1, 1));
         assert_eq!(attempts(&gw, "primary", "reset"), 1.0);
-        assert!(eventually(Duration::from_secs(2), || gw.count("sluice_upstream_attempts_total", &[("upstream", "backup"), ("outcome", "ok")]) == 1.0).await);
+        assert!(eventually(Duration::from_secs(2), async || gw.count("sluice_upstream_attempts_total", &[("upstream", "backup"), ("outcome", "ok")]) == 1.0).await);
         let roll = gw.rollups(&["chat"], &["primary", "backup"]).await?;
         assert_eq!(roll.route("chat"), (1, 0), "stream: {stream}");
         assert_eq!(roll.route_failovers("chat"), 1);
@@ -64,7 +65,7 @@ async fn a_silent_stream_upstream_is_cut_by_the_watchdog_and_not_retried() -> an
     // 200 ms of watchdog plus three fast 503s and two waits of at most 10/20 ms.
     eprintln!("silent stream upstream: 503 after {:.0} ms", ms(s.ended_at));
     assert!(s.ended_at < Duration::from_millis(1000), "took {:?}", s.ended_at);
-    assert!(eventually(Duration::from_secs(2), || primary.state.in_flight() == 0).await, "the silent attempt was not cancelled");
+    assert!(eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await, "the silent attempt was not cancelled");
     assert_eq!(attempts(&gw, "primary", "first_byte_timeout"), 1.0);
     assert_eq!(attempts(&gw, "backup", "http_5xx"), 3.0);
     let roll = gw.rollups(&["chat"], &["primary", "backup"]).await?;
@@ -97,7 +98,7 @@ async fn a_silent_upstream_of_a_whole_answer_is_cut_by_its_budget() -> anyhow::R
     eprintln!("silent upstream, whole answer: served after {:.0} ms (budget 2000 ms)", ms(r.elapsed));
     assert!(r.elapsed >= Duration::from_millis(1950) && r.elapsed < Duration::from_millis(2500), "{:?}", r.elapsed);
     assert_eq!((primary.requests(), backup.requests()), (1, 1));
-    assert!(eventually(Duration::from_secs(2), || primary.state.in_flight() == 0).await);
+    assert!(eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await);
     assert_eq!(attempts(&gw, "primary", "budget"), 1.0);
     let roll = gw.rollups(&["chat"], &["primary", "backup"]).await?;
     assert_eq!(roll.route("chat"), (1, 0));
@@ -127,7 +128,7 @@ async fn a_slow_first_token_fails_over_only_past_the_watchdog() -> anyhow::Resul
     assert_eq!((s.header("x-sluice-upstream"), s.header("x-sluice-failover")), (Some("primary"), None));
     assert!(s.first_event_at().unwrap_or_default() >= Duration::from_millis(100));
     assert_eq!((primary.requests(), backup.requests()), (1, 0));
-    assert!(eventually(Duration::from_secs(2), || attempts(&gw, "primary", "ok") == 1.0).await);
+    assert!(eventually(Duration::from_secs(2), async || attempts(&gw, "primary", "ok") == 1.0).await);
     assert_eq!(gw.count("sluice_upstream_first_byte_seconds_count", &[("upstream", "primary")]), 1.0);
     let roll = gw.rollups(&["chat"], &["primary"]).await?;
     assert_eq!((roll.route("chat"), roll.attempts("primary", "ok")), ((1, 0), 1));

@@ -1,0 +1,60 @@
+//! The scenario tests of sluice-tests, one binary of modules (one link, one process):
+//! each module under `scenarios/` is one scenario family, driven over real sockets on
+//! ephemeral ports with the harness in `src/` (see the crate docs).
+//!
+//! Time: every test here waits by polling (`sluice_tests::eventually`) or on scales set
+//! small through config, so that a busy machine makes it slower, never red. The one
+//! real-clock soak is `#[ignore]`d and run by its own step of `scripts/test`.
+
+#[path = "scenarios/billing_hangups.rs"]
+mod billing_hangups;
+#[path = "scenarios/billing_overdraft.rs"]
+mod billing_overdraft;
+#[path = "scenarios/billing_usage.rs"]
+mod billing_usage;
+#[path = "scenarios/crash.rs"]
+mod crash;
+#[path = "scenarios/crash_load.rs"]
+mod crash_load;
+#[path = "scenarios/deadline.rs"]
+mod deadline;
+#[path = "scenarios/demotion.rs"]
+mod demotion;
+#[path = "scenarios/drain.rs"]
+mod drain;
+#[path = "scenarios/egress.rs"]
+mod egress;
+#[path = "scenarios/errors.rs"]
+mod errors;
+#[path = "scenarios/failover.rs"]
+mod failover;
+#[path = "scenarios/hostile.rs"]
+mod hostile;
+#[path = "scenarios/hostile_socket.rs"]
+mod hostile_socket;
+#[path = "scenarios/metrics.rs"]
+mod metrics;
+#[path = "scenarios/outage.rs"]
+mod outage;
+#[path = "scenarios/probe.rs"]
+mod probe;
+#[path = "scenarios/refused.rs"]
+mod refused;
+#[path = "scenarios/reload.rs"]
+mod reload;
+#[path = "scenarios/resilience_http.rs"]
+mod resilience_http;
+#[path = "scenarios/resilience_stream.rs"]
+mod resilience_stream;
+#[path = "scenarios/resilience_transport.rs"]
+mod resilience_transport;
+#[path = "scenarios/soak.rs"]
+mod soak;
+#[path = "scenarios/stream_break.rs"]
+mod stream_break;
+#[path = "scenarios/throttle.rs"]
+mod throttle;
+#[path = "scenarios/usage.rs"]
+mod usage;
+#[path = "scenarios/watchdog.rs"]
+mod watchdog;
