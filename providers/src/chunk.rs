@@ -94,16 +94,33 @@ impl ChunkWriter {
     /// Starts a tool call and returns its OpenAI index. `id` is generated, unique per
     /// response, when the provider gives none (Gemini).
     pub fn tool_start(&mut self, id: Option<&str>, name: &str, out: &mut Vec<Out>) -> usize {
+        self.tool_start_extra(id, name, None, out)
+    }
+
+    /// [`Self::tool_start`] with vendor fields merged into the call object, e.g.
+    /// `{"extra_content": {"google": {"thought_signature": …}}}`: the convention of
+    /// Google's own OpenAI endpoint, which clients echo back in the next turn.
+    pub fn tool_start_extra(
+        &mut self,
+        id: Option<&str>,
+        name: &str,
+        extra: Option<&Value>,
+        out: &mut Vec<Out>,
+    ) -> usize {
         let index = self.tool_args.len();
         self.tool_args.push(false);
         let id = match id {
             Some(id) if !id.is_empty() => id.to_owned(),
             _ => format!("call_{}_{index}", self.id),
         };
-        let delta = json!({ "tool_calls": [{
+        let mut call = json!({
             "index": index, "id": id, "type": "function",
             "function": { "name": name, "arguments": "" }
-        }]});
+        });
+        if let (Some(Value::Object(extra)), Some(call)) = (extra, call.as_object_mut()) {
+            call.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        let delta = json!({ "tool_calls": [call] });
         out.push(self.delta(delta, None, true));
         index
     }

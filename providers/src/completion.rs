@@ -16,6 +16,9 @@ pub struct Answer {
     pub tool_calls: Vec<AnswerToolCall>,
     pub finish_reason: Option<FinishReason>,
     pub usage: Usage,
+    /// Vendor fields merged into the tool call at an index (see
+    /// [`crate::ChunkWriter::tool_start_extra`]).
+    pub tool_call_extras: Vec<(usize, Value)>,
 }
 
 /// One tool call of an [`Answer`].
@@ -45,7 +48,7 @@ impl Answer {
             "content": if self.text.is_empty() && !self.tool_calls.is_empty() { Value::Null } else { json!(self.text) },
         });
         if !self.tool_calls.is_empty() {
-            let calls: Vec<Value> = self
+            let mut calls: Vec<Value> = self
                 .tool_calls
                 .into_iter()
                 .enumerate()
@@ -58,6 +61,12 @@ impl Answer {
                     })
                 })
                 .collect();
+            for (i, extra) in self.tool_call_extras {
+                if let (Some(Value::Object(call)), Value::Object(extra)) = (calls.get_mut(i), extra)
+                {
+                    call.extend(extra);
+                }
+            }
             message["tool_calls"] = Value::Array(calls);
         }
         let body = json!({

@@ -66,11 +66,23 @@ pub(crate) fn parse(
     for part in parts(candidate) {
         match Part::of(part) {
             Part::Text(t) => answer.text.push_str(t),
-            Part::Call { id, name, args } => answer.tool_calls.push(AnswerToolCall {
-                id: id.map(str::to_owned),
-                name: name.to_owned(),
-                arguments: args,
-            }),
+            Part::Call {
+                id,
+                name,
+                args,
+                signature,
+            } => {
+                if let Some(extra) = signature.map(signature_extra) {
+                    answer
+                        .tool_call_extras
+                        .push((answer.tool_calls.len(), extra));
+                }
+                answer.tool_calls.push(AnswerToolCall {
+                    id: id.map(str::to_owned),
+                    name: name.to_owned(),
+                    arguments: args,
+                });
+            }
             Part::Skip => {}
         }
     }
@@ -89,10 +101,12 @@ fn parts(candidate: &Value) -> &[Value] {
 enum Part<'a> {
     Text(&'a str),
     /// A function call; `args` is JSON text, empty when the call has no arguments.
+    /// Gemini 3 signs its calls: the signature must come back with the call next turn.
     Call {
         id: Option<&'a str>,
         name: &'a str,
         args: String,
+        signature: Option<&'a str>,
     },
     Skip,
 }
@@ -108,6 +122,7 @@ impl<'a> Part<'a> {
                 id: call["id"].as_str(),
                 name: call["name"].as_str().unwrap_or(""),
                 args,
+                signature: part["thoughtSignature"].as_str(),
             };
         }
         // Thought summaries are not part of the answer.
@@ -116,6 +131,12 @@ impl<'a> Part<'a> {
         }
         part["text"].as_str().map_or(Self::Skip, Self::Text)
     }
+}
+
+/// The vendor field that carries a thought signature through an OpenAI tool call, as
+/// Google's own OpenAI endpoint does; [`crate::ToolCall::thought_signature`] reads it back.
+fn signature_extra(signature: &str) -> Value {
+    serde_json::json!({ "extra_content": { "google": { "thought_signature": signature } } })
 }
 
 /// The OpenAI finish reason of a response, if it has one. `STOP` stays `stop` here;

@@ -153,6 +153,20 @@ pub struct ToolCall {
     #[serde(rename = "type", default = "function_type")]
     pub kind: String,
     pub function: FunctionCall,
+    /// Vendor fields, verbatim (e.g. Gemini's `extra_content.google.thought_signature`).
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+impl ToolCall {
+    /// The Gemini thought signature this call carries, if any (see [`crate::ChunkWriter::tool_start_extra`]).
+    pub fn thought_signature(&self) -> Option<&str> {
+        self.rest
+            .get("extra_content")?
+            .get("google")?
+            .get("thought_signature")?
+            .as_str()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

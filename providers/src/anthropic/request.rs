@@ -120,6 +120,10 @@ fn tools(req: &ChatRequest, body: &mut Map<String, Value>) -> Result<(), Transla
 /// Appends `blocks` as a `role` message, merging into the previous message when it has
 /// the same role (Anthropic wants alternating turns).
 fn push(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
+    // Anthropic rejects a message with empty content (e.g. an assistant turn with "").
+    if blocks.is_empty() {
+        return;
+    }
     if let Some(last) = messages.last_mut()
         && last["role"] == role
         && let Some(content) = last["content"].as_array_mut()

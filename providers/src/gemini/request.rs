@@ -12,7 +12,9 @@ pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, Tran
     let mut system = Vec::new();
     let mut contents: Vec<Value> = Vec::new();
     // functionResponse needs the function's name; OpenAI tool messages carry only the id.
-    let mut call_names: HashMap<&str, &str> = HashMap::new();
+    // Calls Gemini signed (Gemini 3) are answered with their id too; older models
+    // reject ids, and an unsigned call never came from a model that wants one.
+    let mut call_names: HashMap<&str, (&str, bool)> = HashMap::new();
     for (i, m) in req.messages.iter().enumerate() {
         match m.role {
             Role::System | Role::Developer => {
@@ -31,7 +33,8 @@ pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, Tran
             Role::User => push(&mut contents, "user", user_parts(i, m)?),
             Role::Assistant => {
                 for call in m.tool_calls.iter().flatten() {
-                    call_names.insert(&call.id, &call.function.name);
+                    let signed = call.thought_signature().is_some();
+                    call_names.insert(&call.id, (&call.function.name, signed));
                 }
                 push(&mut contents, "model", model_parts(i, m)?);
             }
@@ -258,7 +261,12 @@ fn model_parts(i: usize, m: &Message) -> Result<Vec<Value>, TranslateError> {
                 e.to_string(),
             )
         })?;
-        parts.push(json!({ "functionCall": { "name": call.function.name, "args": args } }));
+        let mut part = json!({ "functionCall": { "name": call.function.name, "args": args } });
+        if let Some(signature) = call.thought_signature() {
+            part["functionCall"]["id"] = json!(call.id);
+            part["thoughtSignature"] = json!(signature);
+        }
+        parts.push(part);
     }
     Ok(parts)
 }
@@ -266,14 +274,14 @@ fn model_parts(i: usize, m: &Message) -> Result<Vec<Value>, TranslateError> {
 fn function_response(
     i: usize,
     m: &Message,
-    names: &HashMap<&str, &str>,
+    names: &HashMap<&str, (&str, bool)>,
 ) -> Result<Value, TranslateError> {
     let field = || format!("messages[{i}].tool_call_id");
     let id = m
         .tool_call_id
         .as_deref()
         .ok_or_else(|| TranslateError::invalid(field(), "a tool message needs one"))?;
-    let name = names.get(id).ok_or_else(|| {
+    let &(name, echo_id) = names.get(id).ok_or_else(|| {
         TranslateError::invalid(
             field(),
             format!("no earlier assistant tool call has id `{id}`"),
@@ -294,5 +302,9 @@ fn function_response(
         Ok(v @ Value::Object(_)) => v,
         _ => json!({ "output": text }),
     };
-    Ok(json!({ "functionResponse": { "name": name, "response": response } }))
+    let mut part = json!({ "functionResponse": { "name": name, "response": response } });
+    if echo_id {
+        part["functionResponse"]["id"] = json!(id);
+    }
+    Ok(part)
 }

@@ -4,7 +4,7 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::{Part, classify, finish_reason, parts, usage};
+use super::{Part, classify, finish_reason, parts, signature_extra, usage};
 use crate::sse::SseFramer;
 use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, Transcoder, UpstreamError, Usage};
 
@@ -52,8 +52,14 @@ impl StreamTranscoder {
         for part in parts(&v["candidates"][0]) {
             match Part::of(part) {
                 Part::Text(t) => self.writer.text(t, out),
-                Part::Call { id, name, args } => {
-                    let index = self.writer.tool_start(id, name, out);
+                Part::Call {
+                    id,
+                    name,
+                    args,
+                    signature,
+                } => {
+                    let extra = signature.map(signature_extra);
+                    let index = self.writer.tool_start_extra(id, name, extra.as_ref(), out);
                     self.writer.tool_args(index, &args, out);
                     self.writer.tool_end(index, out);
                 }

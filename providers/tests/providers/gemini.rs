@@ -9,7 +9,7 @@ use crate::fixture::{check_all, read, target};
 
 #[test]
 fn gemini_fixtures_translate() {
-    assert_eq!(check_all(Protocol::Gemini), 10);
+    assert_eq!(check_all(Protocol::Gemini), 13);
 }
 
 #[test]

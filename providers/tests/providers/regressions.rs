@@ -369,3 +369,48 @@ fn a_stream_cut_before_its_end_is_an_error() {
         );
     }
 }
+
+#[test]
+fn gemini_thought_signatures_survive_the_round_trip() {
+    // higress-group/higress#3929, BerriAI/litellm PR #34603: Gemini 3 answers 400
+    // "Function call is missing a thought_signature" when the replayed call lacks it.
+    let c = parse(
+        &target(Protocol::Gemini),
+        &read(Protocol::Gemini, "thought_signature", "response.json"),
+        &opts(),
+    )
+    .unwrap();
+    let body: Value = serde_json::from_slice(&c.body).unwrap();
+    let message = body["choices"][0]["message"].clone();
+    let streamed = chunks(&stream(Protocol::Gemini, "thought_signature_stream"));
+    assert_eq!(
+        streamed[0]["choices"][0]["delta"]["tool_calls"][0]["extra_content"],
+        message["tool_calls"][0]["extra_content"]
+    );
+    // The client sends the assistant message back as it got it, with the tool's answer.
+    let req: ChatRequest = serde_json::from_value(json!({ "messages": [
+        { "role": "user", "content": "Book a taxi" },
+        message,
+        { "role": "tool", "tool_call_id": "fc_9qp3", "content": "booked" },
+    ]}))
+    .unwrap();
+    let native: Value =
+        serde_json::from_slice(&build(&target(Protocol::Gemini), &req, false).unwrap().body)
+            .unwrap();
+    let call = &native["contents"][1]["parts"][0];
+    assert_eq!(call["thoughtSignature"], "EsQBCsEBAcsjafQ9Z3xkVtQWoG5iMk8=");
+    assert_eq!(call["functionCall"]["id"], "fc_9qp3");
+    assert_eq!(
+        native["contents"][2]["parts"][0]["functionResponse"]["id"],
+        "fc_9qp3"
+    );
+    // An unsigned call (older models reject ids) is replayed without one.
+    let req: ChatRequest =
+        serde_json::from_slice(&read(Protocol::Gemini, "function_call", "request.json")).unwrap();
+    let native = build(&target(Protocol::Gemini), &req, false).unwrap();
+    assert!(
+        !std::str::from_utf8(&native.body)
+            .unwrap()
+            .contains("\"id\"")
+    );
+}
