@@ -12,6 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::response::Response;
 use serde_json::{Value, json};
+use sluice_ledger::testing::eventually;
 use sluice_operator::Config;
 
 type Seen = Arc<Mutex<Vec<String>>>;
@@ -77,14 +78,9 @@ async fn the_operator_lists_and_watches_everything_reconciles_and_stops_cleanly(
     }));
 
     // Wait until the Upstream's status was written through the Controller.
-    let patched = |seen: &Seen| seen.lock().unwrap().iter().any(|c| c.starts_with("PATCH /apis/sluice.dev/v1alpha1/namespaces/team-a/upstreams/east/status"));
-    for _ in 0..100 {
-        if patched(&seen) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(patched(&seen), "no status patch; calls: {:#?}", seen.lock().unwrap());
+    let patched = || seen.lock().unwrap().iter().any(|c| c.starts_with("PATCH /apis/sluice.dev/v1alpha1/namespaces/team-a/upstreams/east/status"));
+    let written = eventually(Duration::from_secs(5), async || patched()).await;
+    assert!(written, "no status patch; calls: {:#?}", seen.lock().unwrap());
     stop.send(()).unwrap();
     let result = tokio::time::timeout(Duration::from_secs(10), operator).await.expect("shutdown hung").unwrap();
     result.unwrap();

@@ -18,6 +18,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use sluice_crds::{ModelRoute, Upstream};
 use sluice_kube_fake::{FakeApiServer, Permission};
+use sluice_ledger::testing::eventually;
 
 fn cm(name: &str, data: &[(&str, &str)]) -> ConfigMap {
     ConfigMap {
@@ -403,23 +404,13 @@ async fn a_controller_owning_configmaps_reconciles_against_the_fake() {
     let handle = tokio::spawn(controller);
 
     routes.create(&PostParams::default(), &route("r1", "model-1")).await.unwrap();
-    let got = within("the controller's ConfigMap", async {
-        loop {
-            if let Ok(cm) = cms.get("r1-cfg").await {
-                break cm;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let made = eventually(Duration::from_secs(10), async || cms.get("r1-cfg").await.is_ok()).await;
+    assert!(made, "the controller's ConfigMap was not made");
+    let got = cms.get("r1-cfg").await.unwrap();
     assert_eq!(got.data.unwrap()["model"], "model-1");
     routes.patch("r1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"model": "model-2"}}))).await.unwrap();
-    within("the controller's update", async {
-        while cms.get("r1-cfg").await.unwrap().data.unwrap()["model"] != "model-2" {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let updated = eventually(Duration::from_secs(10), async || cms.get("r1-cfg").await.unwrap().data.unwrap()["model"] == "model-2").await;
+    assert!(updated, "the controller did not update its ConfigMap");
     routes.delete("r1", &DeleteParams::default()).await.unwrap();
     assert!(matches!(cms.get("r1-cfg").await, Err(kube::Error::Api(s)) if s.code == 404), "collected with its owner");
     handle.abort();
