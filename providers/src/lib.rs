@@ -24,6 +24,7 @@
 
 mod anthropic;
 pub mod auth;
+mod bedrock;
 mod chunk;
 mod completion;
 mod error;
@@ -158,7 +159,7 @@ pub fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Result<Nat
         Protocol::OpenAi | Protocol::AzureOpenAi => openai::build(target, req, stream),
         Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::build(target, req, stream),
         Protocol::Gemini | Protocol::VertexGemini => gemini::build(target, req, stream),
-        Protocol::Bedrock => Err(bedrock_pending()),
+        Protocol::Bedrock => bedrock::build(target, req, stream),
     }
 }
 
@@ -168,7 +169,7 @@ pub fn parse(target: &Target<'_>, body: &[u8], opts: &AnswerOpts) -> Result<Comp
         Protocol::OpenAi | Protocol::AzureOpenAi => openai::parse(target, body, opts),
         Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::parse(target, body, opts),
         Protocol::Gemini | Protocol::VertexGemini => gemini::parse(target, body, opts),
-        Protocol::Bedrock => Err(UpstreamError::new(ErrorKind::InvalidRequest, 200, bedrock_pending().to_string(), None)),
+        Protocol::Bedrock => bedrock::parse(target, body, opts),
     }
 }
 
@@ -179,7 +180,7 @@ pub fn classify(target: &Target<'_>, status: u16, headers: &HeaderMap, body: &[u
         Protocol::OpenAi | Protocol::AzureOpenAi => openai::classify(status, headers, body, now_unix_ms),
         Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::classify(status, headers, body, now_unix_ms),
         Protocol::Gemini | Protocol::VertexGemini => gemini::classify(status, headers, body, now_unix_ms),
-        Protocol::Bedrock => generic_error(status, headers, body, now_unix_ms),
+        Protocol::Bedrock => bedrock::classify(status, headers, body, now_unix_ms),
     }
 }
 
@@ -189,18 +190,8 @@ pub fn transcoder(target: &Target<'_>, opts: AnswerOpts) -> Box<dyn Transcoder +
         Protocol::OpenAi | Protocol::AzureOpenAi => Box::new(openai::Passthrough::new(opts)),
         Protocol::Anthropic | Protocol::VertexAnthropic => Box::new(anthropic::StreamTranscoder::new(opts)),
         Protocol::Gemini | Protocol::VertexGemini => Box::new(gemini::StreamTranscoder::new(opts)),
-        Protocol::Bedrock => Box::new(Failing(Some(UpstreamError::new(
-            ErrorKind::InvalidRequest,
-            200,
-            bedrock_pending().to_string(),
-            None,
-        )))),
+        Protocol::Bedrock => Box::new(bedrock::StreamTranscoder::new(target.model, opts)),
     }
-}
-
-// Bedrock lands in its own module; until then its arms answer with this.
-fn bedrock_pending() -> TranslateError {
-    TranslateError::unsupported("protocol", "bedrock is not implemented yet")
 }
 
 /// An error answer classified by status alone, with the raw body as its message.
@@ -208,18 +199,6 @@ pub(crate) fn generic_error(status: u16, headers: &HeaderMap, body: &[u8], now_u
     let message = String::from_utf8_lossy(body).chars().take(1000).collect::<String>();
     UpstreamError::new(ErrorKind::from_status(status), status, message, None)
         .with_retry_after(retry::from_headers(headers, now_unix_ms))
-}
-
-/// A transcoder that only reports one error.
-struct Failing(Option<UpstreamError>);
-
-impl Transcoder for Failing {
-    fn feed(&mut self, _bytes: &[u8]) -> Vec<Out> {
-        self.finish()
-    }
-    fn finish(&mut self) -> Vec<Out> {
-        self.0.take().map(|error| Out::Error { error, before_content: true }).into_iter().collect()
-    }
 }
 
 /// Percent-encodes `s` as ONE path segment (or query value): everything but RFC 3986

@@ -7,6 +7,8 @@
 mod anthropic;
 #[path = "providers/aws.rs"]
 mod aws;
+#[path = "providers/bedrock.rs"]
+mod bedrock;
 #[path = "providers/eventstream.rs"]
 mod eventstream;
 #[path = "providers/fixture.rs"]
