@@ -3,11 +3,12 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::request::reject_openai_only;
+use crate::request::{reject_openai_only, reject_penalties};
 use crate::{ChatRequest, Content, ContentPart, Message, Role, Target, ToolChoice, TranslateError};
 
 pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, TranslateError> {
     reject_openai_only(req)?;
+    reject_penalties(req)?;
     let mut body = Map::new();
     let mut system = Vec::new();
     let mut messages: Vec<Value> = Vec::new();

@@ -78,6 +78,14 @@ fn generation_config(
     if !stop.is_empty() {
         config.insert("stopSequences".into(), json!(stop));
     }
+    for (openai, gemini) in [
+        ("presence_penalty", "presencePenalty"),
+        ("frequency_penalty", "frequencyPenalty"),
+    ] {
+        if let Some(p) = req.rest.get(openai).filter(|p| p.is_number()) {
+            config.insert(gemini.into(), p.clone());
+        }
+    }
     if let Some(seed) = req.rest.get("seed").filter(|s| s.is_i64() || s.is_u64()) {
         config.insert("seed".into(), seed.clone());
     }

@@ -279,23 +279,61 @@ fn anthropic_max_tokens_is_always_set() {
 }
 
 #[test]
-fn several_choices_are_refused_by_name() {
-    let req: ChatRequest = serde_json::from_value(
-        json!({ "messages": [{ "role": "user", "content": "hi" }], "n": 2 }),
-    )
-    .unwrap();
-    for protocol in [
+fn fields_a_target_cannot_express_are_refused_by_name() {
+    let natives = [
         Protocol::Anthropic,
         Protocol::VertexAnthropic,
         Protocol::Gemini,
         Protocol::VertexGemini,
-    ] {
-        let e = build(&target(protocol), &req, false).unwrap_err();
-        assert!(
-            matches!(&e, TranslateError::Unsupported { field, .. } if field == "n"),
-            "{protocol:?}: {e}"
-        );
+    ];
+    let cases = [
+        (json!({ "n": 2 }), "n", &natives[..]),
+        (json!({ "logprobs": true }), "logprobs", &natives[..]),
+        (
+            json!({ "logit_bias": { "50256": -100 } }),
+            "logit_bias",
+            &natives[..],
+        ),
+        (
+            json!({ "tools": [{ "type": "custom", "function": { "name": "x" } }] }),
+            "tools[0].type",
+            &natives[..],
+        ),
+        (
+            json!({ "presence_penalty": 0.5 }),
+            "presence_penalty",
+            &natives[..2],
+        ),
+        (json!({ "temperature": 1.5 }), "temperature", &natives[..2]),
+    ];
+    for (extra, field, protocols) in cases {
+        let mut req = json!({ "messages": [{ "role": "user", "content": "hi" }] });
+        req.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let req: ChatRequest = serde_json::from_value(req).unwrap();
+        for &protocol in protocols {
+            let e = build(&target(protocol), &req, false).unwrap_err();
+            assert!(
+                matches!(&e, TranslateError::Unsupported { field: f, .. } if f == field),
+                "{protocol:?}: {e}"
+            );
+        }
     }
+    // What a target can express is sent, and unset or zero values pass everywhere.
+    let req: ChatRequest = serde_json::from_value(json!({
+        "messages": [{ "role": "user", "content": "hi" }],
+        "n": 1, "logprobs": false, "presence_penalty": 0, "frequency_penalty": 0.25, "logit_bias": {}
+    }))
+    .unwrap();
+    let body: Value =
+        serde_json::from_slice(&build(&target(Protocol::Gemini), &req, false).unwrap().body)
+            .unwrap();
+    assert_eq!(body["generationConfig"]["frequencyPenalty"], 0.25);
+    assert!(
+        build(&target(Protocol::Anthropic), &req, false).is_err(),
+        "frequency_penalty 0.25"
+    );
 }
 
 #[test]
