@@ -1,34 +1,18 @@
-"""The Helm chart rendered offline with Helm's Go SDK (helm-python-sdk, as in
-tests/helm), and the comparison of its RBAC rules with the API calls the operator
+"""The Helm chart rendered offline with Helm's Go SDK (`sluice_testsupport.chart`, as
+in tests/helm), and the comparison of its RBAC rules with the API calls the operator
 really made (the fake API server's request log).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Iterable
 
 import yaml
+from sluice_testsupport.chart import CHART, NAMESPACE, RELEASE  # noqa: F401
+from sluice_testsupport.chart import objects as render  # noqa: F401 - every object `helm template` prints
 
-from harness import HARNESS_UA, REPO
-
-CHART = REPO / "charts" / "sluice"
-RELEASE = "sluice"
-NAMESPACE = "sluice-system"
-
-
-def render(values: Optional[dict[str, Any]] = None, *, name: str = RELEASE, namespace: str = NAMESPACE) -> list[dict]:
-    """Every object `helm template` would print (NOTES.txt and empty documents left out)."""
-    import helm_python as helm
-
-    with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(values or {}, name=name, namespace=namespace, is_install=True)
-    out = []
-    for path, text in sorted(rendered.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        out.extend(doc for doc in yaml.safe_load_all(text) if doc)
-    return out
+from harness import HARNESS_UA
 
 
 def to_yaml(objs: Iterable[dict]) -> str:

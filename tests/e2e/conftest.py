@@ -4,8 +4,8 @@ Prerequisites: the workspace binaries (`cargo build --workspace --bins`: kube-fa
 sluice-operator, sluice-gateway), `kubectl`, `psql` and the test Postgres
 (`$SLUICE_TEST_POSTGRES_URL`, default postgres://postgres@127.0.0.1:5432/test), and
 the Python packages of requirements.txt. A missing one fails every test when `CI` is
-set (and any skip is turned into a failure there); elsewhere the tests are skipped
-with the reason.
+set (and any skip is turned into a failure there, by `sluice_testsupport.no_skips_in_ci`);
+elsewhere the tests are skipped with the reason.
 
 The tests of a module marked `step` are one scenario, run in file order: once a step
 fails, the later steps of that module fail at once instead of running on a broken
@@ -26,7 +26,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
-from harness import REPO, TARGET, Artifacts, KubeFake, LedgerSchema, binary, have_postgres  # noqa: E402
+from harness import TARGET, Artifacts, KubeFake, LedgerSchema, binary, have_postgres  # noqa: E402
+from sluice_testsupport.chart import CHART  # noqa: E402
+from sluice_testsupport.ci import fail_or_skip  # noqa: E402
+
+pytest_plugins = ("sluice_testsupport.no_skips_in_ci",)
 
 RUN_DIR = TARGET / "e2e" / time.strftime("run-%Y%m%d-%H%M%S")
 BINARIES = ("kube-fake", "sluice-operator", "sluice-gateway")
@@ -50,7 +54,7 @@ def missing_prerequisites() -> list[str]:
         try:
             __import__(module)
         except ImportError:
-            missing.append(f"Python package {module} (tests/e2e/run installs tests/e2e/requirements.txt)")
+            missing.append(f"Python package {module} (tests/e2e/run installs tests/requirements.txt)")
     return missing
 
 
@@ -58,10 +62,7 @@ def missing_prerequisites() -> list[str]:
 def prerequisites():
     missing = missing_prerequisites()
     if missing:
-        text = "missing prerequisites: " + "; ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(text + " (CI is set: this is a failure, not a skip)", pytrace=False)
-        pytest.skip(text)
+        fail_or_skip("missing prerequisites: " + "; ".join(missing))
     yield
     harness.stop_all()
 
@@ -76,16 +77,13 @@ def pytest_report_header(config):
     return lines
 
 
-# ---------------------------------------------------------------- CI: no skips; steps
+# ---------------------------------------------------------------- steps (CI: no skips, by the plugin)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
-        report.outcome = "failed"
-        report.longrepr = f"skipped while CI is set (skips are failures in CI): {report.longrepr}"
     if report.failed and item.get_closest_marker("step"):
         failed = item.parent.__dict__.setdefault("_failed_steps", {})
         failed.setdefault(_scenario(item), item.name)
@@ -141,7 +139,7 @@ def fake(workdir) -> KubeFake:
     """kube-fake (no CRDs), with the chart's CRDs applied by kubectl as a user would."""
     kf = KubeFake.start(workdir / "kube")
     try:
-        out = kf.kubectl("apply", "-f", str(REPO / "charts" / "sluice" / "crds")).stdout
+        out = kf.kubectl("apply", "-f", str(CHART / "crds")).stdout
         assert out.count("created") == 3, out
         yield kf
     finally:

@@ -1,6 +1,7 @@
 """Processes and clients of the operator end-to-end tests: the fake API server
-(`kube-fake`), `kubectl` against it, chaos upstreams, the operator, the ledger schema
-in Postgres, and small polling helpers. No pytest here (see conftest.py).
+(`kube-fake`), `kubectl` against it, the operator, the ledger schema in Postgres and
+table helpers. Processes, chaos upstreams, HTTP and polling come from the shared
+`sluice_testsupport` package (tests/pysupport). No pytest here (see conftest.py).
 
 Every process listens on 127.0.0.1 with port 0 and is found through the
 `… on http://ADDR` line it logs; its output goes to a log file next to the test's
@@ -14,213 +15,22 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parents[2]
-TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-BIN_DIR = Path(os.environ.get("SLUICE_BIN_DIR", TARGET / "debug"))
-POSTGRES_URL = os.environ.get("SLUICE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
-
-#: `listening on http://ADDR` (gateway, chaos, kube-fake) and `serving /metrics and
-#: /healthz on http://ADDR` (operator).
-LISTENING = re.compile(r" on http://(\d+\.\d+\.\d+\.\d+:\d+)")
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# The shared pieces, re-exported for the test modules and kubelet.py.
+from sluice_testsupport.chaos import Chaos, start_chaos  # noqa: F401
+from sluice_testsupport.net import http  # noqa: F401
+from sluice_testsupport.paths import POSTGRES_URL, REPO, TARGET, binary  # noqa: F401
+from sluice_testsupport.poll import wait_for  # noqa: F401
+from sluice_testsupport.procs import LISTENING, Proc, spawn, start, stop_all  # noqa: F401
 
 #: User-Agent of the harness's own API calls (the mini-kubelet's and the tests'), so
 #: that the request log tells them from kubectl's and the operator's (kube-rs sends none).
 HARNESS_UA = "sluice-e2e-harness/1"
-
-# Traffic goes to 127.0.0.1 only: never through a proxy from the environment.
-for _var in ("NO_PROXY", "no_proxy"):
-    os.environ[_var] = ",".join(x for x in (os.environ.get(_var, ""), "127.0.0.1,localhost") if x)
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def binary(name: str) -> Path:
-    """A workspace binary (`cargo build --workspace --bins` puts them in target/debug)."""
-    return BIN_DIR / name
-
-
-def die_with_parent() -> None:
-    """Linux: SIGKILL the child when the thread that started it dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # pragma: no cover - not Linux
-        pass
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.25) -> Any:
-    """Calls `fn` until it returns something truthy (returned) or raises nothing and
-    `timeout` passes (AssertionError naming `what` and the last value or error)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = fn()
-            if last:
-                return last
-        except AssertionError as e:
-            last = e
-        except Exception as e:  # noqa: BLE001 - report whatever kept it from passing
-            last = e
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
-
-
-# ---------------------------------------------------------------- processes
-
-
-@dataclass
-class Proc:
-    """A started process whose stdout and stderr go to `log`."""
-
-    name: str
-    argv: list[str]
-    popen: subprocess.Popen
-    log: Path
-    addr: str = ""
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}"
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def log_text(self) -> str:
-        try:
-            return ANSI.sub("", self.log.read_text(errors="replace"))
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 10.0) -> Optional[int]:
-        """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=5)
-        return self.popen.returncode
-
-
-ALL_PROCS: list[Proc] = []
-
-
-def spawn(name: str, argv: list[str], logdir: Path, env: Optional[dict[str, str]] = None,
-          cwd: Optional[Path] = None) -> Proc:
-    """Starts `argv` with output to `logdir/NAME.log` (appended)."""
-    logdir.mkdir(parents=True, exist_ok=True)
-    log = logdir / f"{name}.log"
-    with open(log, "ab") as fh:
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env=env if env is not None else dict(os.environ, NO_COLOR="1"),
-            cwd=str(cwd or logdir),
-            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
-        )
-    proc = Proc(name=name, argv=argv, popen=popen, log=log)
-    ALL_PROCS.append(proc)
-    return proc
-
-
-def start(name: str, argv: list[str], logdir: Path, env: Optional[dict[str, str]] = None,
-          timeout: float = 60.0) -> Proc:
-    """`spawn`, then waits for the `… on http://ADDR` line."""
-    proc = spawn(name, argv, logdir, env)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = LISTENING.search(proc.log_text())
-        if m:
-            proc.addr = m.group(1)
-            return proc
-        if proc.popen.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.stop()
-    raise AssertionError(f"{name} (`{' '.join(argv)}`) did not log '… on http://ADDR' "
-                         f"(exit code {proc.popen.poll()}); its output:\n{proc.log_text()[-4000:]}")
-
-
-def stop_all() -> None:
-    for p in reversed(ALL_PROCS):
-        try:
-            p.stop(timeout=5)
-        except Exception:
-            pass
-
-
-# ---------------------------------------------------------------- HTTP
-
-
-def http(method: str, url: str, body: Any = None, headers: Optional[dict[str, str]] = None,
-         timeout: float = 10.0) -> tuple[int, bytes]:
-    """One request without proxies; returns (status, body) for any status."""
-    data = None
-    if body is not None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def http_json(method: str, url: str, body: Any = None) -> Any:
-    status, data = http(method, url, body, {"content-type": "application/json"})
-    assert 200 <= status < 300, f"{method} {url} -> {status}: {data.decode(errors='replace')}"
-    return json.loads(data)
-
-
-# ---------------------------------------------------------------- chaos upstreams
-
-
-@dataclass
-class Chaos:
-    """One chaos upstream (`sluice-gateway chaos`, docs/design.md §6)."""
-
-    name: str
-    proc: Proc
-
-    @property
-    def url(self) -> str:
-        return self.proc.url
-
-    def script(self, **fields: Any) -> dict:
-        """`POST /_chaos`: the script of every request without `x-chaos-*` headers."""
-        return http_json("POST", f"{self.url}/_chaos", fields)
-
-    def counters(self) -> dict:
-        return http_json("GET", f"{self.url}/_chaos")["counters"]
-
-    def requests(self) -> int:
-        return int(self.counters()["requests"])
-
-
-def start_chaos(name: str, logdir: Path) -> Chaos:
-    return Chaos(name, start(f"chaos-{name}", [str(binary("sluice-gateway")), "chaos", "--listen", "127.0.0.1:0"], logdir))
 
 
 # ---------------------------------------------------------------- the fake API server

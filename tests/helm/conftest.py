@@ -1,22 +1,26 @@
 """Fixtures for the chart tests: the chart rendered offline by Helm's own Go SDK
-(helm-python-sdk embeds it, so no helm binary or cluster is needed).
+(`sluice_testsupport.chart`: helm-python-sdk embeds it, so no helm binary or cluster
+is needed).
 
 Run with `tests/helm/run`. A missing package or tool fails the run when `CI` is set
-(and every skip becomes a failure there); elsewhere it skips with the install hint.
+(and every skip becomes a failure there, by `sluice_testsupport.no_skips_in_ci`); elsewhere it
+skips with the install hint.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
+from sluice_testsupport import chart
+from sluice_testsupport.chart import CHART, NAMESPACE, RELEASE  # noqa: F401 - for the test modules
+from sluice_testsupport.ci import in_ci
+from sluice_testsupport.paths import REPO  # noqa: F401 - for the test modules
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "sluice"
-INSTALL_HINT = "run tests/helm/run (it installs tests/helm/requirements.txt into target/helm-venv)"
+pytest_plugins = ("sluice_testsupport.no_skips_in_ci",)
+
+INSTALL_HINT = "run tests/helm/run (it installs tests/requirements.txt into target/pyenv)"
 
 
 MISSING: list[str] = []
@@ -28,7 +32,7 @@ def _import(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        if os.environ.get("CI"):
+        if in_ci():
             raise ImportError(f"{module} is not installed and CI is set: {INSTALL_HINT}") from e
         MISSING.append(module)
         return None
@@ -53,27 +57,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# ---------------------------------------------------------------- CI: no skips
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
-        report.outcome = "failed"
-        report.longrepr = f"skipped while CI is set (skips are failures in CI): {report.longrepr}"
-
-
 def pytest_report_header(config):
     version = helm.helm_sdk_version() if helm else "MISSING"
     return f"chart: {CHART}; helm SDK {version}"
 
 
 # ---------------------------------------------------------------- rendering
-
-RELEASE = "sluice"
-NAMESPACE = "sluice-system"
 
 # Every non-default value at once: external ledger through an existing Secret, election
 # on with two replicas, the optional monitoring and network objects, other sizes.
@@ -118,22 +107,8 @@ def leaf_keys(values: dict[str, Any], prefix: str = "") -> set[str]:
     return keys
 
 
-def render(values: dict[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE) -> dict[str, str]:
-    """Template path → rendered text, as `helm template` would print them."""
-    with helm.Chart.load(CHART) as chart:
-        return chart.render(values or {}, name=name, namespace=namespace, is_install=True)
-
-
-def objects(values: dict[str, Any] | None = None, **kw: Any) -> list[dict[str, Any]]:
-    """Every rendered Kubernetes object (NOTES.txt and empty documents left out)."""
-    out = []
-    for path, text in sorted(render(values, **kw).items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        for doc in yaml.safe_load_all(text):
-            if doc:
-                out.append(doc)
-    return out
+render = chart.render
+objects = chart.objects
 
 
 def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

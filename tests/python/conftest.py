@@ -13,7 +13,8 @@ teardown, also when a test fails; on Linux they also die with pytest.
 
 The binary is `$SLUICE_GATEWAY_BIN`, else `<repo>/target/debug/sluice-gateway`.
 A missing binary fails every test (it never skips). With `$CI` set, any skip
-is turned into a failure.
+is turned into a failure (`sluice_testsupport.no_skips_in_ci`). Processes and the chaos
+wrapper are the shared ones of `sluice_testsupport` (tests/pysupport).
 """
 
 from __future__ import annotations
@@ -21,42 +22,23 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import openai
 import pytest
+from sluice_testsupport import procs
+from sluice_testsupport.chaos import Chaos, start_chaos
+from sluice_testsupport.paths import REPO
+from sluice_testsupport.procs import Proc
 
-REPO = Path(__file__).resolve().parents[2]
+pytest_plugins = ("sluice_testsupport.no_skips_in_ci",)
+
 DEFAULT_BIN = REPO / "target" / "debug" / "sluice-gateway"
-LISTENING = re.compile(r"listening on http://(\S+)")
 START_TIMEOUT_S = 30.0
-
-# Traffic goes to 127.0.0.1 only: never through a proxy from the environment.
-for _var in ("NO_PROXY", "no_proxy"):
-    os.environ[_var] = ",".join(x for x in (os.environ.get(_var, ""), "127.0.0.1,localhost") if x)
-
-# Control-plane HTTP (POST /_chaos, GET /_chaos) without any proxy.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-# ---------------------------------------------------------------- CI: no skips
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
-        report.outcome = "failed"
-        report.longrepr = f"skipped while CI is set (skips are failures in CI): {report.longrepr}"
 
 
 def pytest_report_header(config):
@@ -70,61 +52,9 @@ def pytest_report_header(config):
 # ---------------------------------------------------------------- processes
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL the child when pytest dies, even if teardown never runs."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except Exception:  # pragma: no cover - not Linux
-        pass
-
-
-@dataclass
-class Proc:
-    """A started `sluice-gateway` process whose stderr goes to a log file."""
-
-    name: str
-    popen: subprocess.Popen
-    log: Path
-    addr: str = ""
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}"
-
-    def log_text(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=5)
-
-
-_ALL_PROCS: list[Proc] = []
-
-
-def _kill_all_left() -> None:
-    for p in _ALL_PROCS:
-        try:
-            p.stop()
-        except Exception:
-            pass
-
-
 def pytest_sessionfinish(session, exitstatus):
     # Belt and braces: fixtures stop their processes, this catches the rest.
-    _kill_all_left()
+    procs.stop_all()
 
 
 def gateway_bin() -> Path:
@@ -138,40 +68,17 @@ def gateway_bin() -> Path:
     return path
 
 
+def _env() -> dict[str, str]:
+    return dict(os.environ, NO_COLOR="1", RUST_LOG=os.environ.get("SLUICE_TEST_RUST_LOG", "info"))
+
+
 def start(name: str, args: list[str], logdir: Path) -> Proc:
     """Starts `sluice-gateway ARGS` and waits for `listening on http://ADDR`."""
     binary = gateway_bin()
-    logdir.mkdir(parents=True, exist_ok=True)
-    log = logdir / f"{name}.log"
-    env = dict(os.environ, NO_COLOR="1", RUST_LOG=os.environ.get("SLUICE_TEST_RUST_LOG", "info"))
-    with open(log, "wb") as fh:
-        popen = subprocess.Popen(
-            [str(binary), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(logdir),
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-    proc = Proc(name=name, popen=popen, log=log)
-    _ALL_PROCS.append(proc)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        m = LISTENING.search(proc.log_text())
-        if m:
-            proc.addr = m.group(1)
-            assert proc.addr.startswith("127.0.0.1:"), f"{name} bound {proc.addr}, not 127.0.0.1"
-            return proc
-        if popen.poll() is not None:
-            break
-        time.sleep(0.02)
-    proc.stop()
-    pytest.fail(
-        f"{name} (`{binary} {' '.join(args)}`) did not log 'listening on http://ADDR' "
-        f"(exit code {popen.poll()}); its output:\n{proc.log_text()}",
-        pytrace=False,
-    )
+    try:
+        return procs.start(name, [str(binary), *args], logdir, _env(), timeout=START_TIMEOUT_S)
+    except AssertionError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 def run_admin(ledger: str, *args: str) -> str:
@@ -188,47 +95,6 @@ def run_admin(ledger: str, *args: str) -> str:
 # ---------------------------------------------------------------- chaos upstreams
 
 
-def http_json(method: str, url: str, body: Optional[dict] = None) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"content-type": "application/json"})
-    try:
-        with _OPENER.open(req, timeout=10) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        raise AssertionError(f"{method} {url} -> {e.code}: {e.read().decode(errors='replace')}") from e
-
-
-@dataclass
-class Chaos:
-    """One chaos upstream (docs/design.md §6), scripted through `/_chaos`."""
-
-    name: str
-    proc: Proc
-
-    @property
-    def url(self) -> str:
-        return self.proc.url
-
-    def script(self, **fields: Any) -> dict:
-        """Replaces the default script for every request (`POST /_chaos`)."""
-        view = http_json("POST", f"{self.url}/_chaos", fields)
-        assert view["script"] == fields, view
-        return view
-
-    def reset(self) -> None:
-        self.script()
-
-    def counters(self) -> dict:
-        return http_json("GET", f"{self.url}/_chaos")["counters"]
-
-    def requests(self) -> int:
-        return self.counters()["requests"]
-
-    def status_count(self, status: int) -> int:
-        return int(self.counters()["by_status"].get(str(status), 0))
-
-
 @pytest.fixture(scope="session")
 def chaos(tmp_path_factory) -> dict[str, Chaos]:
     """Two chaos upstreams, `primary` and `backup`, for the whole session."""
@@ -236,8 +102,7 @@ def chaos(tmp_path_factory) -> dict[str, Chaos]:
     upstreams: dict[str, Chaos] = {}
     try:
         for name in ("primary", "backup"):
-            proc = start(f"chaos-{name}", ["chaos", "--listen", "127.0.0.1:0"], logdir)
-            upstreams[name] = Chaos(name, proc)
+            upstreams[name] = start_chaos(name, logdir, gateway_bin(), _env())
         yield upstreams
     finally:
         for c in upstreams.values():
@@ -404,7 +269,7 @@ def pytest_runtest_call(item):
     outcome = yield
     # On failure, show what the gateways said: the first place to look.
     if outcome.excinfo is not None:
-        for p in list(_ALL_PROCS):
+        for p in list(procs.ALL_PROCS):
             if p.name.startswith("gateway") and p.popen.poll() is None:
                 tail = "\n".join(p.log_text().splitlines()[-40:])
                 item.add_report_section("call", f"{p.name} log", tail)

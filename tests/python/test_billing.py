@@ -1,9 +1,8 @@
 """`--auth keys`: what the SDK's calls cost the account (docs/design.md §5)."""
 
-import time
-
 import openai
 import pytest
+from sluice_testsupport.poll import wait_for
 
 from conftest import CHAT_MODEL, EMBED_MODEL
 
@@ -14,12 +13,8 @@ IN, OUT = 1_000, 2_000
 
 def _settled(gw, name, timeout=5.0):
     """The account once nothing is reserved any more (streams settle in the background)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        account = gw.account(name)
-        if account["reserved_nanodollars"] == 0 or time.monotonic() > deadline:
-            return account
-        time.sleep(0.05)
+    return wait_for(f"{name}'s reservations to settle",
+                    lambda: (a := gw.account(name))["reserved_nanodollars"] == 0 and a, timeout, interval=0.05)
 
 
 def test_stream_is_billed_from_upstream_usage(keys_gateway, primary):
