@@ -112,7 +112,7 @@ pub fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, 
         // Without reported usage, bill what is known: the input bound and one token per
         // content event, never more than was reserved.
         let usage = end.usage.or_else(|| {
-            (end.content_events > 0).then_some(Usage { prompt_tokens: input_bound, completion_tokens: end.content_events })
+            (end.content_events > 0).then_some(Usage::plain(input_bound, end.content_events))
         });
         let bad = outcome != Outcome::Ok;
         let end = Ending { status, slo_bad: Some(bad), latency_ms: first_byte_ms, attempts, candidate: Some(candidate), usage };

@@ -16,13 +16,25 @@ use crate::route::backoff;
 use crate::egress::{self, UpstreamResponse};
 use crate::headers::X_REQUEST_ID;
 mod finish;
+pub mod native;
 pub mod outcome;
 
 pub use finish::{Committed, InFlight, record};
 use outcome::{AttemptError, Outcome, Passthrough};
 
-/// The rest of an upstream body.
-pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
+/// The rest of an upstream body, as OpenAI SSE bytes.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, StreamError>> + Send>>;
+
+/// Why an upstream stream ended before it finished.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// The connection broke.
+    #[error("{0}")]
+    Transport(String),
+    /// The upstream sent an error event (or exception frame) after content.
+    #[error("the upstream sent an error: {0}")]
+    Upstream(String),
+}
 
 /// An attempt that produced its first body byte: the request is committed to it.
 pub struct Started {
@@ -56,6 +68,10 @@ pub struct AttemptSpec<'a> {
     pub request_id: &'a crate::headers::RequestId,
     /// Whether the attempt holds a trial slot (taken by the candidate order).
     pub trial: bool,
+    /// The model id at the upstream (Azure: the deployment in the URL).
+    pub model: &'a str,
+    /// For an upstream that is not OpenAI-compatible: what its translation needs.
+    pub native: Option<native::NativeInput<'a>>,
 }
 
 /// Runs one attempt.
@@ -66,41 +82,11 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
         Some(fb) if fb < spec.budget => (fb, Outcome::FirstByteTimeout),
         _ => (spec.budget, Outcome::Budget),
     };
-    let mut request = http::Request::new(Full::new(spec.body));
-    *request.method_mut() = Method::POST;
-    *request.uri_mut() = upstream.urls.of(spec.endpoint).clone();
-    let headers = request.headers_mut();
-    // No Host header here: the client adds it on HTTP/1 connections only; on HTTP/2
-    // (ALPN with a hosted provider) the authority travels as :authority.
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(X_REQUEST_ID, spec.request_id.header());
-    if spec.stream {
-        headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
-    }
-    if let Some((name, value)) = secrets.header(&upstream.cfg.key) {
-        headers.insert(name, value);
-    }
     let exchange = async {
-        let response = upstream.client.request(request).await.map_err(|e| classify(&e))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(refusal(response, spec.retry_on).await);
+        match &spec.native {
+            Some(input) => native::exchange(upstream, secrets, &spec, input).await,
+            None => openai_exchange(upstream, secrets, &spec).await,
         }
-        let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
-        if spec.stream {
-            let mut body: BodyStream = Box::pin(BodyDataStream::new(response.into_body()));
-            // Skip empty chunks: the watchdog waits for a real byte of the body.
-            loop {
-                match body.next().await {
-                    Some(Ok(chunk)) if chunk.is_empty() => continue,
-                    Some(Ok(chunk)) => return Ok((status, content_type, chunk, Some(body))),
-                    Some(Err(e)) => return Err(broken(&e)),
-                    None => return Err(AttemptError::transport(Outcome::Reset, "stream closed before its first byte")),
-                }
-            }
-        }
-        let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
-        Ok((status, content_type, body, None))
     };
     match tokio::time::timeout(limit, exchange).await {
         Ok(Ok((status, content_type, first, rest))) => {
@@ -147,4 +133,49 @@ pub fn classify(e: &hyper_util::client::legacy::Error) -> AttemptError {
 /// A body that broke while it was read.
 fn broken(e: &hyper::Error) -> AttemptError {
     AttemptError::transport(Outcome::Reset, egress::describe(e))
+}
+
+/// The exchange with an OpenAI-compatible upstream (`openai`, `azure-openai`): the
+/// client's bytes with the gateway's members spliced in, the answer passed on as it came.
+async fn openai_exchange(upstream: &UpstreamHandle, secrets: &Secrets, spec: &AttemptSpec<'_>) -> Result<native::Answer, AttemptError> {
+    let mut request = http::Request::new(Full::new(spec.body.clone()));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = match &upstream.azure {
+        Some(azure) => azure
+            .uri(spec.endpoint, spec.model)
+            .map_err(|e| AttemptError::transport(Outcome::Connect, format!("Azure deployment URL for {:?}: {e}", spec.model)))?,
+        None => upstream.urls.of(spec.endpoint).clone(),
+    };
+    let headers = request.headers_mut();
+    // No Host header here: the client adds it on HTTP/1 connections only; on HTTP/2
+    // (ALPN with a hosted provider) the authority travels as :authority.
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(X_REQUEST_ID, spec.request_id.header());
+    if spec.stream {
+        headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+    }
+    if let Some((name, value)) = secrets.header(&upstream.cfg.key) {
+        headers.insert(name, value);
+    }
+    let response = upstream.client.request(request).await.map_err(|e| classify(&e))?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(refusal(response, spec.retry_on).await);
+    }
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    if spec.stream {
+        let mut body: BodyStream =
+            Box::pin(BodyDataStream::new(response.into_body()).map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))));
+        // Skip empty chunks: the watchdog waits for a real byte of the body.
+        loop {
+            match body.next().await {
+                Some(Ok(chunk)) if chunk.is_empty() => continue,
+                Some(Ok(chunk)) => return Ok((status, content_type, chunk, Some(body))),
+                Some(Err(e)) => return Err(AttemptError::transport(Outcome::Reset, e.to_string())),
+                None => return Err(AttemptError::transport(Outcome::Reset, "stream closed before its first byte")),
+            }
+        }
+    }
+    let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
+    Ok((status, content_type, body, None))
 }

@@ -3,14 +3,16 @@
 //! (docs/contributing.md (conventions, rule 8)), swapped atomically on reload.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use http::Uri;
 use sluice_crds::Snapshot;
-use sluice_crds::snapshot::{CandidateConfig, RouteConfig, UpstreamConfig};
+use sluice_crds::snapshot::{CandidateConfig, Protocol, RouteConfig, UpstreamConfig};
 
+use crate::auth::{self, Credentials};
 use crate::egress;
 use crate::route::health::Health;
 use crate::telemetry::metrics::{Metrics, RouteMetrics, UpstreamMetrics};
@@ -34,6 +36,35 @@ pub struct UpstreamHandle {
     /// `{baseUrl}/chat/completions`, `/completions`, `/embeddings`, parsed once per
     /// config version rather than on every attempt.
     pub urls: EndpointUrls,
+    /// An `azure-openai` upstream's deployment URLs.
+    pub azure: Option<AzureUrls>,
+    /// Google tokens or AWS signing keys, shared across config versions; `None` for
+    /// upstreams that send an API key (or nothing).
+    pub credentials: Option<Arc<Credentials>>,
+}
+
+impl UpstreamHandle {
+    /// Whether requests to this upstream are translated (not OpenAI-compatible).
+    pub fn is_native(&self) -> bool {
+        !matches!(self.cfg.protocol, Protocol::Openai | Protocol::AzureOpenai)
+    }
+}
+
+/// The URLs of an Azure OpenAI resource's deployments (docs/design.md §9):
+/// `{baseUrl}/deployments/{model}/chat/completions?api-version={azure.apiVersion}`.
+#[derive(Clone, Debug)]
+pub struct AzureUrls {
+    base: String,
+    api_version: String,
+}
+
+impl AzureUrls {
+    /// The URI of `endpoint` at the deployment named `deployment`.
+    pub fn uri(&self, endpoint: crate::request::Endpoint, deployment: &str) -> Result<Uri, http::uri::InvalidUri> {
+        let deployment = sluice_providers::encode_segment(deployment);
+        let version = sluice_providers::encode_segment(&self.api_version);
+        format!("{}/deployments/{deployment}{}?api-version={version}", self.base, endpoint.upstream_path()).parse()
+    }
 }
 
 /// The parsed URI of each OpenAI endpoint of an upstream.
@@ -116,15 +147,62 @@ pub struct Runtime {
     pub upstreams: HashMap<String, Arc<UpstreamHandle>>,
 }
 
-/// State that outlives config versions: health by upstream key, clients, in-flight counters.
+/// State that outlives config versions: health by upstream key, clients, in-flight
+/// counters, and credentials (a reload must not throw away a token that is still good).
 #[derive(Default)]
 pub struct Carry {
     health: Mutex<HashMap<String, Arc<Health>>>,
     in_flight: Mutex<HashMap<String, Arc<AtomicU32>>>,
     clients: Mutex<HashMap<(u64, egress::Route), egress::UpstreamClient>>,
+    /// Credentials by upstream key, with the config they were made from.
+    credentials: Mutex<HashMap<String, (String, Arc<Credentials>)>>,
+    /// `--secrets-dir`, where credential Secrets are read.
+    secrets_dir: Option<PathBuf>,
 }
 
 impl Carry {
+    /// Carried state for a gateway whose Secrets are mounted under `secrets_dir`.
+    pub fn new(secrets_dir: Option<&Path>) -> Self {
+        Self { secrets_dir: secrets_dir.map(Path::to_path_buf), ..Self::default() }
+    }
+
+    /// The credentials an upstream needs besides an API key: a Google token source for
+    /// `vertex-*`, a SigV4 signer for `bedrock` without an API key. Kept while the
+    /// upstream's credential config stays the same.
+    fn credentials(&self, cfg: &UpstreamConfig) -> Option<Arc<Credentials>> {
+        let made = match (cfg.protocol, &cfg.gcp, &cfg.aws) {
+            (Protocol::VertexAnthropic | Protocol::VertexGemini, Some(gcp), _) => {
+                let file = gcp.credentials.as_ref().map(|c| auth::SecretFile {
+                    secret: c.secret.clone(),
+                    path: self.secrets_dir.clone().unwrap_or_default().join(&c.secret).join(&c.key),
+                });
+                let fingerprint = format!("gcp {file:?}");
+                let make = move || Credentials::Google(auth::google::GoogleTokens::new(auth::google::TokenSource::new(file, &auth::process_env())));
+                Some((fingerprint, Box::new(make) as Box<dyn FnOnce() -> Credentials>))
+            }
+            (Protocol::Bedrock, _, Some(aws)) if cfg.auth.is_none() => {
+                let source = match &aws.credentials_secret {
+                    Some(name) => auth::aws::CredentialSource::Secret { dir: self.secrets_dir.clone().unwrap_or_default().join(name), name: name.clone() },
+                    None => auth::aws::CredentialSource::Chain(auth::process_env()),
+                };
+                let fingerprint = format!("aws {} {:?}", aws.region, aws.credentials_secret);
+                let region = aws.region.clone();
+                Some((fingerprint, Box::new(move || Credentials::Aws(auth::aws::AwsSigner::new(region, source))) as Box<dyn FnOnce() -> Credentials>))
+            }
+            _ => None,
+        }?;
+        let (fingerprint, make) = made;
+        let mut map = self.credentials.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((kept, creds)) = map.get(&cfg.key)
+            && *kept == fingerprint
+        {
+            return Some(creds.clone());
+        }
+        let creds = Arc::new(make());
+        map.insert(cfg.key.clone(), (fingerprint, creds.clone()));
+        Some(creds)
+    }
+
     fn health(&self, key: &str) -> Arc<Health> {
         let mut map = self.health.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(key.to_string()).or_default().clone()
@@ -163,6 +241,11 @@ impl Runtime {
                 metrics: UpstreamMetrics::new(metrics, &cfg.name),
                 in_flight: carry.in_flight(key),
                 urls,
+                azure: (cfg.protocol == Protocol::AzureOpenai).then(|| AzureUrls {
+                    base: cfg.base_url.trim_end_matches('/').to_string(),
+                    api_version: cfg.azure_api_version.clone().unwrap_or_default(),
+                }),
+                credentials: carry.credentials(cfg),
                 name_header: http::HeaderValue::from_str(&cfg.name).ok(),
                 cfg: cfg.clone(),
             };

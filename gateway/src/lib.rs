@@ -22,6 +22,7 @@
 
 pub mod answer;
 pub mod attempt;
+pub mod auth;
 pub mod billing;
 pub mod budgets;
 pub mod chaos;

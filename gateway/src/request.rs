@@ -66,6 +66,13 @@ pub struct ClientRequest {
     stream_options: Option<(Range<usize>, Option<String>)>,
 }
 
+impl ClientRequest {
+    /// The body as the client sent it (a translated request is built from it).
+    pub fn body(&self) -> &[u8] {
+        &self.raw
+    }
+}
+
 fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::InvalidRequest(message.into())
 }

@@ -14,7 +14,8 @@ pub async fn settle(route: &Route, candidate: Option<usize>, reservation: Option
     let cand = candidate.and_then(|i| route.candidates.get(i));
     let charge = match (cand, usage) {
         (Some(c), Some(u)) => {
-            let cost = c.cfg.price.map_or(0, |p| p.cost_nanos(u.prompt_tokens, u.completion_tokens));
+            let (uncached, cache_read, cache_write, output) = u.priced_parts();
+            let cost = c.cfg.price.map_or(0, |p| p.cost_nanos_usage(uncached, cache_read, cache_write, output));
             let usage = sluice_ledger::Usage {
                 input_tokens: u.prompt_tokens,
                 output_tokens: u.completion_tokens,

@@ -4,15 +4,52 @@
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 
-/// Token usage reported by an upstream.
+/// Token usage reported by an upstream, in OpenAI's accounting: `prompt_tokens`
+/// includes cache reads (`prompt_tokens_details.cached_tokens`) and cache writes
+/// (`prompt_tokens_details.cache_write_tokens`, which sluice's translation of Anthropic
+/// and Bedrock answers reports), so that each is priced apart.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct Usage {
-    /// Input tokens.
+    /// Input tokens, cache reads and writes included.
     #[serde(default)]
     pub prompt_tokens: u64,
     /// Output tokens.
     #[serde(default)]
     pub completion_tokens: u64,
+    /// Where the input tokens came from.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub prompt_tokens_details: PromptDetails,
+}
+
+/// The cache part of `prompt_tokens`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct PromptDetails {
+    /// Read from the provider's prompt cache.
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Written to it.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// Plain input and output tokens, nothing cached.
+    pub fn plain(prompt_tokens: u64, completion_tokens: u64) -> Self {
+        Self { prompt_tokens, completion_tokens, prompt_tokens_details: PromptDetails::default() }
+    }
+
+    /// (uncached input, cache reads, cache writes, output): the four quantities a price has.
+    pub fn priced_parts(&self) -> (u64, u64, u64, u64) {
+        let PromptDetails { cached_tokens, cache_write_tokens } = self.prompt_tokens_details;
+        // A provider that reports more cached than prompt tokens is not trusted for the split.
+        let cached = cached_tokens.min(self.prompt_tokens);
+        let written = cache_write_tokens.min(self.prompt_tokens - cached);
+        (self.prompt_tokens - cached - written, cached, written, self.completion_tokens)
+    }
+}
+
+fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// The fields of a chunk the gateway reads; everything else is skipped unparsed.
@@ -157,7 +194,7 @@ mod tests {
         assert!(matches!(events[0], Event::Chunk { finished: true, usage: None, .. }));
         assert!(matches!(
             events[1],
-            Event::Chunk { usage_only: true, usage: Some(Usage { prompt_tokens: 3, completion_tokens: 5 }), .. }
+            Event::Chunk { usage_only: true, usage: Some(Usage { prompt_tokens: 3, completion_tokens: 5, .. }), .. }
         ));
         assert!(matches!(events[2], Event::Malformed(_)));
         assert!(matches!(events[3], Event::Other(_)));

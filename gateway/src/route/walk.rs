@@ -210,9 +210,17 @@ fn launch<'a>(
         // Per-candidate budget: remaining deadline ÷ candidates not yet tried.
         let budget = deadline.saturating_duration_since(began) / u32::try_from(untried.max(1)).unwrap_or(1);
         let first_byte = (req.stream && !hedge).then(|| c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte));
+        let native = c.upstream.is_native().then(|| attempt::native::NativeInput {
+            model: &c.cfg.model,
+            default_max_tokens: route.cfg.default_max_tokens,
+            client_body: req.body(),
+        });
         let spec = attempt::AttemptSpec {
             endpoint: req.endpoint,
-            body: req.upstream_body(&c.cfg.model, route.cfg.default_max_tokens),
+            // A translated request is built from the client's body by the attempt.
+            body: if native.is_some() { bytes::Bytes::new() } else { req.upstream_body(&c.cfg.model, route.cfg.default_max_tokens) },
+            model: &c.cfg.model,
+            native,
             stream: req.stream,
             first_byte,
             budget,

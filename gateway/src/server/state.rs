@@ -73,7 +73,7 @@ impl Gateway {
     pub fn new(settings: HealthSettings, secrets: Secrets, ledger: Option<Ledger>, auth: AuthMode) -> Self {
         Self {
             current: Current::default(),
-            carry: Carry::default(),
+            carry: Carry::new(secrets.dir()),
             metrics: Metrics::new(),
             settings,
             secrets,

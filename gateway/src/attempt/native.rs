@@ -1,0 +1,280 @@
+//! One attempt at an upstream that speaks a provider's native protocol (docs/design.md
+//! §9): the client's OpenAI request is translated by `sluice_providers`, authorised
+//! (API-key header, Google token or SigV4), sent, and the answer translated back — a
+//! whole body, or a stream transcoded as it arrives.
+//!
+//! For a stream the attempt commits on the first *content* event (text or a tool call),
+//! not on the first byte: a role-only chunk, an Anthropic `message_start` or a Bedrock
+//! `messageStart` says nothing about whether an answer is coming, and an error event
+//! before any content is a failed attempt that fails over like a 5xx would.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use http_body_util::{BodyDataStream, BodyExt, Full};
+use sluice_crds::snapshot::{Protocol as CrdProtocol, UpstreamConfig};
+use sluice_providers::{self as providers, AnswerOpts, ChatRequest, ErrorKind, Out, Protocol, Target, Transcoder, UpstreamError};
+
+use super::outcome::{AttemptError, Outcome, Passthrough};
+use super::{AttemptSpec, BodyStream, StreamError, classify};
+use crate::config::UpstreamHandle;
+use crate::config::source::Secrets;
+use crate::egress;
+use crate::headers::X_REQUEST_ID;
+use crate::request::Endpoint;
+
+/// What a native attempt needs besides the common [`AttemptSpec`].
+pub struct NativeInput<'a> {
+    /// The model id at the upstream (the candidate's `model`).
+    pub model: &'a str,
+    /// `max_tokens` when the client sets none (the route's `defaultMaxTokens`).
+    pub default_max_tokens: u32,
+    /// The client's request body.
+    pub client_body: &'a [u8],
+}
+
+/// The protocol of the translation layer for a configured one.
+pub fn protocol(p: CrdProtocol) -> Protocol {
+    match p {
+        CrdProtocol::Openai => Protocol::OpenAi,
+        CrdProtocol::AzureOpenai => Protocol::AzureOpenAi,
+        CrdProtocol::Anthropic => Protocol::Anthropic,
+        CrdProtocol::Bedrock => Protocol::Bedrock,
+        CrdProtocol::VertexAnthropic => Protocol::VertexAnthropic,
+        CrdProtocol::VertexGemini => Protocol::VertexGemini,
+        CrdProtocol::Gemini => Protocol::Gemini,
+    }
+}
+
+fn target<'a>(cfg: &'a UpstreamConfig, input: &NativeInput<'a>) -> Target<'a> {
+    Target {
+        protocol: protocol(cfg.protocol),
+        model: input.model,
+        default_max_tokens: input.default_max_tokens,
+        anthropic_version: cfg.anthropic_version.as_deref(),
+        azure_api_version: cfg.azure_api_version.as_deref(),
+        gcp_project: cfg.gcp.as_ref().map(|g| g.project.as_str()),
+        gcp_location: cfg.gcp.as_ref().map(|g| g.location.as_str()),
+    }
+}
+
+/// A client error found before anything was sent (the request cannot be expressed in
+/// the target's protocol): answered as a 400 naming the field, never failed over.
+fn refused_here(message: String) -> AttemptError {
+    let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error", "code": "invalid_request", "param": null}});
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    AttemptError {
+        outcome: Outcome::Http4xx,
+        detail: message,
+        retryable: false,
+        retry_after: None,
+        passthrough: Some(Passthrough { status: StatusCode::BAD_REQUEST, headers, body: Bytes::from(body.to_string()) }),
+    }
+}
+
+/// A classified upstream error as the attempt's failure: retryable when the provider's
+/// error name says so, or, when only the status spoke, when the route's `retryOn` lists it.
+fn failed(e: UpstreamError, retry_on: &[u16]) -> AttemptError {
+    let by_status = ErrorKind::from_status(e.status);
+    let retryable = if e.kind == by_status { retry_on.contains(&e.status) } else { e.kind.retryable() };
+    let outcome = match e.kind {
+        ErrorKind::RateLimited => Outcome::Http429,
+        k if k.retryable() && e.status != 408 => Outcome::Http5xx,
+        _ => StatusCode::from_u16(e.status).map_or(Outcome::Http5xx, Outcome::of_status),
+    };
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    AttemptError {
+        outcome,
+        detail: format!("{status}: {}", e.message.chars().take(300).collect::<String>()),
+        retryable,
+        retry_after: e.retry_after,
+        passthrough: (!retryable).then(|| Passthrough { status, headers, body: e.openai_body }),
+    }
+}
+
+fn unix_now() -> (u64, u64) {
+    let d = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    (d.as_secs(), u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The answer of a native attempt, as the OpenAI side sees it.
+pub(super) type Answer = (StatusCode, Option<HeaderValue>, Bytes, Option<BodyStream>);
+
+/// Runs the exchange of one native attempt (the caller bounds it in time).
+pub(super) async fn exchange(upstream: &UpstreamHandle, secrets: &Secrets, spec: &AttemptSpec<'_>, input: &NativeInput<'_>) -> Result<Answer, AttemptError> {
+    let cfg = &upstream.cfg;
+    let target = target(cfg, input);
+    if spec.endpoint != Endpoint::Chat {
+        return Err(refused_here(format!(
+            "the upstream {:?} speaks the {} protocol, which serves /v1/chat/completions only",
+            cfg.name,
+            target.protocol.as_str()
+        )));
+    }
+    let chat: ChatRequest = serde_json::from_slice(input.client_body).map_err(|e| refused_here(format!("invalid chat request: {e}")))?;
+    let native = providers::build(&target, &chat, spec.stream).map_err(|e| refused_here(e.to_string()))?;
+    let url = format!("{}{}", cfg.base_url.trim_end_matches('/'), native.path);
+    let uri: Uri = url.parse().map_err(|e| AttemptError::transport(Outcome::Connect, format!("upstream URL {url:?}: {e}")))?;
+    let (now_secs, now_ms) = unix_now();
+    let opts = AnswerOpts { id: format!("chatcmpl-{}", spec.request_id.as_str()), created: now_secs };
+
+    // An expired credential is refreshed once and the same candidate asked again.
+    let mut refreshed = false;
+    let response = loop {
+        let mut request = http::Request::new(Full::new(native.body.clone()));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri.clone();
+        let headers = request.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(X_REQUEST_ID, spec.request_id.header());
+        if spec.stream && target.protocol != Protocol::Bedrock {
+            headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        }
+        for (name, value) in &native.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        if let Some((name, value)) = secrets.header(&cfg.key) {
+            headers.insert(name, value);
+        } else if let Some(creds) = &upstream.credentials {
+            creds
+                .authorize(&Method::POST, &uri, headers, &native.body, SystemTime::now())
+                .await
+                .map_err(|e| AttemptError::transport(Outcome::Connect, format!("credentials: {e}")))?;
+        }
+        let response = upstream.client.request(request).await.map_err(|e| classify(&e))?;
+        if response.status().is_success() {
+            break response;
+        }
+        let status = response.status().as_u16();
+        let head = response.headers().clone();
+        let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let error = providers::classify(&target, status, &head, &body, now_ms);
+        if error.kind == ErrorKind::AuthExpired && !refreshed && let Some(creds) = &upstream.credentials {
+            tracing::info!(upstream = %cfg.name, "the upstream says the credential expired; refreshing it and asking again");
+            creds.invalidate();
+            refreshed = true;
+            continue;
+        }
+        return Err(failed(error, spec.retry_on));
+    };
+    let status = response.status();
+    let json = Some(HeaderValue::from_static("application/json"));
+    if !spec.stream {
+        let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
+        let completion = providers::parse(&target, &body, &opts).map_err(|e| failed(e, spec.retry_on))?;
+        return Ok((status, json, completion.body, None));
+    }
+    let body: BodyStream = Box::pin(BodyDataStream::new(response.into_body()).map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))));
+    let mut stream = Transcoded { body, transcoder: providers::transcoder(&target, opts), ready: VecDeque::new(), ended: false };
+    // Collect events until the first content (or the end of an answer without any).
+    let mut first = BytesMut::new();
+    loop {
+        let Some(item) = stream.next_out(spec.retry_on).await? else {
+            return Ok((status, Some(HeaderValue::from_static("text/event-stream")), first.freeze(), None));
+        };
+        first.extend_from_slice(&item.bytes);
+        if item.content {
+            return Ok((status, Some(HeaderValue::from_static("text/event-stream")), first.freeze(), Some(Box::pin(stream))));
+        }
+    }
+}
+
+fn broken(e: &hyper::Error) -> AttemptError {
+    AttemptError::transport(Outcome::Reset, egress::describe(e))
+}
+
+/// One transcoded event.
+struct Item {
+    bytes: Bytes,
+    content: bool,
+}
+
+/// A native body stream transcoded into OpenAI SSE events.
+struct Transcoded {
+    body: BodyStream,
+    transcoder: Box<dyn Transcoder + Send>,
+    /// Events transcoded but not yet handed out; an error ends the stream.
+    ready: VecDeque<Result<Item, UpstreamError>>,
+    ended: bool,
+}
+
+impl Transcoded {
+    fn push(&mut self, outs: Vec<Out>) {
+        for out in outs {
+            match out {
+                Out::Event { bytes, content } => self.ready.push_back(Ok(Item { bytes, content })),
+                Out::Done => self.ended = true,
+                Out::Error { error, .. } => {
+                    self.ready.push_back(Err(error));
+                    self.ended = true;
+                }
+            }
+        }
+    }
+
+    /// The next event before the attempt committed: an error is the attempt's failure.
+    async fn next_out(&mut self, retry_on: &[u16]) -> Result<Option<Item>, AttemptError> {
+        loop {
+            match self.ready.pop_front() {
+                Some(Ok(item)) => return Ok(Some(item)),
+                Some(Err(e)) => return Err(failed(e, retry_on)),
+                None if self.ended => return Ok(None),
+                None => {}
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => {
+                    let outs = self.transcoder.feed(&chunk);
+                    self.push(outs);
+                }
+                Some(Err(e)) => return Err(AttemptError::transport(Outcome::Reset, e.to_string())),
+                None => {
+                    let outs = self.transcoder.finish();
+                    self.push(outs);
+                    if self.ready.is_empty() {
+                        return Err(AttemptError::transport(Outcome::Reset, "stream closed before its first content"));
+                    }
+                    self.ended = true;
+                }
+            }
+        }
+    }
+}
+
+impl Stream for Transcoded {
+    type Item = Result<Bytes, StreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            match self.ready.pop_front() {
+                Some(Ok(item)) => return Poll::Ready(Some(Ok(item.bytes))),
+                Some(Err(e)) => return Poll::Ready(Some(Err(StreamError::Upstream(e.message)))),
+                None if self.ended => return Poll::Ready(None),
+                None => {}
+            }
+            match self.body.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(chunk))) => {
+                    let outs = self.transcoder.feed(&chunk);
+                    self.push(outs);
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.ended = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    let outs = self.transcoder.finish();
+                    self.push(outs);
+                    self.ended = true;
+                }
+            }
+        }
+    }
+}
