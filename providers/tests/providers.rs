@@ -9,6 +9,8 @@ mod anthropic;
 mod aws;
 #[path = "providers/bedrock.rs"]
 mod bedrock;
+#[path = "providers/bedrock_errors.rs"]
+mod bedrock_errors;
 #[path = "providers/eventstream.rs"]
 mod eventstream;
 #[path = "providers/fixture.rs"]
@@ -21,6 +23,8 @@ mod gemini;
 mod openai;
 #[path = "providers/regressions.rs"]
 mod regressions;
+#[path = "providers/requests.rs"]
+mod requests;
 #[path = "providers/sigv4.rs"]
 mod sigv4;
 #[path = "providers/streams.rs"]
