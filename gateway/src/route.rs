@@ -10,3 +10,6 @@ pub mod probe;
 pub mod walk;
 
 pub use walk::{DispatchCtx, Dispatched, Failed, dispatch};
+
+#[cfg(test)]
+mod tests;
