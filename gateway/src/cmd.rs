@@ -2,6 +2,7 @@
 //! runs until done or signalled.
 
 pub mod admin;
+pub mod budgets;
 pub mod chaos;
 pub mod demo;
 pub mod serve;

@@ -24,7 +24,6 @@ pub mod answer;
 pub mod attempt;
 pub mod auth;
 pub mod billing;
-pub mod budgets;
 pub mod chaos;
 pub mod cmd;
 pub mod config;
@@ -36,9 +35,3 @@ pub mod request;
 pub mod route;
 pub mod server;
 pub mod telemetry;
-
-// `budgets.rs` still names `serve::redact` until it moves into `cmd/` (its budget
-// maths are moving to sluice-ledger first).
-mod serve {
-    pub(crate) use crate::cmd::serve::redact;
-}

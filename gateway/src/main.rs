@@ -33,7 +33,7 @@ enum Command {
     /// Manage accounts and API keys in the ledger.
     Admin(sluice_gateway::cmd::admin::AdminArgs),
     /// Show error-budget consumption, like `kubectl get errorbudgets`.
-    Budgets(sluice_gateway::budgets::BudgetsArgs),
+    Budgets(sluice_gateway::cmd::budgets::BudgetsArgs),
     /// Chaos upstreams, a gateway and live traffic: watch failover happen.
     Demo(sluice_gateway::cmd::demo::DemoArgs),
 }
@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Budgets(args) => {
             init_tracing(cli.log_format, "warn");
-            sluice_gateway::budgets::run(args).await
+            sluice_gateway::cmd::budgets::run(args).await
         }
         Command::Demo(args) => {
             init_tracing(cli.log_format, "error");

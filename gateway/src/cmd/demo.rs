@@ -200,11 +200,11 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
     let runtime = gw.current.get().context("config is loaded")?;
     let mut rows = Vec::new();
     for b in &runtime.snapshot.budgets {
-        rows.push((b, crate::budgets::evaluate(&ledger, b).await?));
+        rows.push((b, crate::cmd::budgets::evaluate(&ledger, b).await?));
     }
     writeln!(out)?;
     writeln!(out, "{}", style.bold("Error budgets (what `kubectl get errorbudgets` shows in a cluster)"))?;
-    write!(out, "{}", crate::budgets::table(&rows, style.colour))?;
+    write!(out, "{}", crate::cmd::budgets::table(&rows, style.colour))?;
     loops.abort();
     server.abort();
     Ok(())

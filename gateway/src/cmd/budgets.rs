@@ -37,7 +37,7 @@ pub async fn run(args: BudgetsArgs) -> anyhow::Result<()> {
     for p in resolved.errors() {
         tracing::warn!(problem = %p, "manifest problem");
     }
-    let ledger = Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", crate::serve::redact(&args.ledger)))?;
+    let ledger = Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", crate::cmd::serve::redact(&args.ledger)))?;
     let mut rows = Vec::new();
     for b in &resolved.snapshot.budgets {
         rows.push((b, evaluate(&ledger, b).await?));
