@@ -1,161 +1,20 @@
-"""Turns bench/run.py's results into BENCHMARKS.md and the latency-vs-rate plot."""
+"""Turns a run's results into BENCHMARKS.md (tables, targets with PASS/FAIL, the
+machine and configurations) and the latency-vs-rate plot."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PERCENTILES = ["p50", "p90", "p99", "p99.9"]
-P99_BOUND_MS = 5.0
+from .plot import plot
+from .settings import ROOT
+from .stats import added_by_round, by, capacity, ceiling, combine, f, litellm_ceiling, ratio, us
+
 TARGET_RATES = (1000, 5000)
 
 
 def results_dir(out_dir: Path) -> Path:
     """The PNG and raw JSON sit under bench/results when BENCHMARKS.md is the repo's."""
     return ROOT / "bench" / "results" if out_dir.resolve() == ROOT else out_dir
-
-
-def f(v, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return f"{v:.{digits}f}"
-
-
-def us(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return f"{v:+.0f}"
-
-
-def by(runs: list[dict], system: str, rate: int) -> list[dict]:
-    return [r for r in runs if r["system"] == system and r["rate"] == rate]
-
-
-def combine(rounds: list[dict]) -> dict | None:
-    if not rounds:
-        return None
-    out = dict(rounds[0])
-    out["lat_ms"] = {p: statistics.median([r["lat_ms"][p] for r in rounds]) if all(r["lat_ms"][p] is not None for r in rounds)
-                     else None for p in PERCENTILES}
-    for k in ("success", "achieved_rps", "cpu_pct", "oha_cpu_pct", "load1", "foreign_cpu_pct"):
-        out[k] = statistics.median([r.get(k, 0) for r in rounds])
-    out["rss_mb"] = max(r["rss_mb"] for r in rounds)
-    if rounds[0].get("ledger_cpu_pct") is not None:
-        out["ledger_cpu_pct"] = statistics.median([r["ledger_cpu_pct"] for r in rounds])
-    for k in ("ok", "non2xx", "errors", "aborted_at_deadline"):
-        out[k] = sum(r[k] for r in rounds)
-    # Sustained: the median round keeps p99 under the bound and keeps up, and no round
-    # had an error (one noisy round on a shared machine does not fail a rate).
-    p99 = out["lat_ms"]["p99"]
-    out["sustained"] = (p99 is not None and p99 < P99_BOUND_MS and out["non2xx"] == 0 and out["errors"] == 0
-                        and out["achieved_rps"] >= 0.95 * out["rate"]
-                        and sum(1 for r in rounds if r["sustained"]) * 2 > len(rounds) - 1)
-    out["rounds"] = len(rounds)
-    return out
-
-
-def added_by_round(runs: list[dict], system: str, rate: int) -> dict:
-    """via − direct per percentile (µs), per round (same round, same machine state), then the median."""
-    per: dict[str, list[float]] = {p: [] for p in PERCENTILES}
-    for r in by(runs, system, rate):
-        d = [x for x in by(runs, "direct", rate) if x.get("round") == r.get("round")]
-        if not d:
-            continue
-        for p in PERCENTILES:
-            if r["lat_ms"][p] is not None and d[0]["lat_ms"][p] is not None:
-                per[p].append((r["lat_ms"][p] - d[0]["lat_ms"][p]) * 1000)
-    return {p: statistics.median(v) if v else None for p, v in per.items()}
-
-
-def ratio(a, b) -> float | None:
-    if a is None or b is None or b <= 0:
-        return None
-    return a / b
-
-
-def ceiling(results: dict, system: str) -> tuple[int | None, str]:
-    """Highest rate sustained (p99 < 5 ms, no errors), walking up until the first miss."""
-    runs = results.get("runs", []) + results.get("ceiling_runs", [])
-    rates = sorted({r["rate"] for r in runs if r["system"] == system})
-    best, note = None, ""
-    for rate in rates:
-        c = combine(by(runs, system, rate))
-        if c and c["sustained"]:
-            best = rate
-        else:
-            d = combine(by(runs, "direct", rate))
-            if d and not d["sustained"] and system != "direct":
-                note = (f"direct also missed {rate}/s (oha used {d['oha_cpu_pct']:.0f} % of its core, other work "
-                        f"{d.get('foreign_cpu_pct', 0):.0f} % of a core): the limit is the machine, not the system")
-            break
-    else:
-        if rates:
-            note = "highest rate tried"
-    return best, note
-
-
-def capacity(runs: list[dict], system: str) -> int | None:
-    """Highest rate answered in full (all 2xx, ≥ 95 % of the offered rate), whatever the latency."""
-    best = None
-    for rate in sorted({r["rate"] for r in runs if r["system"] == system}):
-        c = combine(by(runs, system, rate))
-        if c and c["non2xx"] == 0 and c["errors"] == 0 and c["achieved_rps"] >= 0.95 * rate:
-            best = rate
-        else:
-            break
-    return best
-
-
-def litellm_ceiling(results: dict) -> int | None:
-    best = None
-    for r in results.get("litellm_runs", []):
-        if r["system"] != "litellm":
-            continue
-        if r["sustained"]:
-            best = r["rate"]
-        else:
-            break
-    return best
-
-
-def plot(results: dict, path: Path) -> bool:
-    try:
-        import matplotlib  # noqa: PLC0415
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        return False
-    runs = results.get("runs", []) + results.get("ceiling_runs", [])
-    lruns = results.get("litellm_runs", [])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.6), sharey=True)
-    systems = list(results.get("systems", {}).items()) + [("litellm", "LiteLLM proxy")]
-    for ax, p in zip(axes, ("p50", "p99")):
-        for key, label in systems:
-            pts = []
-            src = lruns if key == "litellm" else runs
-            for rate in sorted({r["rate"] for r in src if r["system"] == key}):
-                c = combine(by(src, key, rate))
-                if c and c["lat_ms"][p] is not None and c["success"] > 0.5:
-                    pts.append((rate, c["lat_ms"][p]))
-            if pts:
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
-        ax.axhline(P99_BOUND_MS, color="grey", linestyle=":", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("offered rate (req/s, open loop)")
-        ax.set_title(f"{p} latency vs rate")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("latency (ms), log scale")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3)
-    fig.suptitle("Zero-delay mock on 127.0.0.1; dotted line: the 5 ms p99 bound")
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
 
 
 def render(results: dict, out_dir: Path) -> Path:

@@ -1,0 +1,209 @@
+"""sluice's benchmark suite: one run, every system side by side, BENCHMARKS.md out.
+
+Started by `bench/run` (which installs the tools and builds the release binary) through
+`bench/run.py`; see bench/README.md for what is measured and how. Everything listens
+on 127.0.0.1 with ephemeral ports, every load step is bounded in time, and every
+process this script starts is stopped at the end (its own process group, by id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from . import report
+from .host import machine, scan_logs, versions
+from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
+from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase
+from .procs import Service
+from .settings import BODY, FULL, LOAD_CPU, QUICK, ROOT, free_port, log
+from .systems import (
+    billing_key,
+    chaos,
+    create_pg_db,
+    drop_pg_db,
+    failover_manifests,
+    nginx_conf,
+    post_json,
+    sluice_manifests,
+    start_mock,
+    start_sluice,
+    wait_http,
+)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="short durations, fewer rates (for iteration)")
+    ap.add_argument("--out", type=Path, help="where BENCHMARKS.md goes (default: repo root; quick: target/bench/quick)")
+    ap.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
+    ap.add_argument("--no-postgres", action="store_true", help="skip the Postgres billing run")
+    ap.add_argument("--no-callgrind", action="store_true", help="skip counting instructions per request under valgrind")
+    ap.add_argument("--render", type=Path, help="only render BENCHMARKS.md from a results.json")
+    args = ap.parse_args()
+
+    if args.render:
+        results = json.loads(args.render.read_text())
+        if "log_findings" not in results and Path(results.get("workdir", "/nonexistent")).is_dir():
+            results["log_findings"] = scan_logs(Path(results["workdir"]))
+            args.render.write_text(json.dumps(results, indent=1))
+        default = ROOT if args.render.resolve().parent == (ROOT / "bench" / "results").resolve() else args.render.parent
+        out = args.out or default
+        report.render(results, out)
+        return 0
+
+    mode = QUICK if args.quick else FULL
+    RETRY_BUDGET["left"] = mode.retry_budget
+    out_dir = args.out or (ROOT / "target" / "bench" / "quick" if args.quick else ROOT)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    work = ROOT / "target" / "bench" / f"run-{stamp}"
+    work.mkdir(parents=True, exist_ok=True)
+    # This script and the load generator share one core; the systems the other.
+    os.sched_setaffinity(0, {int(LOAD_CPU)})
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    started = time.time()
+    results: dict = {"mode": mode.__dict__, "foreign_limit_pct": FOREIGN_LIMIT_PCT, "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                     "load_start": os.getloadavg(), "workdir": str(work)}
+    pg_created = False
+    try:
+        results["machine"] = machine()
+        results["versions"] = versions()
+        # ---- upstream mocks
+        mock, mock_port = start_mock("mock", work)
+        backup, backup_port = start_mock("mock-backup", work)
+        m503, m503_port = start_mock("mock-503", work)
+        mhang, mhang_port = start_mock("mock-hang", work)
+        chaos(m503_port, {"status": 503})
+        chaos(mhang_port, {"hang": True})
+        down_port = free_port()  # nothing listens: connection refused
+
+        # ---- systems
+        man = work / "sluice.yaml"
+        man.write_text(sluice_manifests(mock_port))
+        results["configs"] = {"sluice.yaml": man.read_text()}
+        systems = [System("direct", "direct (mock)", mock_port, services=[mock])]
+        s_off, p_off = start_sluice("sluice-off", work, man, f"sqlite://{work}/off.db", "none")
+        systems.append(System("sluice", "sluice, billing off", p_off, services=[s_off]))
+        led = f"sqlite://{work}/billing.db"
+        key = billing_key(led)
+        s_sq, p_sq = start_sluice("sluice-sqlite", work, man, led, "keys")
+        systems.append(System("sluice-sqlite", "sluice, billing on SQLite", p_sq, headers={"authorization": f"Bearer {key}"},
+                              services=[s_sq]))
+        if not args.no_postgres:
+            try:
+                pg_url = create_pg_db()
+                pg_created = True
+                key_pg = billing_key(pg_url)
+                s_pg, p_pg = start_sluice("sluice-pg", work, man, pg_url, "keys")
+                systems.append(System("sluice-pg", "sluice, billing on Postgres", p_pg,
+                                      headers={"authorization": f"Bearer {key_pg}"}, services=[s_pg], ledger_cpu=True))
+            except Exception as e:  # noqa: BLE001 - the rest of the run is still worth having
+                log(f"Postgres billing skipped: {e}")
+                results["postgres_skipped"] = str(e)
+        nginx_port = free_port()
+        (work / "nginx-tmp").mkdir(exist_ok=True)
+        conf = work / "nginx.conf"
+        conf.write_text(nginx_conf(work, nginx_port, mock_port))
+        results["configs"]["nginx.conf"] = conf.read_text()
+        ngx = Service("nginx", [shutil.which("nginx") or "/usr/sbin/nginx", "-e", str(work / "nginx-error.log"), "-p", str(work),
+                                "-c", str(conf), "-g", "daemon off;"], work)
+        wait_http(nginx_port, "/v1/models")
+        systems.append(System("nginx", "nginx (proxy_pass)", nginx_port, services=[ngx]))
+        results["systems"] = {s.key: s.label for s in systems}
+
+        # sanity: every system answers the body with 200 before any timing
+        for s in systems:
+            status, _, body = post_json(s.port, s.path, json.loads(BODY), s.headers)
+            if status != 200:
+                raise RuntimeError(f"{s.key} answered {status}: {body[:300]!r}")
+
+        # ---- warm-up, then the rate matrix, systems alternated and rotated per round
+        log(f"mode {mode.name}: {len(systems)} systems, rates {mode.rates}, {mode.rounds} round(s) of {mode.duration}s")
+        for s in systems:
+            run_oha(s, 1000, mode.warmup, work, retry=False)
+        runs: list[dict] = []
+        results["runs"] = runs
+        for rate in mode.rates:
+            for rnd in range(mode.rounds):
+                order = systems[rnd % len(systems):] + systems[: rnd % len(systems)]
+                for s in order:
+                    time.sleep(0.5)  # let the previous system's tail drain
+                    r = run_oha(s, rate, mode.duration, work)
+                    r["round"] = rnd
+                    runs.append(r)
+                    log(describe(r))
+
+        # ---- ceiling: keep raising the rate for systems that sustained every rate so far
+        ceiling_runs: list[dict] = []
+        results["ceiling_runs"] = ceiling_runs
+        alive = [s for s in systems
+                 if all(report.combine(report.by(runs, s.key, rate))["sustained"] for rate in mode.rates)]
+        for rate in mode.ceiling_rates:
+            if not alive:
+                break
+            for s in list(alive):
+                r = run_oha(s, rate, mode.ceiling_duration, work)
+                ceiling_runs.append(r)
+                log("ceiling " + describe(r))
+                if not r["sustained"]:
+                    alive.remove(s)
+
+        # ---- streaming: TTFB and inter-chunk gaps, direct vs through sluice
+        results["streaming"] = streaming_phase(mock_port, p_off, mode.streams)
+        if not args.no_callgrind:
+            results["callgrind"] = callgrind_phase(work, mock_port, man, mode.callgrind_requests)
+
+        # ---- failover cost for sluice (forced: every request tries the failing primary;
+        # learned: default health window, the primary is demoted after its first failure)
+        fman = work / "failover.yaml"
+        fman.write_text(failover_manifests(backup_port, down_port, m503_port, mhang_port))
+        results["configs"]["failover.yaml"] = fman.read_text()
+        fo: dict = {}
+        s_forced, p_forced = start_sluice("sluice-failover-forced", work, fman, f"sqlite://{work}/fo1.db", "none",
+                                          ["--health-window", "1ms"])
+        fo["sluice (every request fails over)"] = failover_phase(p_forced, mode.failovers)
+        s_forced.stop()
+        s_learn, p_learn = start_sluice("sluice-failover-learned", work, fman, f"sqlite://{work}/fo2.db", "none")
+        fo["sluice (default health window)"] = failover_phase(p_learn, mode.failovers)
+        s_learn.stop()
+        results["failover"] = fo
+
+        # ---- LiteLLM: its own rate ladder (with direct at the same rates), then failover
+        if not args.no_litellm:
+            try:
+                litellm_phase(results, mode, work, systems[0], mock_port, backup_port, down_port, m503_port, mhang_port)
+            except Exception as e:  # noqa: BLE001
+                log(f"LiteLLM phase failed: {e}")
+                results["litellm_error"] = str(e)
+    except KeyboardInterrupt:
+        log("interrupted; stopping everything")
+        Service.stop_all()
+        return 130
+    except Exception:
+        (work / "partial-results.json").write_text(json.dumps(results, indent=1, default=str))
+        log(f"failed; partial results in {work / 'partial-results.json'}, logs in {work}")
+        raise
+    finally:
+        Service.stop_all()
+        if pg_created:
+            drop_pg_db()
+    results["log_findings"] = scan_logs(work)
+    results["load_end"] = os.getloadavg()
+    results["elapsed_s"] = time.time() - started
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = report.results_dir(out_dir) / "results.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=1))
+    md = report.render(results, out_dir)
+    log(f"done in {results['elapsed_s']:.0f}s: {md} (raw: {json_path}, logs: {work})")
+    return 0

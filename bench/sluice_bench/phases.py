@@ -1,0 +1,165 @@
+"""The phases after the rate matrix: instructions per request (callgrind), streaming,
+failover cost, and LiteLLM's own rate ladder and failover."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .clients import failover_series, pct, stream_once
+from .load import System, describe, run_oha
+from .procs import Service
+from .settings import BIN, BODY, OHA, Mode, free_port, log
+from .systems import chaos, litellm_conf, nginx_conf, post_json, wait_http
+
+
+def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict:
+    """User-space instructions per request under callgrind: deterministic, so it holds
+    even when the shared machine is busy. n sequential requests after a warm-up."""
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        return {"error": "valgrind is not installed"}
+    out: dict = {"n": n}
+
+    def drive(port: int, count: int) -> None:
+        subprocess.run([OHA, "-n", str(count), "-c", "1", "--no-tui", "--output-format", "json", "-m", "POST",
+                        "-H", "content-type: application/json", "-d", BODY, f"http://127.0.0.1:{port}/v1/chat/completions"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
+
+    for name in ("sluice", "nginx"):
+        dump = work / f"callgrind-{name}.out"
+        vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}"]
+        if name == "nginx":
+            port = free_port()
+            conf = work / "nginx-callgrind.conf"
+            conf.write_text(nginx_conf(work, port, mock_port))
+            svc = Service("callgrind-nginx", vg + [shutil.which("nginx") or "/usr/sbin/nginx", "-e", str(work / "nginx-error.log"),
+                                                   "-p", str(work), "-c", str(conf), "-g", "daemon off; master_process off;"], work)
+            wait_http(port, "/v1/models", timeout=180)
+        else:
+            svc = Service("callgrind-sluice", vg + [str(BIN), "serve", "--manifests", str(manifests), "--listen", "127.0.0.1:0",
+                                                    "--ledger", f"sqlite://{work}/callgrind.db", "--auth", "none"], work,
+                          env={"NO_COLOR": "1"})
+            port = int(svc.wait_log(r"listening on http://127\.0\.0\.1:(\d+)", timeout=180).group(1))
+        try:
+            drive(port, 300)
+            subprocess.run(["callgrind_control", "-z", str(svc.pid)], capture_output=True, timeout=60)
+            drive(port, n)
+            subprocess.run(["callgrind_control", "-d", str(svc.pid)], capture_output=True, timeout=60)
+            parts = sorted(work.glob(f"callgrind-{name}.out.*"))
+            total = 0
+            for line in parts[-1].read_text(errors="replace").splitlines() if parts else []:
+                if line.startswith(("totals:", "summary:")):
+                    total = int(line.split()[1])
+            out[name] = total / n if total else None
+        finally:
+            svc.stop()
+    log(f"callgrind: {out}")
+    return out
+
+
+def streaming_phase(mock_port: int, sluice_port: int, n: int) -> dict:
+    body = json.loads(BODY)
+    body.update({"stream": True, "max_tokens": 64})
+    out: dict = {"n": n, "zero_delay": {}}
+    # 1. an instant stream: what the gateway itself adds before the first event
+    chaos(mock_port, {"chunks": 5})
+    try:
+        for _ in range(2):
+            for key, port in (("direct", mock_port), ("sluice", sluice_port)):
+                rs = [stream_once(port, "/v1/chat/completions", body) for _ in range(max(1, n // 2))]
+                out["zero_delay"].setdefault(key, []).extend(r["ttfb_ms"] for r in rs if r["ttfb_ms"] is not None)
+        out["zero_delay"] = {k: {"n": len(v), "ttfb_p50": pct(v, 50), "ttfb_p99": pct(v, 99)} for k, v in out["zero_delay"].items()}
+    finally:
+        chaos(mock_port, {})
+    # 2. a paced stream: is the cadence kept?
+    script = {"first_byte_ms": 20, "chunks": 20, "chunk_ms": 10}
+    out["script"] = script
+    chaos(mock_port, script)
+    try:
+        per = {"direct": [], "sluice": []}
+        with ThreadPoolExecutor(4) as pool:
+            # alternate small batches so both see the same machine state
+            for _ in range(max(1, n // 4)):
+                for key, port in (("direct", mock_port), ("sluice", sluice_port)):
+                    per[key] += list(pool.map(lambda _i, p=port: stream_once(p, "/v1/chat/completions", body), range(4)))
+        for key, rs in per.items():
+            good = [r for r in rs if r["status"] == 200 and r["done"] and r["events"] == script["chunks"]]
+            ttfb = [r["ttfb_ms"] for r in good]
+            gaps = [g for r in good for g in r["gaps_ms"]]
+            dev = [abs(g - script["chunk_ms"]) for g in gaps]
+            out[key] = {
+                "streams": len(rs),
+                "complete": len(good),
+                "ttfb_p50": pct(ttfb, 50), "ttfb_p99": pct(ttfb, 99),
+                "gap_mean": statistics.fmean(gaps) if gaps else None,
+                "gap_p50": pct(gaps, 50), "gap_p99": pct(gaps, 99),
+                "gap_min": min(gaps) if gaps else None, "gap_max": max(gaps) if gaps else None,
+                "gap_dev_p50": pct(dev, 50), "gap_dev_p99": pct(dev, 99),
+            }
+        log(f"streaming: {out}")
+    finally:
+        chaos(mock_port, {})
+    return out
+
+
+FAILOVER_CASES = [
+    ("baseline (healthy primary)", "fo-base", False),
+    ("primary refuses connections", "fo-refuse", False),
+    ("primary answers 503", "fo-503", False),
+    ("baseline, streaming TTFB", "fo-base", True),
+    ("primary hangs (watchdog, streaming TTFB)", "fo-hang", True),
+]
+
+
+def failover_phase(port: int, n: int) -> dict:
+    out = {}
+    for label, model, stream in FAILOVER_CASES:
+        out[label] = failover_series(port, model, n, stream)
+        out[label]["model"] = model
+        out[label]["stream"] = stream
+        log(f"failover {port} {label}: {out[label]}")
+    return out
+
+
+def litellm_phase(results: dict, mode: Mode, work: Path, direct: System, mock: int, backup: int, down: int, e503: int,
+                  hang: int) -> None:
+    conf = work / "litellm.yaml"
+    conf.write_text(litellm_conf(mock, backup, down, e503, hang))
+    results["configs"]["litellm.yaml"] = conf.read_text()
+    port = free_port()
+    exe = Path(sys.executable).parent / "litellm"
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "DISABLE_ADMIN_UI": "True",
+           "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True", "NO_DOCS": "True", "TOKENIZERS_PARALLELISM": "false"}
+    svc = Service("litellm", [str(exe), "--config", str(conf), "--host", "127.0.0.1", "--port", str(port),
+                              "--num_workers", "1"], work, env=env)
+    wait_http(port, "/health/liveliness", timeout=180)
+    system = System("litellm", "LiteLLM proxy", port, services=[svc])
+    status, _, body = post_json(port, "/v1/chat/completions", json.loads(BODY))
+    if status != 200:
+        raise RuntimeError(f"LiteLLM answered {status}: {body[:300]!r}")
+    run_oha(system, 10, mode.warmup + 2, work, retry=False)
+    ladder = []
+    for rate in mode.litellm_rates:
+        d = run_oha(direct, rate, mode.litellm_duration, work)
+        r = run_oha(system, rate, mode.litellm_duration, work)
+        ladder += [d, r]
+        log("litellm " + describe(d))
+        log("litellm " + describe(r))
+        if not r["sustained"] and (r["success"] < 0.99 or r["lat_ms"]["p99"] is None or r["lat_ms"]["p99"] > 1000):
+            break  # overloaded: higher rates only pile up more of the same
+    results["litellm_runs"] = ladder
+    # let a backlog drain before timing failovers
+    end = time.time() + 60
+    while time.time() < end:
+        t = time.time()
+        st, _, _ = post_json(port, "/v1/chat/completions", json.loads(BODY), timeout=60)
+        if st == 200 and time.time() - t < 0.5:
+            break
+    results.setdefault("failover", {})["LiteLLM (cooldowns off: every request fails over)"] = failover_phase(port, mode.failovers)
+    svc.stop()

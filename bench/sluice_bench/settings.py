@@ -1,0 +1,98 @@
+"""What every part shares: paths, the request body, the cores, the two modes, logging."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# SLUICE_BENCH_BIN benches another build (e.g. a branch built elsewhere).
+BIN = Path(os.environ.get("SLUICE_BENCH_BIN", ROOT / "target" / "release" / "sluice-gateway"))
+OHA = shutil.which("oha") or str(Path.home() / ".cargo" / "bin" / "oha")
+PG_ADMIN_URL = os.environ.get("SLUICE_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test")
+PG_DB = "sluice_bench"
+
+# The same small, non-streaming chat completion for every system.
+MODEL = "bench-model"
+BODY = json.dumps(
+    {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
+        "max_tokens": 16,
+    },
+    separators=(",", ":"),
+)
+P99_BOUND_MS = 5.0
+PERCENTILES = ["p50", "p90", "p99", "p99.9"]
+# Cores: the load generator (and this script) on one, the systems under test and the
+# mock upstream share the other.
+LOAD_CPU = "0"
+SUT_CPU = "1"
+
+
+@dataclass
+class Mode:
+    name: str
+    rates: list[int]
+    rounds: int
+    duration: int
+    ceiling_rates: list[int]
+    ceiling_duration: int
+    litellm_rates: list[int]
+    litellm_duration: int
+    warmup: int
+    streams: int
+    failovers: int
+    retry_budget: float
+    callgrind_requests: int
+
+
+FULL = Mode(
+    name="full",
+    rates=[1000, 2000, 5000],
+    rounds=3,
+    duration=8,
+    ceiling_rates=[7500, 10000, 15000, 20000],
+    ceiling_duration=5,
+    litellm_rates=[10, 25, 50, 100, 200, 500, 1000],
+    litellm_duration=8,
+    warmup=2,
+    streams=60,
+    failovers=40,
+    retry_budget=150,
+    callgrind_requests=2000,
+)
+QUICK = Mode(
+    name="quick",
+    rates=[1000, 5000],
+    rounds=1,
+    duration=4,
+    ceiling_rates=[10000],
+    ceiling_duration=3,
+    litellm_rates=[25, 100, 500],
+    litellm_duration=4,
+    warmup=1,
+    streams=16,
+    failovers=12,
+    retry_budget=30,
+    callgrind_requests=500,
+)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

@@ -1,0 +1,112 @@
+"""Reading the recorded runs: rounds combined, added latency per round, ratios, ceilings
+and capacity, and number formatting for the tables."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from .settings import P99_BOUND_MS, PERCENTILES
+
+
+def f(v, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{v:.{digits}f}"
+
+
+def us(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{v:+.0f}"
+
+
+def by(runs: list[dict], system: str, rate: int) -> list[dict]:
+    return [r for r in runs if r["system"] == system and r["rate"] == rate]
+
+
+def combine(rounds: list[dict]) -> dict | None:
+    if not rounds:
+        return None
+    out = dict(rounds[0])
+    out["lat_ms"] = {p: statistics.median([r["lat_ms"][p] for r in rounds]) if all(r["lat_ms"][p] is not None for r in rounds)
+                     else None for p in PERCENTILES}
+    for k in ("success", "achieved_rps", "cpu_pct", "oha_cpu_pct", "load1", "foreign_cpu_pct"):
+        out[k] = statistics.median([r.get(k, 0) for r in rounds])
+    out["rss_mb"] = max(r["rss_mb"] for r in rounds)
+    if rounds[0].get("ledger_cpu_pct") is not None:
+        out["ledger_cpu_pct"] = statistics.median([r["ledger_cpu_pct"] for r in rounds])
+    for k in ("ok", "non2xx", "errors", "aborted_at_deadline"):
+        out[k] = sum(r[k] for r in rounds)
+    # Sustained: the median round keeps p99 under the bound and keeps up, and no round
+    # had an error (one noisy round on a shared machine does not fail a rate).
+    p99 = out["lat_ms"]["p99"]
+    out["sustained"] = (p99 is not None and p99 < P99_BOUND_MS and out["non2xx"] == 0 and out["errors"] == 0
+                        and out["achieved_rps"] >= 0.95 * out["rate"]
+                        and sum(1 for r in rounds if r["sustained"]) * 2 > len(rounds) - 1)
+    out["rounds"] = len(rounds)
+    return out
+
+
+def added_by_round(runs: list[dict], system: str, rate: int) -> dict:
+    """via − direct per percentile (µs), per round (same round, same machine state), then the median."""
+    per: dict[str, list[float]] = {p: [] for p in PERCENTILES}
+    for r in by(runs, system, rate):
+        d = [x for x in by(runs, "direct", rate) if x.get("round") == r.get("round")]
+        if not d:
+            continue
+        for p in PERCENTILES:
+            if r["lat_ms"][p] is not None and d[0]["lat_ms"][p] is not None:
+                per[p].append((r["lat_ms"][p] - d[0]["lat_ms"][p]) * 1000)
+    return {p: statistics.median(v) if v else None for p, v in per.items()}
+
+
+def ratio(a, b) -> float | None:
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b
+
+
+def ceiling(results: dict, system: str) -> tuple[int | None, str]:
+    """Highest rate sustained (p99 < 5 ms, no errors), walking up until the first miss."""
+    runs = results.get("runs", []) + results.get("ceiling_runs", [])
+    rates = sorted({r["rate"] for r in runs if r["system"] == system})
+    best, note = None, ""
+    for rate in rates:
+        c = combine(by(runs, system, rate))
+        if c and c["sustained"]:
+            best = rate
+        else:
+            d = combine(by(runs, "direct", rate))
+            if d and not d["sustained"] and system != "direct":
+                note = (f"direct also missed {rate}/s (oha used {d['oha_cpu_pct']:.0f} % of its core, other work "
+                        f"{d.get('foreign_cpu_pct', 0):.0f} % of a core): the limit is the machine, not the system")
+            break
+    else:
+        if rates:
+            note = "highest rate tried"
+    return best, note
+
+
+def capacity(runs: list[dict], system: str) -> int | None:
+    """Highest rate answered in full (all 2xx, ≥ 95 % of the offered rate), whatever the latency."""
+    best = None
+    for rate in sorted({r["rate"] for r in runs if r["system"] == system}):
+        c = combine(by(runs, system, rate))
+        if c and c["non2xx"] == 0 and c["errors"] == 0 and c["achieved_rps"] >= 0.95 * rate:
+            best = rate
+        else:
+            break
+    return best
+
+
+def litellm_ceiling(results: dict) -> int | None:
+    best = None
+    for r in results.get("litellm_runs", []):
+        if r["system"] != "litellm":
+            continue
+        if r["sustained"]:
+            best = r["rate"]
+        else:
+            break
+    return best

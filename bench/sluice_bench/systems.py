@@ -1,0 +1,220 @@
+"""The systems under test and their mocks: starting them, their configurations, the
+billing key and the Postgres bench database."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from .procs import Service
+from .settings import BIN, MODEL, PG_ADMIN_URL, PG_DB, log
+
+
+def wait_http(port: int, path: str, timeout: float = 90, method: str = "GET") -> None:
+    end = time.time() + timeout
+    last = None
+    while time.time() < end:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request(method, path)
+            r = c.getresponse()
+            r.read()
+            c.close()
+            if r.status < 500:
+                return
+            last = r.status
+        except OSError as e:
+            last = e
+        time.sleep(0.2)
+    raise RuntimeError(f"127.0.0.1:{port}{path} not ready: {last}")
+
+
+def post_json(port: int, path: str, obj, headers: dict | None = None, timeout: float = 10) -> tuple[int, dict, bytes]:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"content-type": "application/json"}
+    h.update(headers or {})
+    c.request("POST", path, json.dumps(obj), h)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), body
+
+
+def chaos(port: int, script: dict) -> None:
+    status, _, body = post_json(port, "/_chaos", script)
+    if status >= 300:
+        raise RuntimeError(f"chaos script refused: {status} {body[:200]!r}")
+
+
+def start_mock(name: str, workdir: Path) -> tuple[Service, int]:
+    s = Service(name, [str(BIN), "chaos", "--listen", "127.0.0.1:0"], workdir, env={"RUST_LOG": "warn"})
+    m = s.wait_log(r"listening on http://127\.0\.0\.1:(\d+)")
+    return s, int(m.group(1))
+
+
+def start_sluice(name: str, workdir: Path, manifests: Path, ledger: str, auth: str, extra: list[str] | None = None) -> tuple[Service, int]:
+    cmd = [str(BIN), "serve", "--manifests", str(manifests), "--listen", "127.0.0.1:0", "--ledger", ledger, "--auth", auth]
+    s = Service(name, cmd + (extra or []), workdir, env={"NO_COLOR": "1"})
+    m = s.wait_log(r"listening on http://127\.0\.0\.1:(\d+)")
+    port = int(m.group(1))
+    wait_http(port, "/readyz")
+    return s, port
+
+
+def admin(ledger: str, *args: str) -> str:
+    out = subprocess.run([str(BIN), "admin", "--ledger", ledger, *args], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"admin {' '.join(args)} failed: {out.stderr}")
+    return out.stdout.strip()
+
+
+def billing_key(ledger: str) -> str:
+    admin(ledger, "account", "create", "bench", "--balance", "1000000")
+    return admin(ledger, "key", "create", "bench").splitlines()[-1].strip()
+
+
+def sluice_manifests(mock_port: int) -> str:
+    return f"""# The benchmark route: one zero-delay chaos upstream, priced so billing runs reserve
+# and settle on every request.
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata:
+  name: mock
+spec:
+  protocol: openai
+  baseUrl: http://127.0.0.1:{mock_port}/v1
+  timeouts:
+    connect: 2s
+    firstByte: 5s
+---
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata:
+  name: bench
+spec:
+  model: {MODEL}
+  deadline: 30s
+  candidates:
+  - upstream: mock
+    model: {MODEL}
+    price: {{input: "1.00", output: "2.00"}}
+"""
+
+
+def failover_manifests(backup: int, down: int, err503: int, hang: int) -> str:
+    ups = {"fo-backup": backup, "fo-down": down, "fo-503": err503, "fo-hang": hang}
+    docs = []
+    for name, port in ups.items():
+        docs.append(f"""apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata:
+  name: {name}
+spec:
+  protocol: openai
+  baseUrl: http://127.0.0.1:{port}/v1
+  timeouts:
+    connect: 2s
+    firstByte: 50ms
+""")
+    routes = {"fo-base": ["fo-backup"], "fo-refuse": ["fo-down", "fo-backup"], "fo-503": ["fo-503", "fo-backup"],
+              "fo-hang": ["fo-hang", "fo-backup"]}
+    for model, cands in routes.items():
+        lines = "\n".join(f"  - upstream: {c}\n    model: {MODEL}" for c in cands)
+        docs.append(f"""apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata:
+  name: {model}
+spec:
+  model: {model}
+  deadline: 10s
+  candidates:
+{lines}
+""")
+    return "# Failover routes: a failing primary, then a healthy zero-delay backup.\n" + "---\n".join(docs)
+
+
+def nginx_conf(workdir: Path, listen: int, mock_port: int) -> str:
+    return f"""# A plain reverse proxy: proxy_pass to the mock, upstream keep-alive (as any
+# production nginx in front of an HTTP API), no caching, no access log.
+worker_processes 1;
+pid {workdir}/nginx.pid;
+error_log {workdir}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {workdir}/nginx-tmp/body;
+    proxy_temp_path {workdir}/nginx-tmp/proxy;
+    fastcgi_temp_path {workdir}/nginx-tmp/fastcgi;
+    uwsgi_temp_path {workdir}/nginx-tmp/uwsgi;
+    scgi_temp_path {workdir}/nginx-tmp/scgi;
+    upstream mock {{
+        server 127.0.0.1:{mock_port};
+        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{listen};
+        location / {{
+            proxy_pass http://mock;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+}}
+"""
+
+
+def litellm_conf(mock: int, backup: int, down: int, err503: int, hang: int) -> str:
+    def dep(name: str, port: int, extra: str = "") -> str:
+        return f"""  - model_name: {name}
+    litellm_params:
+      model: openai/{MODEL}
+      api_base: http://127.0.0.1:{port}/v1
+      api_key: sk-bench{extra}
+"""
+    return ("# LiteLLM proxy: the benchmark model on the mock, and failover groups whose\n"
+            "# primary fails and falls back to a healthy zero-delay backup.\n"
+            "model_list:\n"
+            + dep(MODEL, mock)
+            + dep("fo-base", backup)
+            + dep("fo-refuse", down)
+            + dep("fo-503", err503)
+            + dep("fo-hang", hang, "\n      stream_timeout: 0.05\n      timeout: 0.05")
+            + """litellm_settings:
+  num_retries: 0
+  request_timeout: 30
+  telemetry: false
+router_settings:
+  num_retries: 0
+  # Every request tries the primary first, as sluice's forced-failover run does.
+  disable_cooldowns: true
+  fallbacks:
+    - {"fo-refuse": ["fo-base"]}
+    - {"fo-503": ["fo-base"]}
+    - {"fo-hang": ["fo-base"]}
+""")
+
+
+def psql(sql: str) -> str:
+    out = subprocess.run(["psql", PG_ADMIN_URL, "-v", "ON_ERROR_STOP=1", "-Atc", sql], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip())
+    return out.stdout.strip()
+
+
+def create_pg_db() -> str:
+    psql(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+    psql(f"CREATE DATABASE {PG_DB}")
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    # The ledger negotiates TLS when the server offers it (sslmode=prefer); on loopback
+    # that measures the cipher, not the ledger, so it is turned off here.
+    return f"{base}/{PG_DB}?sslmode=disable"
+
+
+def drop_pg_db() -> None:
+    try:
+        psql(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+    except Exception as e:  # noqa: BLE001
+        log(f"could not drop {PG_DB}: {e}")
