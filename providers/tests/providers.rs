@@ -23,6 +23,8 @@ mod gemini;
 mod openai;
 #[path = "providers/regressions.rs"]
 mod regressions;
+#[path = "providers/requests.rs"]
+mod requests;
 #[path = "providers/sigv4.rs"]
 mod sigv4;
 #[path = "providers/streams.rs"]
