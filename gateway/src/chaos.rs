@@ -48,11 +48,11 @@ mod auth;
 mod cli;
 mod conn;
 mod counters;
-mod handler;
+mod endpoints;
+mod inference;
 mod native;
 mod plan;
 mod protocol;
-mod request;
 mod script;
 mod stream;
 mod wire;
@@ -295,21 +295,21 @@ impl Defaults {
 /// to a body broken right after the headers.
 pub fn router(state: ChaosState) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(handler::chat))
-        .route("/chat/completions", post(handler::chat))
-        .route("/v1/completions", post(handler::completions))
-        .route("/completions", post(handler::completions))
-        .route("/v1/embeddings", post(handler::embeddings))
-        .route("/embeddings", post(handler::embeddings))
-        .route("/v1/models", get(handler::models))
-        .route("/models", get(handler::models))
+        .route("/v1/chat/completions", post(endpoints::chat))
+        .route("/chat/completions", post(endpoints::chat))
+        .route("/v1/completions", post(endpoints::completions))
+        .route("/completions", post(endpoints::completions))
+        .route("/v1/embeddings", post(endpoints::embeddings))
+        .route("/embeddings", post(endpoints::embeddings))
+        .route("/v1/models", get(endpoints::models))
+        .route("/models", get(endpoints::models))
         .route(
             "/openai/deployments/{deployment}/chat/completions",
-            post(handler::azure),
+            post(endpoints::azure),
         )
         .route(
             "/deployments/{deployment}/chat/completions",
-            post(handler::azure),
+            post(endpoints::azure),
         )
         .route("/v1/messages", post(native::messages))
         .route("/messages", post(native::messages))
@@ -325,9 +325,9 @@ pub fn router(state: ChaosState) -> Router {
             "/computeMetadata/v1/project/project-id",
             get(auth::metadata_project),
         )
-        .route("/_chaos", get(handler::show).post(handler::set))
-        .route("/_chaos/expire-tokens", post(handler::expire_tokens))
-        .fallback(handler::not_found)
+        .route("/_chaos", get(endpoints::show).post(endpoints::set))
+        .route("/_chaos/expire-tokens", post(endpoints::expire_tokens))
+        .fallback(endpoints::not_found)
         .with_state(state)
 }
 

@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use super::ChaosState;
 use super::conn::ConnHandle;
-use super::handler::BODY_LIMIT;
+use super::endpoints::BODY_LIMIT;
 use super::plan::{Plan, json_response};
 use super::protocol::{self, Call, Family, NoCall, Protocol};
 use super::stream::{BodyCtx, Cut, cut_body, sleep};
@@ -184,7 +184,7 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
     }
     if plan.reset_after == Some(0) {
         counters.reset();
-        return super::handler::reset_before_headers(conn);
+        return super::endpoints::reset_before_headers(conn);
     }
     if let Some(reply) = failure {
         counters.status(reply.status.as_u16());

@@ -14,7 +14,7 @@ use serde_json::json;
 use sluice_providers::auth::gcp::{JWT_BEARER_GRANT, verify_assertion};
 
 use super::super::ChaosState;
-use super::super::handler::BODY_LIMIT;
+use super::super::endpoints::BODY_LIMIT;
 use super::super::plan::json_response;
 use super::super::protocol::query_param;
 use super::DEFAULT_TOKEN_TTL;

@@ -18,9 +18,9 @@ use http::{HeaderValue, StatusCode};
 
 use super::ChaosState;
 use super::conn::ConnHandle;
+use super::inference::InferenceRequest;
 use super::plan::{Plan, error_kind, json_response};
 use super::protocol::{Protocol, query_param};
-use super::request::InferenceRequest;
 use super::script::{Script, ScriptError};
 use super::stream::{self, BodyCtx, Cut, Sse};
 use super::wire::{self, Endpoint, Meta, Usage};
