@@ -39,6 +39,9 @@ pub struct GatewayOptions {
     /// How long a request body may take to arrive (`Gateway::body_timeout`, no flag);
     /// `None` keeps the default.
     pub body_timeout: Option<Duration>,
+    /// Secret files `(secret, key, value)` written under a `--secrets-dir` in the
+    /// gateway's tempdir, laid out as a mounted Kubernetes Secret.
+    pub secrets: Vec<(String, String, String)>,
 }
 
 impl Default for GatewayOptions {
@@ -52,6 +55,7 @@ impl Default for GatewayOptions {
             ledger: None,
             reservation_ttl: None,
             body_timeout: None,
+            secrets: Vec::new(),
         }
     }
 }
@@ -85,7 +89,15 @@ impl TestGateway {
         let path = dir.path().join("manifests.yaml");
         std::fs::write(&path, manifests).context("writing manifests")?;
         let ledger = opts.ledger.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("ledger.db").display()));
-        let args = serve_args(&path, &ledger, &opts)?;
+        let mut args = serve_args(&path, &ledger, &opts)?;
+        if !opts.secrets.is_empty() {
+            let secrets = dir.path().join("secrets");
+            for (secret, key, value) in &opts.secrets {
+                std::fs::create_dir_all(secrets.join(secret)).context("making a secret's directory")?;
+                std::fs::write(secrets.join(secret).join(key), value).context("writing a secret")?;
+            }
+            args.secrets_dir = Some(secrets);
+        }
         let mut state = build(&args).await?;
         if let (Some(t), Some(gw)) = (opts.body_timeout, Arc::get_mut(&mut state)) {
             gw.body_timeout = t;

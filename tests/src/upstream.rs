@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use serde_json::Value;
-use sluice_gateway::chaos::{self, ChaosState, CounterSnapshot, Script};
+use sluice_gateway::chaos::{self, ChaosAuth, ChaosState, CounterSnapshot, Script};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -22,11 +22,20 @@ pub struct ChaosUpstream {
 }
 
 impl ChaosUpstream {
-    /// Starts a healthy chaos upstream.
+    /// Starts a healthy chaos upstream that checks no credentials.
     pub async fn start(name: &str) -> anyhow::Result<Self> {
+        Self::start_with_auth(name, None).await
+    }
+
+    /// Starts a healthy chaos upstream that checks credentials as `auth` says, the way
+    /// each real provider does.
+    pub async fn start_with_auth(name: &str, auth: Option<ChaosAuth>) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await.context("binding a chaos upstream")?;
         let base = format!("http://{}", listener.local_addr()?);
-        let state = ChaosState::new();
+        let state = match auth {
+            Some(auth) => ChaosState::with_auth(auth),
+            None => ChaosState::new(),
+        };
         let served = state.clone();
         // A server that fails shows up as failed requests in the test.
         let task = tokio::spawn(async move {
@@ -69,6 +78,19 @@ impl ChaosUpstream {
     /// Its Upstream manifest (`baseUrl` = `{base}/v1`).
     pub fn doc(&self) -> Doc {
         upstream_doc(&self.name, &format!("{}/v1", self.base))
+    }
+
+    /// Its Upstream manifest speaking `protocol`, with the base URL that protocol's
+    /// paths hang off on the chaos upstream (Anthropic and Vertex `{base}/v1`, Gemini
+    /// `{base}/v1beta`, Azure `{base}/openai`, Bedrock `{base}`).
+    pub fn native_doc(&self, protocol: &str) -> Doc {
+        let base = match protocol {
+            "gemini" => format!("{}/v1beta", self.base),
+            "azure-openai" => format!("{}/openai", self.base),
+            "bedrock" => self.base.clone(),
+            _ => format!("{}/v1", self.base),
+        };
+        upstream_doc(&self.name, &base).with("spec.protocol", protocol)
     }
 }
 

@@ -38,6 +38,8 @@ mod metrics;
 mod outage;
 #[path = "scenarios/probe.rs"]
 mod probe;
+#[path = "scenarios/providers.rs"]
+mod providers;
 #[path = "scenarios/refused.rs"]
 mod refused;
 #[path = "scenarios/reload.rs"]

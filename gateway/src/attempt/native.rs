@@ -80,9 +80,10 @@ fn refused_here(message: String) -> AttemptError {
 
 /// A classified upstream error as the attempt's failure: retryable when the provider's
 /// error name says so, or, when only the status spoke, when the route's `retryOn` lists it.
+/// Anthropic's 529 is named (`overloaded_error`), so it fails over whatever `retryOn` says.
 fn failed(e: UpstreamError, retry_on: &[u16]) -> AttemptError {
-    let by_status = ErrorKind::from_status(e.status);
-    let retryable = if e.kind == by_status { retry_on.contains(&e.status) } else { e.kind.retryable() };
+    let named = e.kind != ErrorKind::from_status(e.status) || e.kind == ErrorKind::Overloaded;
+    let retryable = if named { e.kind.retryable() } else { retry_on.contains(&e.status) };
     let outcome = match e.kind {
         ErrorKind::RateLimited => Outcome::Http429,
         k if k.retryable() && e.status != 408 => Outcome::Http5xx,
