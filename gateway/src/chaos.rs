@@ -57,6 +57,7 @@ mod script;
 mod stream;
 mod wire;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use axum::Router;
@@ -121,6 +122,8 @@ struct Inner {
     counters: Arc<Counters>,
     defaults: RwLock<Arc<Defaults>>,
     auth: RwLock<Arc<ChaosAuth>>,
+    /// Whether `auth` checks anything: the default upstream skips the lock.
+    auth_on: AtomicBool,
     tokens: Tokens,
 }
 
@@ -138,6 +141,7 @@ impl ChaosState {
                 counters: Arc::new(Counters::new()),
                 defaults: RwLock::new(Arc::new(Defaults::new(Script::default()))),
                 auth: RwLock::new(Arc::new(ChaosAuth::default())),
+                auth_on: AtomicBool::new(false),
                 tokens: Tokens::default(),
             }),
         }
@@ -152,6 +156,8 @@ impl ChaosState {
 
     /// The credentials checked from now on.
     pub fn set_auth(&self, auth: ChaosAuth) {
+        let on = auth.api_key.is_some() || auth.aws.is_some() || auth.google.is_some();
+        self.inner.auth_on.store(on, Ordering::SeqCst);
         *self
             .inner
             .auth
@@ -173,6 +179,11 @@ impl ChaosState {
     /// Every access token issued so far expires now (as after an hour).
     pub fn expire_tokens(&self) {
         self.inner.tokens.expire_all();
+    }
+
+    /// Whether any credentials are checked (read without the lock).
+    pub(crate) fn auth_on(&self) -> bool {
+        self.inner.auth_on.load(Ordering::Relaxed)
     }
 
     pub(crate) fn tokens(&self) -> &Tokens {

@@ -5,7 +5,7 @@
 //! did. Each part that is set turns one check on:
 //! - `api_key`: every API-key protocol wants this key in its own header —
 //!   OpenAI and Bedrock API keys `Authorization: Bearer`, Azure `api-key`,
-//!   Anthropic `x-api-key`, Gemini `x-goog-api-key` (or `?key=`).
+//!   Anthropic `x-api-key` (or Bearer), Gemini `x-goog-api-key` (or `?key=`).
 //! - `aws`: Bedrock wants a SigV4 signature (service `bedrock`) by these
 //!   keys, within five minutes of the upstream's clock; a Bearer API key is
 //!   still accepted when `api_key` is set.
@@ -115,6 +115,9 @@ impl ChaosState {
         parts: &Parts,
         body: &[u8],
     ) -> Option<Response> {
+        if !self.auth_on() {
+            return None;
+        }
         let auth = self.auth();
         let key = auth.api_key.as_deref();
         match protocol {
@@ -144,20 +147,24 @@ impl ChaosState {
                 }
                 _ => None,
             },
-            Protocol::Anthropic => match (key, header(parts, "x-api-key")) {
-                (None, _) => None,
-                (Some(k), Some(sent)) if k == sent => None,
-                (Some(_), None) => Some(errors::anthropic(
-                    401,
-                    "authentication_error",
-                    "x-api-key header is required",
-                )),
-                (Some(_), Some(_)) => Some(errors::anthropic(
-                    401,
-                    "authentication_error",
-                    "invalid x-api-key",
-                )),
-            },
+            // Anthropic takes the key as `x-api-key` or as a Bearer token
+            // (what its current SDKs send).
+            Protocol::Anthropic => {
+                match (key, header(parts, "x-api-key").or_else(|| bearer(parts))) {
+                    (None, _) => None,
+                    (Some(k), Some(sent)) if k == sent => None,
+                    (Some(_), None) => Some(errors::anthropic(
+                        401,
+                        "authentication_error",
+                        "x-api-key header is required",
+                    )),
+                    (Some(_), Some(_)) => Some(errors::anthropic(
+                        401,
+                        "authentication_error",
+                        "invalid x-api-key",
+                    )),
+                }
+            }
             Protocol::Gemini => {
                 let sent = header(parts, "x-goog-api-key")
                     .map(str::to_owned)

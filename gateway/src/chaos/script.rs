@@ -64,10 +64,12 @@ macro_rules! script {
 }
 
 script! {
-    /// HTTP status to answer with; 400..=599 answers an OpenAI-shaped error,
-    /// anything below 400 a normal answer with that status.
+    /// HTTP status to answer with; 400..=599 answers an error in the
+    /// protocol's shape, anything below 400 a normal answer with that status.
     status: u16,
-    /// `error.code` of the error body, e.g. `context_length_exceeded`.
+    /// The error's name: OpenAI `error.code` (e.g. `context_length_exceeded`),
+    /// Anthropic `error.type`, Google `status`, Bedrock exception (e.g.
+    /// `ThrottlingException`); it also names the in-stream error.
     error_code: String,
     /// Delay before the response headers (non-streaming) or before the first
     /// SSE event (streaming: `200` headers are sent at once).

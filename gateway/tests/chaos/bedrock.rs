@@ -4,8 +4,10 @@
 use serde_json::{Value, json};
 use sluice_gateway::chaos::Protocol;
 
-use super::native::{decode_frames, read_body};
-use super::{Headers, start};
+use std::time::Instant;
+
+use super::native::{decode_frames, read_body, timed_frames};
+use super::{Headers, MS, start};
 
 const MODEL: &str = "/model/anthropic.claude-3-5-sonnet-20241022-v2%3A0";
 const AZURE: &str = "/openai/deployments/my-gpt4o/chat/completions";
@@ -92,6 +94,53 @@ async fn converse_stream_is_event_stream_frames() {
     assert_eq!(text, "The upstream ");
     assert_eq!(frames[4].json()["stopReason"], "end_turn");
     assert_eq!(frames[5].json()["usage"]["outputTokens"], 2);
+}
+
+#[tokio::test]
+async fn message_start_comes_at_once_then_content_keeps_its_cadence() {
+    let c = start().await;
+    let h: Headers<'_> = &[
+        ("x-chaos-first-byte-ms", "300"),
+        ("x-chaos-chunk-ms", "100"),
+        ("x-chaos-chunks", "3"),
+    ];
+    let t0 = Instant::now();
+    let (_, resp) = c
+        .call(&format!("{MODEL}/converse-stream"), &body(), h)
+        .await;
+    let frames = timed_frames(resp, t0).await;
+    let at = |kind: &str| {
+        frames
+            .iter()
+            .filter(|(_, f)| f.kind() == kind)
+            .map(|(t, _)| *t)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        at("messageStart")[0] < MS(250),
+        "messageStart before the first-byte delay: {frames:?}"
+    );
+    let deltas = at("contentBlockDelta");
+    assert_eq!(deltas.len(), 3);
+    assert!(deltas[0] >= MS(300), "{deltas:?}");
+    assert!(deltas[2] - deltas[0] >= MS(200), "{deltas:?}");
+
+    // A hang after one chunk stalls the stream until the client gives up.
+    let h: Headers<'_> = &[("x-chaos-hang-after-chunks", "1")];
+    let (_, mut resp) = c
+        .call(&format!("{MODEL}/converse-stream"), &body(), h)
+        .await;
+    let mut got = Vec::new();
+    let stalled = tokio::time::timeout(MS(300), async {
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            got.extend_from_slice(&chunk);
+        }
+    })
+    .await;
+    assert!(stalled.is_err(), "the stream must stall");
+    let kinds: Vec<String> = decode_frames(&got).iter().map(|f| f.kind()).collect();
+    assert_eq!(kinds, ["messageStart", "contentBlockDelta"]);
+    assert_eq!(c.state.hangs(), 1);
 }
 
 #[tokio::test]

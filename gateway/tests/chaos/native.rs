@@ -4,6 +4,7 @@
 //! `application/vnd.amazon.eventstream` frames with both CRCs checked.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use reqwest::Response;
 use serde_json::Value;
@@ -148,6 +149,22 @@ pub(crate) fn decode_frames(mut bytes: &[u8]) -> Vec<Frame> {
         bytes = rest;
     }
     frames
+}
+
+/// Frames with the time each became complete at the client.
+pub(crate) async fn timed_frames(mut resp: Response, t0: Instant) -> Vec<(Duration, Frame)> {
+    let (mut buf, mut out) = (Vec::new(), Vec::new());
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        buf.extend_from_slice(&chunk);
+        while buf.len() >= 4 && buf.len() >= be32(&buf[0..4]) {
+            let rest = buf.split_off(be32(&buf[0..4]));
+            let frame = decode_frames(&buf).pop().unwrap();
+            out.push((t0.elapsed(), frame));
+            buf = rest;
+        }
+    }
+    assert!(buf.is_empty(), "partial frame at the end");
+    out
 }
 
 impl Frame {

@@ -11,7 +11,7 @@ use axum::response::Response;
 use http::header::CONTENT_TYPE;
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::json;
-use sluice_providers::auth::gcp::{JWT_BEARER_GRANT, verify_assertion};
+use sluice_providers::auth::gcp::{DEFAULT_TOKEN_URI, JWT_BEARER_GRANT, verify_assertion};
 
 use super::super::ChaosState;
 use super::super::endpoints::BODY_LIMIT;
@@ -121,11 +121,16 @@ pub(crate) async fn token(State(state): State<ChaosState>, request: Request) -> 
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        // Either the key's token_uri, or the URL this request reached.
+        // The key's token_uri, the URL this request reached, or Google's own
+        // endpoint (google-auth always signs for that one).
         let here = format!("http://{host}{path}");
-        let verified =
-            verify_assertion(&assertion, &account.public_key_der, &account.token_uri, now)
-                .or_else(|_| verify_assertion(&assertion, &account.public_key_der, &here, now));
+        let audiences = [account.token_uri.as_str(), here.as_str(), DEFAULT_TOKEN_URI];
+        let verify = |aud: &str| verify_assertion(&assertion, &account.public_key_der, aud, now);
+        let verified = audiences
+            .iter()
+            .map(|aud| verify(aud))
+            .find(Result::is_ok)
+            .unwrap_or_else(|| verify(&account.token_uri));
         match verified {
             Ok(claims) if claims.iss == account.client_email => {}
             Ok(_) => return oauth_error("invalid_grant", "Invalid grant: account not found"),

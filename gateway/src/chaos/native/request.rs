@@ -6,7 +6,8 @@ use serde_json::{Map, Value};
 
 use crate::chaos::protocol::{Call, Protocol};
 
-/// `anthropic_version` that Claude on Vertex AI requires in the body.
+/// `anthropic_version` that Claude on Vertex AI documents for the body (a
+/// dated API version is accepted too).
 pub(crate) const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
 
 /// What the answer depends on in a native request.
@@ -111,7 +112,9 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
     }
     if vertex {
         match map.get("anthropic_version").and_then(Value::as_str) {
-            Some(VERTEX_ANTHROPIC_VERSION) => {}
+            // Vertex's own tag, or a dated API version (what Anthropic's
+            // current Vertex SDK sends).
+            Some(v) if v == VERTEX_ANTHROPIC_VERSION || is_dated_version(v) => {}
             Some(other) => {
                 return Err(Invalid(format!(
                     "anthropic_version: Input should be '{VERTEX_ANTHROPIC_VERSION}', got {other:?}"
@@ -242,6 +245,16 @@ fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inval
     })
 }
 
+/// `YYYY-MM-DD`.
+fn is_dated_version(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            _ => c.is_ascii_digit(),
+        })
+}
+
 /// The string at `path` in every item of the array `list`.
 fn names(list: Option<&Value>, path: &[&str]) -> Vec<String> {
     let items = list
@@ -321,6 +334,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.model, "claude@1");
+        let dated =
+            br#"{"anthropic_version":"2026-10-21","max_tokens":1,"messages":[],"stream":true}"#;
+        assert!(NativeRequest::parse(&vertex, dated).is_ok());
+        let bad =
+            br#"{"anthropic_version":"2023-06-01x","max_tokens":1,"messages":[],"stream":true}"#;
+        assert!(NativeRequest::parse(&vertex, bad).is_err());
 
         let gemini = call(Protocol::Gemini, Some("g"), false);
         let err =
