@@ -3,7 +3,7 @@
 //! Where to start: a request's path reads from the module names, in the order it
 //! passes them.
 //!
-//! - [`server`] accepts connections and routes each to a handler ([`server::router`]);
+//! - [`server`] accepts connections and routes each to a handler ([`server::router()`]);
 //!   [`server::handle`] is one OpenAI request from start to end.
 //! - [`request`] parses the client's request, reading only what the gateway needs.
 //! - [`billing`] finds the paying account and reserves the most the request can cost.
@@ -11,10 +11,12 @@
 //!   ([`route::health`]), order ([`route::order`]), the walks with failover, backoff
 //!   and hedging ([`route::walk`]).
 //! - [`attempt`] is one upstream call, bounded and classified into an
-//!   [`attempt::outcome::Outcome`]; a committed attempt is finished once
-//!   ([`attempt::Committed::finish`]).
+//!   [`attempt::outcome::Outcome`] ([`attempt::native`] when the upstream speaks a
+//!   provider's own protocol, with credentials from [`auth`]); a committed attempt is
+//!   finished once ([`attempt::Committed::finish`]).
 //! - [`answer`] answers the client: a whole body, a stream through [`relay`], or an
-//!   error; it then counts the request and settles its reservation ([`billing::settle`]).
+//!   [`error`]; then [`answer::conclude`] counts the request and settles its
+//!   reservation ([`billing::settle`]).
 //!
 //! Around it: [`config`] (manifests or an operator snapshot, compiled by
 //! [`config::Runtime::build`]), [`egress`] (the HTTP client), [`telemetry`] (metrics

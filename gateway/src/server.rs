@@ -1,5 +1,5 @@
 //! The HTTP server: accept connections ([`accept`]), route each request to its
-//! handler ([`router`]), and the state those handlers share ([`state`]). One OpenAI
+//! handler ([`router()`]), and the state those handlers share ([`state`]). One OpenAI
 //! request from start to end is [`handle::handle`].
 
 pub mod accept;

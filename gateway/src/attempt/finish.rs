@@ -46,7 +46,7 @@ pub struct Committed {
 }
 
 impl Committed {
-    pub(super) fn new(upstream: Arc<UpstreamHandle>, trial: bool, first_byte: Duration, in_flight: InFlight) -> Self {
+    pub(crate) fn new(upstream: Arc<UpstreamHandle>, trial: bool, first_byte: Duration, in_flight: InFlight) -> Self {
         Self { upstream, trial, first_byte, _in_flight: in_flight, finished: false }
     }
 

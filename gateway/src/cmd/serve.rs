@@ -1,5 +1,5 @@
 //! `sluice-gateway serve`: load config, connect the ledger, serve until signalled,
-//! and keep the background [`loops`] running meanwhile.
+//! and keep the background loops ([`spawn_loops`]) running meanwhile.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -291,3 +291,29 @@ fn when_every_candidate_is_skipped_they_are_tried_anyway_in_order() {
     // The backup's circuit (default breaker) is open too: fail open, by weight.
     assert_eq!(t.request(healthy).tried, ["primary"]);
 }
+
+#[test]
+fn a_committed_trial_gives_its_slot_back_when_finished_or_abandoned() {
+    let mut t = Traffic::new(route(100, 51, "{minimumRequests: 1000, openFor: 30s}"));
+    t.request(primary_down);
+    t.advance(Duration::from_secs(15));
+    let primary = t.route.candidates[0].upstream.clone();
+    let excluded = [false, false];
+    let trial_first = |t: &mut Traffic| order(&t.route, &t.settings, t.now, &excluded, &mut t.rng)[0];
+    let in_flight = || crate::attempt::InFlight::enter(&primary.in_flight);
+
+    // The trial's first byte arrived, then the client went away: dropped unfinished,
+    // the attempt gives its slot back, so the next request gets the trial.
+    let pick = trial_first(&mut t);
+    assert!(pick.trial);
+    drop(crate::attempt::Committed::new(primary.clone(), pick.trial, Duration::from_millis(5), in_flight()));
+    assert_eq!(primary.in_flight.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let pick = trial_first(&mut t);
+    assert!(pick.trial, "the abandoned trial's slot was not given back");
+
+    // Finished, it is recorded with its slot: the success clears the history.
+    let committed = crate::attempt::Committed::new(primary.clone(), pick.trial, Duration::from_millis(5), in_flight());
+    committed.finish(Outcome::Ok, &t.settings, &crate::telemetry::sli::Sli::default());
+    assert_eq!(t.primary_ratio(), 1.0);
+    assert_eq!(t.request(healthy), Served { tried: vec!["primary"], trial: false });
+}
