@@ -16,7 +16,7 @@ fn days(n: u64) -> Duration {
 }
 
 /// A minute of `route` with `good` fast (100 ms) requests and `bad` bad ones.
-fn minute(route: &str, at: i64, good: u64, bad: u64) -> RouteMinute {
+pub(super) fn minute(route: &str, at: i64, good: u64, bad: u64) -> RouteMinute {
     let mut m = RouteMinute::new(route, at);
     for _ in 0..good {
         m.record(false, 100);

@@ -6,8 +6,8 @@ use sluice_crds::Manifests;
 use sluice_crds::snapshot::BudgetConfig;
 
 use super::*;
-use crate::RouteMinute;
 use crate::budget::BudgetState;
+use crate::budget::tests::minute;
 
 const MANIFESTS: &str = r#"
 apiVersion: sluice.dev/v1alpha1
@@ -77,18 +77,6 @@ fn budgets() -> Vec<BudgetConfig> {
 
 fn budget(name: &str) -> BudgetConfig {
     budgets().into_iter().find(|b| b.name == name).unwrap()
-}
-
-/// A minute of `route` with `good` fast requests and `bad` failed ones.
-fn minute(route: &str, at: i64, good: u64, bad: u64) -> RouteMinute {
-    let mut m = RouteMinute::new(route, at);
-    for _ in 0..good {
-        m.record(false, 100);
-    }
-    for _ in 0..bad {
-        m.record(true, 0);
-    }
-    m
 }
 
 #[test]
