@@ -256,3 +256,30 @@ async fn azure_deployments_are_called_with_their_api_version_and_key() -> anyhow
     assert!(s.events.last().is_some_and(|e| e.is_done()), "{}", s.body);
     Ok(())
 }
+
+#[tokio::test]
+async fn cache_reads_and_writes_are_counted_in_the_prompt_and_billed_at_their_own_prices() -> anyhow::Result<()> {
+    let anthropic = ChaosUpstream::start("anthropic-direct").await?;
+    // USD per 1M tokens; in nanodollars per token: 3.00 → 3000, 0.30 → 300, 3.75 → 3750, 15.00 → 15000.
+    let price = json!({"input": "3.00", "output": "15.00", "cachedInput": "0.30", "cacheWrite": "3.75"});
+    let docs = [anthropic.native_doc("anthropic"), route("claude", "claude-sonnet-4", &[("anthropic-direct", 100)]).candidate(0, "price", price)];
+    let gw = TestGateway::start_with(&yaml(&docs), GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() }).await?;
+    let opening = 100_000_000_000;
+    let key = gw.account("acme", opening).await?;
+    let client = gw.client()?.with_key(&key);
+    anthropic.script(json!({"cache_read_tokens": 1000, "cache_write_tokens": 200}))?;
+
+    let r = client.chat("claude-sonnet-4", json!({})).await?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let usage = r.json()["usage"].clone();
+    let n = |v: &Value| v.as_u64().unwrap_or(u64::MAX);
+    let (prompt, completion) = (n(&usage["prompt_tokens"]), n(&usage["completion_tokens"]));
+    assert_eq!(n(&usage["prompt_tokens_details"]["cached_tokens"]), 1000, "{usage}");
+    assert_eq!(n(&usage["prompt_tokens_details"]["cache_write_tokens"]), 200, "{usage}");
+    assert!(prompt > 1200, "prompt_tokens includes the cache reads and writes: {usage}");
+    let uncached = prompt - 1200;
+    let cost = i64::try_from(uncached * 3000 + 1000 * 300 + 200 * 3750 + completion * 15000)?;
+    let account = gw.ledger()?.account("acme").await?.ok_or_else(|| anyhow::anyhow!("no account"))?;
+    assert_eq!((account.balance_nanos, account.reserved_nanos), (opening - cost, 0), "billed {cost} nanodollars for {usage}");
+    Ok(())
+}
