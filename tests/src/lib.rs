@@ -46,8 +46,9 @@ pub use manifest::{Doc, error_budget, route, upstream_doc, yaml};
 pub use rollups::Rollups;
 pub use upstream::{ChaosUpstream, refused_url};
 
-/// Serialises timing-sensitive tests of one test binary: the test harness runs tests
-/// in parallel threads, and a 2-core CI box cannot time two of them at once fairly.
+/// Serialises the scenario tests that measure time and the ones that make heavy load
+/// (all of them modules of one binary): the test harness runs tests in parallel
+/// threads, and a 2-core CI box cannot time a test fairly next to another's load.
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     LOCK.lock().await

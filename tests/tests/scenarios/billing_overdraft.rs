@@ -15,7 +15,7 @@ use sluice_ledger::testing::{Backend, TestDb};
 use sluice_tests::billing::{Price, Sampler, usage_of};
 use sluice_tests::canned::{CannedUpstream, CannedUsage};
 use sluice_tests::client::chat_body;
-use sluice_tests::{GatewayOptions, TestGateway, route, yaml};
+use sluice_tests::{GatewayOptions, TestGateway, route, serial, yaml};
 
 const CONCURRENT: usize = 500;
 const AFFORDABLE: usize = 37;
@@ -23,6 +23,8 @@ const MAX_TOKENS: u64 = 100;
 const PRICE: Price = Price { input: "2.00", output: "10.00" };
 
 async fn overdraft_is_impossible(backend: Backend) -> anyhow::Result<()> {
+    // 500 concurrent requests: not next to a test that measures time.
+    let _serial = serial().await;
     let Some(db) = TestDb::of(backend).await? else { return Ok(()) };
     let body = chat_body("chat-model", false, json!({"max_tokens": MAX_TOKENS})).to_string();
     // The reservation: input bound (body bytes) and max_tokens at the candidate's price.

@@ -14,7 +14,7 @@ use sluice_ledger::testing::{TestDb, eventually};
 use sluice_tests::billing::{Price, usage_of};
 use sluice_tests::client::chat_body;
 use sluice_tests::process::GatewayProcess;
-use sluice_tests::{ChaosUpstream, route, yaml};
+use sluice_tests::{ChaosUpstream, route, serial, yaml};
 use tempfile::TempDir;
 
 const PRICE: Price = Price { input: "3.00", output: "15.00" };
@@ -73,6 +73,7 @@ async fn account(ledger: &Ledger) -> anyhow::Result<sluice_ledger::Account> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Result<()> {
+    let _serial = serial().await;
     let s = setup().await?;
     let db = TestDb::sqlite();
     let ledger = db.connect().await?;
@@ -207,6 +208,7 @@ async fn kill_on_done(gw: &mut GatewayProcess, key: &str, request_id: &str) -> a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_done_was_seen_is_billed_even_if_the_gateway_dies_at_once() -> anyhow::Result<()> {
+    let _serial = serial().await;
     let s = setup().await?;
     let db = TestDb::sqlite();
     let ledger = db.connect().await?;

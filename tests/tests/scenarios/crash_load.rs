@@ -18,7 +18,7 @@ use sluice_tests::billing::{Price, usage_of};
 use sluice_tests::client::chat_body;
 use sluice_tests::load::{Shot, open_loop};
 use sluice_tests::process::GatewayProcess;
-use sluice_tests::{ChaosUpstream, Client, route, yaml};
+use sluice_tests::{ChaosUpstream, Client, route, serial, yaml};
 
 const PRICE: Price = Price { input: "3.00", output: "15.00" };
 const OPENING: i64 = 1_000_000_000_000;
@@ -55,6 +55,7 @@ async fn shoot(base: &RwLock<String>, key: &str, n: u64, at: Duration) -> Shot {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_under_load_loses_and_doubles_no_settlement() -> anyhow::Result<()> {
+    let _serial = serial().await;
     let Some(db) = TestDb::postgres().await? else { return Ok(()) };
     let [streamy, whole] = ChaosUpstream::start_all(["streamy", "whole"]).await?;
     streamy.script(json!({"chunks": 10, "chunk_ms": 30}))?;

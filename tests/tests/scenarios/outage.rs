@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use sluice_ledger::testing::eventually;
 use sluice_tests::load::{Shot, open_loop};
 use sluice_tests::process;
-use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, error_budget, route, yaml};
+use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, error_budget, route, serial, yaml};
 
 const GAP: Duration = Duration::from_millis(400);
 const OPEN_FOR: Duration = Duration::from_secs(4);
@@ -31,6 +31,7 @@ const OUTAGE: Duration = Duration::from_secs(8);
 
 #[tokio::test]
 async fn a_flapping_primary_is_served_around_and_found_again_within_open_for() -> anyhow::Result<()> {
+    let _serial = serial().await;
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
     let open_for = format!("{}s", OPEN_FOR.as_secs());
     let docs = [primary.doc().with("spec.circuitBreaker.openFor", open_for.as_str()), backup.doc(), route("chat", "chat-model", &[("primary", 100), ("backup", 50)])];
@@ -112,6 +113,7 @@ fn number(v: &Value) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budgets_show_a_two_minute_outage() -> anyhow::Result<()> {
+    let _serial = serial().await;
     let [flaky, steady] = ChaosUpstream::start_all(["flaky", "steady"]).await?;
     let docs = [
         flaky.doc(),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sluice_ledger::testing::eventually;
-use sluice_tests::{ChaosUpstream, Doc, TestGateway, route, yaml};
+use sluice_tests::{ChaosUpstream, Doc, TestGateway, route, serial, yaml};
 
 const WORKERS: u32 = 8;
 /// Per worker: 8 × 25/s = 200 req/s.
@@ -37,6 +37,7 @@ fn reloads(gw: &TestGateway, result: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewrites_under_load_fail_no_request() -> anyhow::Result<()> {
+    let _serial = serial().await;
     let [a, b] = ChaosUpstream::start_all(["a", "b"]).await?;
     let gw = TestGateway::start(&manifests(&a, &b, (100, 50), false, false)).await?;
     assert_eq!((reloads(&gw, "ok"), reloads(&gw, "rejected")), (1.0, 0.0), "the initial load counts as one");

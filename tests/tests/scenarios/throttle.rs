@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sluice_ledger::testing::eventually;
-use sluice_tests::{ChaosUpstream, TestGateway, route, yaml};
+use sluice_tests::{ChaosUpstream, TestGateway, route, serial, yaml};
 
 const THROTTLED: fn(u64) -> serde_json::Value = |secs| json!({"status": 429, "retry_after": secs});
 
@@ -19,6 +19,7 @@ async fn start(backoff: serde_json::Value) -> anyhow::Result<(ChaosUpstream, Cha
 
 #[tokio::test]
 async fn a_throttled_first_walk_waits_for_retry_after_and_walks_again() -> anyhow::Result<()> {
+    let _serial = serial().await;
     let (a, b, gw) = start(json!({"maxAttempts": 3, "base": "50ms", "maxTotal": "10s"})).await?;
     a.script(THROTTLED(1))?;
     b.script(THROTTLED(1))?;
@@ -44,6 +45,7 @@ async fn a_throttled_first_walk_waits_for_retry_after_and_walks_again() -> anyho
 
 #[tokio::test]
 async fn persistent_throttling_is_a_429_with_retry_after_within_max_attempts() -> anyhow::Result<()> {
+    let _serial = serial().await;
     // 3 walks, two 1 s waits (Retry-After beats the 50–100 ms jitter): ~2 s.
     let (a, b, gw) = start(json!({"maxAttempts": 3, "base": "50ms", "maxTotal": "5s"})).await?;
     a.script(THROTTLED(1))?;
@@ -62,6 +64,7 @@ async fn persistent_throttling_is_a_429_with_retry_after_within_max_attempts() -
 
 #[tokio::test]
 async fn max_total_bounds_the_waiting() -> anyhow::Result<()> {
+    let _serial = serial().await;
     // Up to 10 walks, but only 2.5 s of waiting: waits of 1 s, 1 s, then the third
     // would pass maxTotal, so 3 walks.
     let (a, b, gw) = start(json!({"maxAttempts": 10, "base": "50ms", "maxTotal": "2500ms"})).await?;
