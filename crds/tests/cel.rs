@@ -297,5 +297,5 @@ fn quickstart_and_support_manifests_pass_cel() {
             seen += 1;
         }
     }
-    assert_eq!(seen, 12);
+    assert_eq!(seen, 15);
 }

@@ -10,8 +10,8 @@ use sluice_crds::error_budget::BudgetMethod;
 use sluice_crds::model_route::{FirstByteAction, Selection};
 use sluice_crds::resolve::{defaults, usd_to_nanos};
 use sluice_crds::snapshot::{
-    AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, LatencyConfig,
-    PriceConfig, ProbeConfig, Protocol, RouteConfig, SNAPSHOT_FORMAT, UpstreamConfig,
+    AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, GcpConfig, LatencyConfig,
+    PriceConfig, ProbeConfig, Protocol, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, UpstreamConfig,
 };
 use sluice_crds::{Snapshot, load_paths, resolve};
 
@@ -21,27 +21,23 @@ const H: u64 = 60 * MIN;
 const D: u64 = 24 * H;
 const USD: u64 = 1_000_000_000;
 
-fn auth(secret: &str) -> Option<AuthConfig> {
-    Some(AuthConfig {
-        secret: secret.into(),
-        key: "apiKey".into(),
-        header: "authorization".into(),
-        scheme: "Bearer".into(),
-    })
+fn auth(secret: &str, header: &str, scheme: &str) -> Option<AuthConfig> {
+    Some(AuthConfig { secret: secret.into(), key: "apiKey".into(), header: header.into(), scheme: scheme.into() })
 }
 
-fn upstream(name: &str, port: u16, region: &str, secret: &str) -> UpstreamConfig {
+fn upstream(name: &str, protocol: Protocol, base_url: &str, region: Option<&str>) -> UpstreamConfig {
     UpstreamConfig {
         key: format!("default/{name}"),
         name: name.into(),
         namespace: "default".into(),
-        protocol: Protocol::Openai,
-        base_url: format!("http://127.0.0.1:{port}/v1"),
-        region: Some(region.into()),
-        auth: auth(secret),
+        protocol,
+        base_url: base_url.into(),
+        region: region.map(str::to_string),
+        auth: None,
         connect_timeout_ms: 2 * S,
         first_byte: FirstByte::Auto,
         idle_timeout_ms: 60 * S,
+        idle_auto: false,
         max_concurrent_requests: None,
         circuit_breaker: CircuitBreakerConfig {
             failure_rate_percent: 50,
@@ -58,13 +54,18 @@ fn upstream(name: &str, port: u16, region: &str, secret: &str) -> UpstreamConfig
     }
 }
 
-fn candidate(upstream: &str, model: &str, weight: u32, input_usd_cents: u64, output_usd_cents: u64) -> CandidateConfig {
-    CandidateConfig {
-        upstream: format!("default/{upstream}"),
-        model: model.into(),
-        weight,
-        price: Some(PriceConfig::new(input_usd_cents * USD / 100, output_usd_cents * USD / 100)),
-    }
+/// A price in cents per million tokens: input, output, cache read, cache write.
+fn price(input: u64, output: u64, cached_input: u64, cache_write: u64) -> Option<PriceConfig> {
+    Some(PriceConfig {
+        input_per_mtok_nanos: input * USD / 100,
+        output_per_mtok_nanos: output * USD / 100,
+        cached_input_per_mtok_nanos: cached_input * USD / 100,
+        cache_write_per_mtok_nanos: cache_write * USD / 100,
+    })
+}
+
+fn candidate(upstream: &str, model: &str, weight: u32, price: Option<PriceConfig>) -> CandidateConfig {
+    CandidateConfig { upstream: format!("default/{upstream}"), model: model.into(), weight, price }
 }
 
 fn default_alerts() -> Vec<AlertConfig> {
@@ -78,15 +79,27 @@ fn default_alerts() -> Vec<AlertConfig> {
 }
 
 fn expected_quickstart() -> Snapshot {
-    let mut us_east = upstream("anthropic-us-east-1", 9101, "us-east-1", "anthropic-key");
-    us_east.first_byte = FirstByte::FixedMs(2 * S);
-    us_east.idle_timeout_ms = 30 * S;
-    us_east.circuit_breaker.open_for_ms = 10 * S;
-    let mut eu_west = upstream("anthropic-eu-west-1", 9102, "eu-west-1", "anthropic-key");
-    eu_west.first_byte = FirstByte::FixedMs(2 * S);
-    let openai = upstream("openai-us", 9103, "us", "openai-key");
+    let mut anthropic = upstream("anthropic", Protocol::Anthropic, "http://127.0.0.1:9101/v1", None);
+    anthropic.auth = auth("anthropic-key", "x-api-key", "");
+    anthropic.first_byte = FirstByte::FixedMs(2 * S);
+    anthropic.idle_timeout_ms = 30 * S;
+    anthropic.circuit_breaker.open_for_ms = 10 * S;
+    let mut vertex = upstream("vertex-us-east5", Protocol::VertexAnthropic, "http://127.0.0.1:9102/v1", Some("us-east5"));
+    vertex.first_byte = FirstByte::FixedMs(2 * S);
+    vertex.gcp = Some(GcpConfig {
+        project: "sluice-demo".into(),
+        location: "us-east5".into(),
+        credentials: Some(SecretKeyConfig { secret: "vertex-sa".into(), key: "key.json".into() }),
+    });
+    let mut openai = upstream("openai", Protocol::Openai, "http://127.0.0.1:9103/v1", Some("us"));
+    openai.auth = auth("openai-key", "authorization", "Bearer");
+    let mut azure = upstream("azure-eastus", Protocol::AzureOpenai, "http://127.0.0.1:9104/openai", Some("eastus"));
+    azure.auth = auth("azure-key", "api-key", "");
+    azure.azure_api_version = Some("2024-10-21".into());
+    let mut gemini = upstream("gemini", Protocol::Gemini, "http://127.0.0.1:9105/v1beta", None);
+    gemini.auth = auth("gemini-key", "x-goog-api-key", "");
     let upstreams: BTreeMap<String, UpstreamConfig> =
-        [us_east, eu_west, openai].into_iter().map(|u| (u.key.clone(), u)).collect();
+        [anthropic, vertex, openai, azure, gemini].into_iter().map(|u| (u.key.clone(), u)).collect();
 
     let claude = RouteConfig {
         key: "default/claude-opus".into(),
@@ -97,8 +110,8 @@ fn expected_quickstart() -> Snapshot {
         deadline_ms: 120 * S,
         selection: Selection::Ordered,
         candidates: vec![
-            candidate("anthropic-us-east-1", "claude-opus-4-20250514", 100, 1500, 7500),
-            candidate("anthropic-eu-west-1", "claude-opus-4-20250514", 50, 1500, 7500),
+            candidate("anthropic", "claude-opus-4-20250514", 100, price(1500, 7500, 150, 1875)),
+            candidate("vertex-us-east5", "claude-opus-4@20250514", 50, price(1500, 7500, 150, 1875)),
         ],
         retry_on: vec![408, 429, 500, 502, 503, 504],
         on_first_byte_timeout: FirstByteAction::Failover,
@@ -112,18 +125,27 @@ fn expected_quickstart() -> Snapshot {
         name: "gpt-4o".into(),
         model: "gpt-4o".into(),
         deadline_ms: 540 * S,
-        selection: Selection::Weighted,
-        candidates: vec![candidate("openai-us", "gpt-4o-2024-08-06", 100, 250, 1000)],
+        candidates: vec![
+            candidate("openai", "gpt-4o-2024-08-06", 100, price(250, 1000, 125, 250)),
+            candidate("azure-eastus", "gpt-4o", 50, price(250, 1000, 125, 250)),
+        ],
         max_walks: 5,
         backoff_max_total_ms: 30 * S,
         ..claude.clone()
+    };
+    let gemini = RouteConfig {
+        key: "default/gemini-pro".into(),
+        name: "gemini-pro".into(),
+        model: "gemini-2.5-pro".into(),
+        candidates: vec![candidate("gemini", "gemini-2.5-pro", 100, price(125, 1000, 31, 125))],
+        ..gpt.clone()
     };
 
     let availability = BudgetConfig {
         key: "default/chat-availability".into(),
         name: "chat-availability".into(),
         namespace: "default".into(),
-        routes: vec!["default/claude-opus".into(), "default/gpt-4o".into()],
+        routes: vec!["default/claude-opus".into(), "default/gpt-4o".into(), "default/gemini-pro".into()],
         objective: "99.9".into(),
         objective_ratio: 99.9 / 100.0,
         window_ms: 30 * D,
@@ -143,7 +165,7 @@ fn expected_quickstart() -> Snapshot {
         latency: Some(LatencyConfig { threshold_ms: 10 * S, percentile: 99 }),
         ..availability.clone()
     };
-    Snapshot { format: SNAPSHOT_FORMAT, upstreams, routes: vec![claude, gpt], budgets: vec![availability, timeslices] }
+    Snapshot { format: SNAPSHOT_FORMAT, upstreams, routes: vec![claude, gpt, gemini], budgets: vec![availability, timeslices] }
 }
 
 #[test]
@@ -168,8 +190,10 @@ fn the_snapshot_survives_json_and_has_the_documented_shape() {
     assert_eq!(route["deadlineMs"], 120_000);
     assert_eq!(route["candidates"][0]["price"]["inputPerMtokNanos"], 15_000_000_000_u64);
     assert_eq!(route["onFirstByteTimeout"], "failover");
-    assert_eq!(json["upstreams"]["default/openai-us"]["firstByte"], "auto");
-    assert_eq!(json["upstreams"]["default/anthropic-us-east-1"]["firstByte"]["fixedMs"], 2000);
+    assert_eq!(route["candidates"][0]["price"]["cacheWritePerMtokNanos"], 18_750_000_000_u64);
+    assert_eq!(json["upstreams"]["default/openai"]["firstByte"], "auto");
+    assert_eq!(json["upstreams"]["default/anthropic"]["firstByte"]["fixedMs"], 2000);
+    assert_eq!(json["upstreams"]["default/vertex-us-east5"]["gcp"]["credentials"]["key"], "key.json");
     assert_eq!(json["budgets"][1]["method"], "timeslices");
     assert_eq!(snapshot.route_for_model("gpt-4o").map(|r| r.name.as_str()), Some("gpt-4o"));
     assert_eq!(snapshot.route_for_model("gpt-5"), None);
