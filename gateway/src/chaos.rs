@@ -2,8 +2,8 @@
 //! tests, the demo and game days, speaking every protocol of §9 in its own
 //! framing on one listener.
 //!
-//! Start here: [`serve`] a [`ChaosState`] on a listener (or [`run`] it from
-//! the CLI), point an Upstream's `baseUrl` at it, and
+//! Start here: [`serve`] a [`ChaosState`] on a listener (or run it from the
+//! CLI, [`crate::cmd::chaos`]), point an Upstream's `baseUrl` at it, and
 //! choose faults per request with `x-chaos-*` headers or for every request
 //! with `POST /_chaos` (see [`Script`] for the fields). [`ChaosState`]'s
 //! counters tell exactly how often the upstream was called, per protocol.
@@ -45,7 +45,6 @@
 //! expires every access token issued so far.
 
 mod auth;
-mod cli;
 mod conn;
 mod counters;
 mod endpoints;
@@ -65,7 +64,6 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
 pub use auth::{AwsKeys, ChaosAuth, DEFAULT_TOKEN_TTL, GoogleAuth, ServiceAccount};
-pub use cli::run;
 pub use counters::CounterSnapshot;
 pub use protocol::Protocol;
 pub use script::{HEADER_PREFIX, Script, ScriptError};
@@ -81,41 +79,6 @@ use plan::Plan;
 #[derive(Clone)]
 pub struct ChaosState {
     inner: Arc<Inner>,
-}
-
-/// `sluice-gateway chaos` arguments.
-#[derive(Clone, Debug, clap::Args)]
-pub struct ChaosArgs {
-    /// Address to listen on; port 0 picks a free port (logged once bound).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9090")]
-    pub listen: String,
-    /// The key every API-key protocol must send (OpenAI and Bedrock Bearer,
-    /// Azure `api-key`, Anthropic `x-api-key`, Gemini `x-goog-api-key`);
-    /// unset: any key, or none, is accepted.
-    #[arg(long, value_name = "KEY", env = "SLUICE_CHAOS_API_KEY")]
-    pub api_key: Option<String>,
-    /// Bedrock requests must be SigV4-signed with this access key id ...
-    #[arg(long, value_name = "ID", requires = "aws_secret_access_key")]
-    pub aws_access_key_id: Option<String>,
-    /// ... and this secret key.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "SLUICE_CHAOS_AWS_SECRET_ACCESS_KEY",
-        requires = "aws_access_key_id"
-    )]
-    pub aws_secret_access_key: Option<String>,
-    /// Vertex AI requests must carry an access token issued by this upstream
-    /// (`POST /token` or the metadata server).
-    #[arg(long)]
-    pub gcp_tokens: bool,
-    /// A service-account JSON key whose JWT assertions `POST /token`
-    /// accepts (its public half is used); implies `--gcp-tokens`.
-    #[arg(long, value_name = "FILE")]
-    pub gcp_service_account: Option<std::path::PathBuf>,
-    /// `expires_in` of issued access tokens, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TOKEN_TTL.as_secs())]
-    pub token_ttl: u64,
 }
 
 struct Inner {
