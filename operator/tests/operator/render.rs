@@ -1,5 +1,5 @@
 //! The `desired_*` builders against golden YAML under `tests/golden/` (regenerate with
-//! `UPDATE_GOLDEN=1 cargo test -p sluice-operator --test render`, then review the diff),
+//! `UPDATE_GOLDEN=1 cargo test -p sluice-operator --test operator render`, then review the diff),
 //! and the roll/no-roll rules of the pod template.
 
 #![expect(clippy::unwrap_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]

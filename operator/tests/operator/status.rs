@@ -3,7 +3,6 @@
 
 #![expect(clippy::unwrap_used, clippy::expect_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
 
-mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +11,7 @@ use serde_json::{Value, json};
 use sluice_ledger::{Heartbeat, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
 use sluice_operator::reconcile::{budget as budget_rc, upstream as upstream_rc};
 use sluice_operator::testing::{budget, route, upstream, upstream_with_auth};
-use support::*;
+use crate::support::*;
 
 const UPSTREAMS: &str = "/apis/sluice.dev/v1alpha1/namespaces/team-a/upstreams";
 const BUDGETS: &str = "/apis/sluice.dev/v1alpha1/namespaces/team-a/errorbudgets";

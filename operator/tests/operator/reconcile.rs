@@ -4,7 +4,6 @@
 
 #![expect(clippy::unwrap_used, clippy::expect_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
 
-mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +15,7 @@ use sluice_crds::{ModelRoute, Snapshot};
 use sluice_ledger::RouteMinute;
 use sluice_operator::reconcile::route::{self, FINALIZER};
 use sluice_operator::testing::{budget, route as mk_route, upstream, upstream_with_auth};
-use support::*;
+use crate::support::*;
 
 const NS: &str = "/api/v1/namespaces/team-a";
 const APPS: &str = "/apis/apps/v1/namespaces/team-a";

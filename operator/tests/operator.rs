@@ -1,0 +1,15 @@
+//! The operator's integration tests, one binary of modules (one link, one process):
+//! builders against golden YAML (`render`), the reconcile loop against a scripted API
+//! server (`reconcile`), status from the ledger (`status`) and the binary's own wiring
+//! (`run`). Shared fixtures live in `support`.
+
+mod support;
+
+#[path = "operator/reconcile.rs"]
+mod reconcile;
+#[path = "operator/render.rs"]
+mod render;
+#[path = "operator/run.rs"]
+mod run;
+#[path = "operator/status.rs"]
+mod status;
