@@ -2,9 +2,10 @@
 //! each module under `scenarios/` is one scenario family, driven over real sockets on
 //! ephemeral ports with the harness in `src/` (see the crate docs).
 //!
-//! Time: every test here waits by polling (`sluice_tests::eventually`) or on scales set
-//! small through config, so that a busy machine makes it slower, never red. The one
-//! real-clock soak is `#[ignore]`d and run by its own step of `scripts/test`.
+//! Time: every test here waits by polling (`sluice_ledger::testing::eventually`) or on
+//! scales set small through config, so that a busy machine makes it slower, never red;
+//! the ones that measure time or make heavy load take `sluice_tests::serial()`. The
+//! real-clock soaks are `#[ignore]`d; `scripts/test` runs the 3-minute one on its own.
 
 #[path = "scenarios/billing_hangups.rs"]
 mod billing_hangups;
