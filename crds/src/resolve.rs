@@ -172,7 +172,12 @@ fn resolve_upstreams(
                 auth,
                 connect_timeout_ms: ms(timeouts.connect.as_deref(), defaults::CONNECT_MS),
                 first_byte,
-                idle_timeout_ms: ms(timeouts.idle.as_deref(), defaults::IDLE_MS),
+                // `auto` is capped by the default limit.
+                idle_timeout_ms: match timeouts.idle.as_deref() {
+                    Some("auto") => defaults::IDLE_MS,
+                    d => ms(d, defaults::IDLE_MS),
+                },
+                idle_auto: timeouts.idle.as_deref() == Some("auto"),
                 max_concurrent_requests: spec.max_concurrent_requests,
                 circuit_breaker: CircuitBreakerConfig {
                     failure_rate_percent: cb.failure_rate_percent.unwrap_or(50),

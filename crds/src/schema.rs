@@ -42,6 +42,7 @@ pub mod msg {
     pub const BASE_URL: &str = "baseUrl must be an http:// or https:// URL with a host";
     pub const HEADER: &str = "header must be an HTTP header name";
     pub const FIRST_BYTE: &str = "firstByte must be a duration such as 50ms or 2s, or auto";
+    pub const IDLE: &str = "idle must be a duration such as 30s, or auto";
     pub const PROBE_PATH: &str = "probe.path must start with /";
     pub const BASE_URL_REQUIRED: &str = "baseUrl is required for protocol openai and azure-openai";
     pub const GCP_REQUIRED: &str =

@@ -55,8 +55,12 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// First-byte watchdog.
     pub first_byte: FirstByte,
-    /// Longest allowed gap between stream chunks.
+    /// Longest allowed gap between stream chunks; with `idle_auto`, the cap.
     pub idle_timeout_ms: u64,
+    /// `idle: auto`: the limit follows the upstream's observed gaps (10 × p99, at least
+    /// 1 s, at most `idle_timeout_ms`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle_auto: bool,
     /// In-flight requests above which the upstream counts as saturated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_requests: Option<u32>,

@@ -149,9 +149,10 @@ pub struct UpstreamTimeouts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::schema::DURATION_OR_AUTO_RULE).message(msg::FIRST_BYTE))]
     pub first_byte: Option<String>,
-    /// Longest gap allowed between stream chunks; default `60s`.
+    /// Longest gap allowed between stream chunks: a duration, or `auto` (10 × the
+    /// upstream's p99 gap, at least 1 s, at most 60 s); default `60s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(crate::schema::DURATION_RULE).message(crate::schema::DURATION_MESSAGE))]
+    #[x_kube(validation = Rule::new(crate::schema::DURATION_OR_AUTO_RULE).message(msg::IDLE))]
     pub idle: Option<String>,
 }
 

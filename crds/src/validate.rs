@@ -132,7 +132,9 @@ pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
     }
     if let Some(t) = &spec.timeouts {
         c.duration(t.connect.as_deref(), "spec.timeouts.connect");
-        c.duration(t.idle.as_deref(), "spec.timeouts.idle");
+        if let Some(idle) = &t.idle {
+            c.rule(idle == "auto" || is_schema_duration(idle), "spec.timeouts.idle", msg::IDLE);
+        }
         if let Some(fb) = &t.first_byte {
             c.rule(fb == "auto" || is_schema_duration(fb), "spec.timeouts.firstByte", msg::FIRST_BYTE);
         }

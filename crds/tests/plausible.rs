@@ -95,7 +95,7 @@ fn upstream() -> impl Strategy<Value = Value> {
         prop_oneof!["https?://[a-z0-9.:\\[\\]]{0,10}(/v1)?/?", "(ftp|http|https):/{0,3}[ a-z/?#]{0,6}", ".{0,8}"],
     );
     let auth = (("[a-z-]{1,12}", "[a-zA-Z]{1,8}"), opt("[A-Za-z0-9: _-]{0,8}"), opt("[A-Za-z ]{0,7}"));
-    let timeouts = (opt(duration()), opt(prop_oneof![duration(), Just("auto".to_string())]), opt(duration()));
+    let timeouts = (opt(duration()), opt(prop_oneof![duration(), Just("auto".to_string())]), opt(prop_oneof![duration(), Just("auto".to_string())]));
     let breaker = (opt(1..=100u32), opt(1..=10_000u32), opt(duration()), opt(1..=100u32));
     let probe = (opt(duration()), opt("/?[a-z/]{0,6}"));
     (

@@ -116,7 +116,7 @@ fn a_bad_duration_names_its_field() {
     assert_eq!(
         problems(&resolve_text(&text)),
         [
-            "error: Upstream default/secondary: spec.timeouts.idle: must be a positive duration such as 50ms, 2s, 1m30s or 1h",
+            "error: Upstream default/secondary: spec.timeouts.idle: idle must be a duration such as 30s, or auto",
         ]
     );
 }

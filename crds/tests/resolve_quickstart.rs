@@ -38,6 +38,7 @@ fn upstream(name: &str, protocol: Protocol, base_url: &str, region: Option<&str>
         first_byte: FirstByte::Auto,
         idle_timeout_ms: 60 * S,
         idle_auto: false,
+        idle_auto: false,
         max_concurrent_requests: None,
         circuit_breaker: CircuitBreakerConfig {
             failure_rate_percent: 50,

@@ -97,7 +97,7 @@ pub fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, 
     let Dispatched { started: s, candidate, attempts, failovers } = d;
     let attempt = s.attempt;
     let name = attempt.upstream().name_header.clone();
-    let idle = std::time::Duration::from_millis(attempt.upstream().cfg.idle_timeout_ms);
+    let idle = relay::IdleWatch::of(attempt.upstream());
     let first_byte_ms = started.elapsed().as_millis() as u64;
     let status = s.status;
     let (gw2, route2) = (gw.clone(), route.clone());

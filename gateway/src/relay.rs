@@ -10,7 +10,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::time::Duration;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -19,8 +19,10 @@ use tokio::sync::mpsc;
 use crate::attempt::BodyStream;
 use crate::attempt::outcome::Outcome;
 
+pub mod idle;
 pub mod sse;
 
+pub use idle::IdleWatch;
 use sse::{Event, Splitter, Usage};
 
 /// How a relayed stream ended.
@@ -43,7 +45,7 @@ const DONE: &[u8] = b"data: [DONE]\n\n";
 /// Starts relaying; returns the client body stream. `on_end` runs exactly once, when the
 /// upstream stream is finished or abandoned, even if the client went away; the future it
 /// returns is awaited before the last event is sent.
-pub fn relay<F, Fut>(first: Bytes, rest: BodyStream, wants_usage: bool, idle: Duration, on_end: F) -> axum::body::Body
+pub fn relay<F, Fut>(first: Bytes, rest: BodyStream, wants_usage: bool, idle: IdleWatch, on_end: F) -> axum::body::Body
 where
     F: FnOnce(StreamEnd) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -65,7 +67,7 @@ async fn pump(
     first: Bytes,
     mut rest: BodyStream,
     wants_usage: bool,
-    idle: Duration,
+    idle: IdleWatch,
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
 ) -> (StreamEnd, Option<Bytes>) {
     let mut end = StreamEnd { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0 };
@@ -111,21 +113,26 @@ async fn pump(
         }
         // A client that left is noticed at once, not at the next upstream chunk: a
         // stalled upstream would otherwise be held (and billed) until the idle timeout.
+        let limit = idle.limit();
+        let waiting = Instant::now();
         let next = tokio::select! {
-            next = tokio::time::timeout(idle, rest.next()) => next,
+            next = tokio::time::timeout(limit, rest.next()) => next,
             () = tx.closed() => {
                 end.client_gone = true;
                 return (end, None);
             }
         };
         match next {
-            Ok(Some(Ok(bytes))) => chunk = Some(bytes),
+            Ok(Some(Ok(bytes))) => {
+                idle.gap(waiting.elapsed());
+                chunk = Some(bytes);
+            }
             // Ended without `[DONE]` but with a finish reason: complete.
             Ok(None) if finished => return (end, Some(Bytes::from_static(DONE))),
             Ok(None) => return broken(end, Outcome::Reset, "the upstream closed the stream before it finished"),
             Ok(Some(Err(e))) => return broken(end, Outcome::Reset, &format!("the upstream stream broke: {e}")),
             Err(_) => {
-                let reason = format!("the upstream sent nothing for {}ms", idle.as_millis());
+                let reason = format!("the upstream sent nothing for {}ms", limit.as_millis());
                 return broken(end, Outcome::IdleTimeout, &reason);
             }
         }

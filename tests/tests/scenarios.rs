@@ -33,6 +33,8 @@ mod failover;
 mod hostile;
 #[path = "scenarios/hostile_socket.rs"]
 mod hostile_socket;
+#[path = "scenarios/idle_auto.rs"]
+mod idle_auto;
 #[path = "scenarios/metrics.rs"]
 mod metrics;
 #[path = "scenarios/outage.rs"]
@@ -57,6 +59,8 @@ mod soak;
 mod stream_break;
 #[path = "scenarios/throttle.rs"]
 mod throttle;
+#[path = "scenarios/traces.rs"]
+mod traces;
 #[path = "scenarios/usage.rs"]
 mod usage;
 #[path = "scenarios/watchdog.rs"]

@@ -86,6 +86,7 @@ struct State {
     last_attempt: Option<(Instant, bool)>,
     trials_in_flight: u32,
     first_byte_ms: VecDeque<u32>,
+    gap_ms: VecDeque<u32>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -99,6 +100,12 @@ enum CircuitState {
 }
 
 const FIRST_BYTE_SAMPLES: usize = 200;
+/// Inter-event gaps kept for `idle: auto`: a few long streams' worth.
+const GAP_SAMPLES: usize = 1000;
+/// Gaps needed before `idle: auto` trusts its p99; until then the cap applies.
+const GAP_MIN_SAMPLES: usize = 20;
+/// The smallest `idle: auto` limit.
+const IDLE_FLOOR: Duration = Duration::from_secs(1);
 
 impl Health {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -226,13 +233,33 @@ impl Health {
                 if s.first_byte_ms.len() < 20 {
                     return Duration::from_secs(5);
                 }
-                let mut v: Vec<u32> = s.first_byte_ms.iter().copied().collect();
-                v.sort_unstable();
-                let idx = ((v.len() as f64) * 0.99).ceil() as usize;
-                let p99 = v.get(idx.saturating_sub(1)).copied().unwrap_or(0);
-                Duration::from_millis((u64::from(p99) * 3).max(50))
+                Duration::from_millis((u64::from(p99(&s.first_byte_ms)) * 3).max(50))
             }
         }
+    }
+
+    /// Records a gap between two chunks of a stream, for `idle: auto`.
+    pub fn record_gap(&self, gap: Duration) {
+        let mut s = self.lock();
+        s.gap_ms.push_back(u32::try_from(gap.as_millis()).unwrap_or(u32::MAX));
+        while s.gap_ms.len() > GAP_SAMPLES {
+            s.gap_ms.pop_front();
+        }
+    }
+
+    /// The idle limit of a stream (docs/design.md §2, `timeouts.idle`): `cap` as
+    /// configured, or with `auto` 10 × the rolling p99 gap, at least 1 s and at most
+    /// `cap` (the cap until 20 gaps were seen).
+    pub fn idle_limit(&self, auto: bool, cap: Duration) -> Duration {
+        if !auto {
+            return cap;
+        }
+        let s = self.lock();
+        if s.gap_ms.len() < GAP_MIN_SAMPLES {
+            return cap;
+        }
+        let p99 = p99(&s.gap_ms);
+        Duration::from_millis(u64::from(p99) * 10).max(IDLE_FLOOR).min(cap)
     }
 
     /// Recent (successes, failures), for heartbeats.
@@ -268,6 +295,14 @@ impl State {
         let ok = self.samples.iter().filter(|(_, ok)| *ok).count();
         ok as f64 / self.samples.len() as f64
     }
+}
+
+/// The 99th percentile of samples (nearest rank).
+fn p99(samples: &VecDeque<u32>) -> u32 {
+    let mut v: Vec<u32> = samples.iter().copied().collect();
+    v.sort_unstable();
+    let idx = ((v.len() as f64) * 0.99).ceil() as usize;
+    v.get(idx.saturating_sub(1)).copied().unwrap_or(0)
 }
 
 #[cfg(test)]

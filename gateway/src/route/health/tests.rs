@@ -91,6 +91,38 @@ fn client_errors_do_not_touch_health() {
 }
 
 #[test]
+fn idle_auto_is_ten_times_the_p99_gap_between_one_second_and_the_cap() {
+    let cap = Duration::from_secs(60);
+    let h = Health::default();
+    // Too few gaps: the cap.
+    for _ in 0..19 {
+        h.record_gap(Duration::from_millis(200));
+    }
+    assert_eq!(h.idle_limit(true, cap), cap);
+    h.record_gap(Duration::from_millis(200));
+    assert_eq!(h.idle_limit(true, cap), Duration::from_secs(2));
+    // The p99 follows the slow tail: 2 of 100 gaps at 500 ms.
+    for i in 0..80 {
+        h.record_gap(Duration::from_millis(if i < 2 { 500 } else { 10 }));
+    }
+    assert_eq!(h.idle_limit(true, cap), Duration::from_secs(5));
+    // Fast streams get the floor, slow ones the cap.
+    let fast = Health::default();
+    for _ in 0..50 {
+        fast.record_gap(Duration::from_millis(5));
+    }
+    assert_eq!(fast.idle_limit(true, cap), Duration::from_secs(1));
+    let slow = Health::default();
+    for _ in 0..50 {
+        slow.record_gap(Duration::from_secs(9));
+    }
+    assert_eq!(slow.idle_limit(true, cap), cap);
+    assert_eq!(slow.idle_limit(true, Duration::from_secs(30)), Duration::from_secs(30));
+    // A fixed setting ignores the samples.
+    assert_eq!(fast.idle_limit(false, Duration::from_secs(7)), Duration::from_secs(7));
+}
+
+#[test]
 fn auto_watchdog_uses_three_times_p99_after_twenty_samples() {
     let h = Health::default();
     assert_eq!(h.first_byte_limit(FirstByte::Auto), Duration::from_secs(5));
