@@ -4,7 +4,14 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::TranslateError;
+mod native;
+mod walk;
+
+pub(crate) use native::{
+    SamplingNames, ToolUse, empty_object_schema, reject_json_mode, reject_openai_only,
+    reject_penalties,
+};
+pub(crate) use walk::{Conversation, Dialect, messages, walk};
 
 /// An OpenAI `POST /chat/completions` body.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -239,64 +246,4 @@ pub struct NamedFunction {
 pub enum Stop {
     One(String),
     Many(Vec<String>),
-}
-
-/// Rejects what no native (non-OpenAI) target can express without changing the
-/// answer: several choices, log probabilities, logit biases, audio output, predicted
-/// outputs and tools that are not functions. Unset, `null`, `false` and empty values pass.
-pub(crate) fn reject_openai_only(req: &ChatRequest) -> Result<(), TranslateError> {
-    if req.n.is_some_and(|n| n > 1) {
-        return Err(TranslateError::unsupported(
-            "n",
-            "this upstream returns one choice",
-        ));
-    }
-    for (field, reason) in [
-        ("logprobs", "this upstream returns no log probabilities"),
-        ("top_logprobs", "this upstream returns no log probabilities"),
-        ("logit_bias", "this upstream takes no logit bias"),
-        ("audio", "this upstream returns no audio"),
-        ("prediction", "this upstream takes no predicted output"),
-    ] {
-        if req.rest.get(field).is_some_and(is_set) {
-            return Err(TranslateError::unsupported(field, reason));
-        }
-    }
-    for (i, tool) in req.tools.iter().flatten().enumerate() {
-        if tool.kind != "function" {
-            return Err(TranslateError::unsupported(
-                format!("tools[{i}].type"),
-                "only function tools are supported",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Rejects non-zero `presence_penalty`/`frequency_penalty` for a target without them.
-pub(crate) fn reject_penalties(req: &ChatRequest) -> Result<(), TranslateError> {
-    for field in ["presence_penalty", "frequency_penalty"] {
-        if req
-            .rest
-            .get(field)
-            .and_then(Value::as_f64)
-            .is_some_and(|p| p != 0.0)
-        {
-            return Err(TranslateError::unsupported(
-                field,
-                "this upstream has no penalties",
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn is_set(v: &Value) -> bool {
-    match v {
-        Value::Null | Value::Bool(false) => false,
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::Object(m) => !m.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Bool(true) | Value::String(_) => true,
-    }
 }

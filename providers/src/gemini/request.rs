@@ -4,50 +4,19 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::request::reject_openai_only;
-use crate::{ChatRequest, Content, ContentPart, Message, Role, Target, ToolChoice, TranslateError};
+use crate::request::{
+    Conversation, Dialect, SamplingNames, ToolUse, messages, reject_openai_only, walk,
+};
+use crate::{ChatRequest, ImageUrl, Message, Target, ToolCall, TranslateError};
 
 pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, TranslateError> {
     reject_openai_only(req)?;
-    let mut system = Vec::new();
-    let mut contents: Vec<Value> = Vec::new();
-    // functionResponse needs the function's name; OpenAI tool messages carry only the id.
-    // Calls Gemini signed (Gemini 3) are answered with their id too; older models
-    // reject ids, and an unsigned call never came from a model that wants one.
-    let mut call_names: HashMap<&str, (&str, bool)> = HashMap::new();
-    for (i, m) in req.messages.iter().enumerate() {
-        match m.role {
-            Role::System | Role::Developer => {
-                let text = m
-                    .content
-                    .as_ref()
-                    .and_then(Content::text_only)
-                    .ok_or_else(|| {
-                        TranslateError::unsupported(
-                            format!("messages[{i}].content"),
-                            "a system message must be text",
-                        )
-                    })?;
-                system.push(json!({ "text": text }));
-            }
-            Role::User => push(&mut contents, "user", user_parts(i, m)?),
-            Role::Assistant => {
-                for call in m.tool_calls.iter().flatten() {
-                    let signed = call.thought_signature().is_some();
-                    call_names.insert(&call.id, (&call.function.name, signed));
-                }
-                push(&mut contents, "model", model_parts(i, m)?);
-            }
-            // Consecutive tool results share one user turn (parallel function calls).
-            Role::Tool => push(
-                &mut contents,
-                "user",
-                vec![function_response(i, m, &call_names)?],
-            ),
-        }
-    }
+    let Conversation { system, turns } = walk(req, &mut Contents::default())?;
     let mut body = Map::new();
-    body.insert("contents".into(), Value::Array(contents));
+    body.insert(
+        "contents".into(),
+        Value::Array(messages(turns, "user", "model", "parts")),
+    );
     if !system.is_empty() {
         body.insert("systemInstruction".into(), json!({ "parts": system }));
     }
@@ -64,20 +33,16 @@ fn generation_config(
     req: &ChatRequest,
 ) -> Result<Map<String, Value>, TranslateError> {
     let mut config = Map::new();
-    config.insert(
-        "maxOutputTokens".into(),
-        json!(req.max_output_tokens(target.default_max_tokens)),
+    req.write_sampling(
+        target.default_max_tokens,
+        &SamplingNames {
+            max_tokens: "maxOutputTokens",
+            temperature: "temperature",
+            top_p: "topP",
+            stop: "stopSequences",
+        },
+        &mut config,
     );
-    if let Some(t) = req.temperature {
-        config.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = req.top_p {
-        config.insert("topP".into(), json!(p));
-    }
-    let stop = req.stop_sequences();
-    if !stop.is_empty() {
-        config.insert("stopSequences".into(), json!(stop));
-    }
     for (openai, gemini) in [
         ("presence_penalty", "presencePenalty"),
         ("frequency_penalty", "frequencyPenalty"),
@@ -113,7 +78,8 @@ fn generation_config(
 }
 
 fn tools(req: &ChatRequest, body: &mut Map<String, Value>) -> Result<(), TranslateError> {
-    if let Some(tools) = req.tools.as_ref().filter(|t| !t.is_empty()) {
+    let tools = req.function_tools();
+    if !tools.is_empty() {
         let decls: Vec<Value> = tools
             .iter()
             .map(|t| {
@@ -131,22 +97,14 @@ fn tools(req: &ChatRequest, body: &mut Map<String, Value>) -> Result<(), Transla
             .collect();
         body.insert("tools".into(), json!([{ "functionDeclarations": decls }]));
     }
-    let config = match &req.tool_choice {
-        None => return Ok(()),
-        Some(ToolChoice::Mode(m)) => match m.as_str() {
-            "auto" => json!({ "mode": "AUTO" }),
-            "required" => json!({ "mode": "ANY" }),
-            "none" => json!({ "mode": "NONE" }),
-            _ => {
-                return Err(TranslateError::invalid(
-                    "tool_choice",
-                    format!("unknown mode `{m}`"),
-                ));
-            }
-        },
-        Some(ToolChoice::Named(n)) => {
-            json!({ "mode": "ANY", "allowedFunctionNames": [n.function.name] })
-        }
+    let Some(tool_use) = req.tool_use()? else {
+        return Ok(());
+    };
+    let config = match tool_use {
+        ToolUse::Auto => json!({ "mode": "AUTO" }),
+        ToolUse::Required => json!({ "mode": "ANY" }),
+        ToolUse::Forbidden => json!({ "mode": "NONE" }),
+        ToolUse::Only(name) => json!({ "mode": "ANY", "allowedFunctionNames": [name] }),
     };
     body.insert(
         "toolConfig".into(),
@@ -198,42 +156,6 @@ fn properties(v: &Value) -> Value {
     }
 }
 
-fn push(contents: &mut Vec<Value>, role: &str, parts: Vec<Value>) {
-    if parts.is_empty() {
-        return;
-    }
-    if let Some(last) = contents.last_mut()
-        && last["role"] == role
-        && let Some(p) = last["parts"].as_array_mut()
-    {
-        p.extend(parts);
-        return;
-    }
-    contents.push(json!({ "role": role, "parts": parts }));
-}
-
-fn user_parts(i: usize, m: &Message) -> Result<Vec<Value>, TranslateError> {
-    match &m.content {
-        None => Ok(Vec::new()),
-        Some(Content::Text(t)) => Ok(vec![json!({ "text": t })]),
-        Some(Content::Parts(parts)) => parts
-            .iter()
-            .enumerate()
-            .map(|(j, p)| match p {
-                ContentPart::Text { text } => Ok(json!({ "text": text })),
-                ContentPart::ImageUrl { image_url } => match image_url.data_url() {
-                    Some((mime, data)) => Ok(json!({ "inlineData": { "mimeType": mime, "data": data } })),
-                    None => Ok(json!({ "fileData": { "mimeType": image_mime(&image_url.url), "fileUri": image_url.url } })),
-                },
-                ContentPart::Other => Err(TranslateError::unsupported(
-                    format!("messages[{i}].content[{j}]"),
-                    "only text and image parts are supported by this upstream",
-                )),
-            })
-            .collect(),
-    }
-}
-
 /// The image type a URL's extension names (`fileData` requires one).
 fn image_mime(url: &str) -> &'static str {
     let path = url
@@ -249,70 +171,62 @@ fn image_mime(url: &str) -> &'static str {
     }
 }
 
-fn model_parts(i: usize, m: &Message) -> Result<Vec<Value>, TranslateError> {
-    let mut parts = Vec::new();
-    if let Some(content) = &m.content {
-        let text = content.text_only().ok_or_else(|| {
-            TranslateError::unsupported(
-                format!("messages[{i}].content"),
-                "an assistant message must be text",
-            )
-        })?;
-        if !text.is_empty() {
-            parts.push(json!({ "text": text }));
-        }
+/// Gemini parts. `functionResponse` needs the function's name, which OpenAI tool
+/// messages do not carry: the walk's calls are remembered by id. Calls Gemini signed
+/// (Gemini 3) are answered with their id too; older models reject ids, and an unsigned
+/// call never came from a model that wants one.
+#[derive(Default)]
+struct Contents<'a> {
+    /// Call id → (function name, signed).
+    calls: HashMap<&'a str, (&'a str, bool)>,
+}
+
+impl<'a> Dialect<'a> for Contents<'a> {
+    const DROPS_EMPTY_TURNS: bool = true;
+
+    fn text(&self, text: &str) -> Value {
+        json!({ "text": text })
     }
-    for (j, call) in m.tool_calls.iter().flatten().enumerate() {
-        let args = call.function.arguments_value().map_err(|e| {
-            TranslateError::invalid(
-                format!("messages[{i}].tool_calls[{j}].function.arguments"),
-                e.to_string(),
-            )
-        })?;
+
+    fn image(&self, _i: usize, _j: usize, image: &ImageUrl) -> Result<Value, TranslateError> {
+        Ok(match image.data_url() {
+            Some((mime, data)) => json!({ "inlineData": { "mimeType": mime, "data": data } }),
+            None => {
+                json!({ "fileData": { "mimeType": image_mime(&image.url), "fileUri": image.url } })
+            }
+        })
+    }
+
+    fn tool_call(&mut self, call: &'a ToolCall, args: Value) -> Value {
+        let signature = call.thought_signature();
+        self.calls
+            .insert(&call.id, (&call.function.name, signature.is_some()));
         let mut part = json!({ "functionCall": { "name": call.function.name, "args": args } });
-        if let Some(signature) = call.thought_signature() {
+        if let Some(signature) = signature {
             part["functionCall"]["id"] = json!(call.id);
             part["thoughtSignature"] = json!(signature);
         }
-        parts.push(part);
+        part
     }
-    Ok(parts)
-}
 
-fn function_response(
-    i: usize,
-    m: &Message,
-    names: &HashMap<&str, (&str, bool)>,
-) -> Result<Value, TranslateError> {
-    let field = || format!("messages[{i}].tool_call_id");
-    let id = m
-        .tool_call_id
-        .as_deref()
-        .ok_or_else(|| TranslateError::invalid(field(), "a tool message needs one"))?;
-    let &(name, echo_id) = names.get(id).ok_or_else(|| {
-        TranslateError::invalid(
-            field(),
-            format!("no earlier assistant tool call has id `{id}`"),
-        )
-    })?;
-    let text = m
-        .content
-        .as_ref()
-        .map_or(Some(String::new()), Content::text_only)
-        .ok_or_else(|| {
-            TranslateError::unsupported(
-                format!("messages[{i}].content"),
-                "a tool result must be text",
+    fn tool_result(&mut self, i: usize, m: &'a Message) -> Result<Value, TranslateError> {
+        let id = m.answered_call_id(i)?;
+        let &(name, echo_id) = self.calls.get(id).ok_or_else(|| {
+            TranslateError::invalid(
+                format!("messages[{i}].tool_call_id"),
+                format!("no earlier assistant tool call has id `{id}`"),
             )
         })?;
-    // `response` must be an object: a JSON object result goes as is, anything else wrapped.
-    let response = match serde_json::from_str::<Value>(&text) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => json!({ "output": text }),
-    };
-    let mut part = json!({ "functionResponse": { "name": name, "response": response } });
-    if echo_id {
-        part["functionResponse"]["id"] = json!(id);
+        let text = m.tool_result_text(i)?;
+        // `response` must be an object: a JSON object result goes as is, anything else wrapped.
+        let response = match serde_json::from_str::<Value>(&text) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => json!({ "output": text }),
+        };
+        let mut part = json!({ "functionResponse": { "name": name, "response": response } });
+        if echo_id {
+            part["functionResponse"]["id"] = json!(id);
+        }
+        Ok(part)
     }
-    Ok(part)
 }
