@@ -1,7 +1,10 @@
-//! `sluice-gateway demo`: three chaos upstreams, a gateway on the quickstart manifests
-//! and open-loop traffic, through four acts: healthy, the primary region fails, it
-//! recovers, the second provider throttles. Every second a line shows who served,
-//! failovers with their reasons and latency; a summary and the error budgets close it.
+//! `sluice-gateway demo`: the quickstart's founding routes on chaos upstreams that speak
+//! each provider's protocol and check its credentials, a gateway on the quickstart
+//! manifests, and open-loop traffic through five acts: healthy; Anthropic overloaded
+//! (529), so Claude is served from Vertex AI; Anthropic back; OpenAI throttles (429), so
+//! gpt-4o is served from Azure; healthy. Every second a line shows which upstream served,
+//! failovers with their reasons and latency; a summary, the bill and the error budgets
+//! close it.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -11,12 +14,15 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::chaos::{ChaosState, Script};
+use crate::chaos::ChaosState;
+use crate::route::health::Circuit;
 use crate::cmd::serve::{ServeArgs, build, spawn_loops};
 
+mod cast;
 mod report;
 mod traffic;
 
+use cast::{ACTS, CAST};
 use report::{Report, Style};
 use traffic::Sample;
 
@@ -38,45 +44,21 @@ const UPSTREAMS: &str = include_str!("../../../examples/quickstart/upstreams.yam
 const ROUTES: &str = include_str!("../../../examples/quickstart/routes.yaml");
 const BUDGETS: &str = include_str!("../../../examples/quickstart/budgets.yaml");
 
-/// The upstreams of the quickstart, their placeholder URLs and how fast they answer.
-const CAST: [(&str, &str, u64); 3] = [
-    ("anthropic-us-east-1", "http://127.0.0.1:9101/v1", 40),
-    ("anthropic-eu-west-1", "http://127.0.0.1:9102/v1", 90),
-    ("openai-us", "http://127.0.0.1:9103/v1", 60),
-];
-
-/// One act of the demo: from which fraction of the run, its title, and what the chaos
-/// upstreams do (index into [`CAST`], script).
-struct Act {
-    from: f64,
-    title: &'static str,
-    faults: &'static [(usize, Fault)],
-}
-
-#[derive(Clone, Copy)]
-enum Fault {
-    Status503,
-    Throttle,
-}
-
-const ACTS: [Act; 5] = [
-    Act { from: 0.0, title: "all healthy", faults: &[] },
-    Act { from: 0.2, title: "us-east-1 answers 503", faults: &[(0, Fault::Status503)] },
-    Act { from: 0.45, title: "us-east-1 recovered", faults: &[] },
-    Act { from: 0.65, title: "openai-us throttles (429)", faults: &[(2, Fault::Throttle)] },
-    Act { from: 0.8, title: "all healthy", faults: &[] },
-];
-
-fn healthy(first_byte_ms: u64) -> Script {
-    Script { first_byte_ms: Some(first_byte_ms), chunks: Some(8), chunk_ms: Some(10), ..Script::default() }
-}
-
-fn script_for(first_byte_ms: u64, fault: Option<Fault>) -> Script {
-    match fault {
-        None => healthy(first_byte_ms),
-        Some(Fault::Status503) => Script { status: Some(503), first_byte_ms: Some(5), ..Script::default() },
-        Some(Fault::Throttle) => Script { status: Some(429), retry_after_ms: Some(300), fail_rate: Some(0.7), ..healthy(first_byte_ms) },
-    }
+/// The upstreams whose circuit breaker is not closed, e.g. `anthropic open`.
+fn breakers(gw: &crate::server::state::Gateway) -> String {
+    let Some(runtime) = gw.current.get() else { return String::new() };
+    let now = Instant::now();
+    CAST.iter()
+        .filter_map(|m| {
+            let state = match runtime.upstreams.get(&format!("default/{}", m.name))?.health.circuit(now) {
+                Circuit::Closed => return None,
+                Circuit::Open => "open",
+                Circuit::HalfOpen => "half-open",
+            };
+            Some(format!("{} {state}", m.name))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Runs the demo.
@@ -91,27 +73,32 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 
 async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    // Chaos upstreams on free ports.
+    // One chaos upstream per quickstart Upstream, on free ports; the placeholders in
+    // the manifests and in the service-account key's token_uri point at them.
+    let mut listeners = Vec::new();
+    for _ in &CAST {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+    }
+    let mut ports = Vec::new();
+    for (member, listener) in CAST.iter().zip(&listeners) {
+        ports.push((member.placeholder, format!("http://{}", listener.local_addr()?)));
+    }
+    let substitute = |text: &str| ports.iter().fold(text.to_string(), |t, (from, to)| t.replace(from, to));
+    let vertex_key = cast::vertex_key(&substitute);
     let mut chaos = Vec::new();
-    let mut upstreams = UPSTREAMS.to_string();
-    for (_, placeholder, first_byte) in CAST {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let state = ChaosState::with_script(healthy(first_byte)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (member, listener) in CAST.iter().zip(listeners) {
+        let state = ChaosState::with_auth(member.auth(&vertex_key)?);
+        state.set_script(cast::healthy(member.first_byte_ms)).map_err(|e| anyhow::anyhow!("{e}"))?;
         tokio::spawn(crate::chaos::serve(listener, state.clone()));
-        upstreams = upstreams.replace(placeholder, &format!("http://{addr}/v1"));
         chaos.push(state);
     }
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests)?;
-    std::fs::write(manifests.join("upstreams.yaml"), upstreams)?;
+    std::fs::write(manifests.join("upstreams.yaml"), substitute(UPSTREAMS))?;
     std::fs::write(manifests.join("routes.yaml"), ROUTES)?;
     std::fs::write(manifests.join("budgets.yaml"), BUDGETS)?;
     let secrets = dir.join("secrets");
-    for (secret, value) in [("anthropic-key", "sk-demo-anthropic"), ("openai-key", "sk-demo-openai")] {
-        std::fs::create_dir_all(secrets.join(secret))?;
-        std::fs::write(secrets.join(secret).join("apiKey"), value)?;
-    }
+    cast::write_secrets(&secrets, &vertex_key)?;
     let ledger_url = format!("sqlite://{}", dir.join("ledger.db").display());
     let serve_args = ServeArgs {
         manifests: vec![manifests.clone()],
@@ -128,6 +115,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
         body_timeout: crate::server::state::DEFAULT_BODY_TIMEOUT,
         shutdown_delay: Duration::ZERO,
         gateway_id: Some("demo".into()),
+        traces: Default::default(),
     };
     let gw = build(&serve_args).await?;
     let ledger = gw.ledger.clone().context("the demo gateway has a ledger")?;
@@ -141,12 +129,16 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
 
     writeln!(out, "{}", style.bold("sluice demo"))?;
     writeln!(out, "  gateway   http://{addr}/v1   (ledger {ledger_url}, account \"demo\" with $20.00)")?;
-    for ((name, _, fb), _) in CAST.iter().zip(&chaos) {
-        writeln!(out, "  upstream  {name:<20} chaos provider, first byte ~{fb}ms")?;
+    for (member, (_, url)) in CAST.iter().zip(&ports) {
+        let checks = match member.credential {
+            cast::Credential::ApiKey(secret, _) => format!("checks the API key in Secret {secret}"),
+            cast::Credential::ServiceAccount => "checks Google tokens for the vertex-sa service account".to_string(),
+        };
+        writeln!(out, "  upstream  {:<16} {:<17} {url:<23} ~{}ms, {checks}", member.name, member.protocol, member.first_byte_ms)?;
     }
     writeln!(
         out,
-        "  traffic   {} req/s for {}s: claude-opus-4 (us-east-1 primary, eu-west-1 backup; half of it streamed) and gpt-4o",
+        "  traffic   {} req/s for {}s: claude-opus-4 (anthropic, vertex backup; half streamed), gpt-4o (openai, azure backup), gemini-2.5-pro",
         args.rate,
         args.duration.as_secs()
     )?;
@@ -156,7 +148,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
     let (tx, mut rx) = mpsc::unbounded_channel::<Sample>();
     let start = Instant::now();
     let driver = tokio::spawn(traffic::drive(format!("http://{addr}/v1"), key, args.rate, args.duration, start, tx));
-    let mut report = Report::new(CAST.map(|(n, _, _)| n));
+    let mut report = Report::new(&CAST);
     let mut act_idx = usize::MAX;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
@@ -168,11 +160,9 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
         let current = ACTS.iter().rposition(|a| progress >= a.from).unwrap_or(0);
         if current != act_idx {
             act_idx = current;
-            for (i, (_, _, fb)) in CAST.iter().enumerate() {
+            for (i, (member, state)) in CAST.iter().zip(&chaos).enumerate() {
                 let fault = ACTS[current].faults.iter().find(|(u, _)| *u == i).map(|(_, f)| *f);
-                if let Some(state) = chaos.get(i) {
-                    state.set_script(script_for(*fb, fault)).map_err(|e| anyhow::anyhow!("{e}"))?;
-                }
+                state.set_script(cast::script_for(member.first_byte_ms, fault)).map_err(|e| anyhow::anyhow!("{e}"))?;
             }
         }
         tokio::select! {
@@ -181,7 +171,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
                 while let Ok(s) = rx.try_recv() {
                     report.add(s);
                 }
-                report.line(&mut out, style, second, ACTS[act_idx].title)?;
+                report.line(&mut out, style, second, ACTS[act_idx].title, &breakers(&gw))?;
                 out.flush()?;
             }
             () = tokio::time::sleep(Duration::from_millis(50)) => {}

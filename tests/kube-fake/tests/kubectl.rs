@@ -151,7 +151,8 @@ fn kubectl_applies_the_crds_and_the_quickstart_and_prints_the_columns() {
     assert_contains_all(
         &out,
         &[
-            "upstream.sluice.dev/anthropic-us-east-1 created",
+            "upstream.sluice.dev/anthropic created",
+            "upstream.sluice.dev/vertex-us-east5 created",
             "modelroute.sluice.dev/claude-opus created",
             "errorbudget.sluice.dev/chat-availability created",
         ],
@@ -159,7 +160,7 @@ fn kubectl_applies_the_crds_and_the_quickstart_and_prints_the_columns() {
     let again = fake.ok(&["apply", "-f", "examples/quickstart/"]);
     assert_contains_all(
         &again,
-        &["modelroute.sluice.dev/claude-opus unchanged", "upstream.sluice.dev/openai-us unchanged"],
+        &["modelroute.sluice.dev/claude-opus unchanged", "upstream.sluice.dev/azure-eastus unchanged"],
     );
 
     // Status through the subresource, so that status columns have something to show.
@@ -194,7 +195,8 @@ fn kubectl_applies_the_crds_and_the_quickstart_and_prints_the_columns() {
             "BURN-1H",
             "STATE",
             "AGE",
-            "upstream.sluice.dev/anthropic-eu-west-1",
+            "upstream.sluice.dev/vertex-us-east5",
+            "modelroute.sluice.dev/gemini-pro",
             "modelroute.sluice.dev/gpt-4o",
             "errorbudget.sluice.dev/opus-timeslices",
         ],
@@ -213,12 +215,17 @@ fn kubectl_applies_the_crds_and_the_quickstart_and_prints_the_columns() {
     );
     let ups = fake.ok(&["get", "ups"]);
     assert!(ups.lines().next().unwrap_or_default().starts_with("NAME"), "{ups}");
+    // Each Upstream's native protocol, in the PROTOCOL column next to its name.
+    for (name, protocol) in [("anthropic", "anthropic"), ("vertex-us-east5", "vertex-anthropic"), ("azure-eastus", "azure-openai")] {
+        let row = ups.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_default();
+        assert_eq!(row.split_whitespace().nth(1), Some(protocol), "{ups}");
+    }
     let sluice = fake.ok(&["get", "sluice"]);
     assert_contains_all(
         &sluice,
         &[
             "modelroute.sluice.dev/claude-opus",
-            "upstream.sluice.dev/openai-us",
+            "upstream.sluice.dev/openai",
             "errorbudget.sluice.dev/chat-availability",
         ],
     );
@@ -234,14 +241,14 @@ fn kubectl_applies_the_crds_and_the_quickstart_and_prints_the_columns() {
 
     let json_out = fake.ok(&["get", "mr", "-o", "json"]);
     let list: Value = serde_json::from_str(&json_out).expect("JSON");
-    assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(3));
     let names = fake.ok(&["get", "mr", "-o", "name"]);
     assert_eq!(
         names.lines().collect::<Vec<_>>(),
-        ["modelroute.sluice.dev/claude-opus", "modelroute.sluice.dev/gpt-4o"]
+        ["modelroute.sluice.dev/claude-opus", "modelroute.sluice.dev/gemini-pro", "modelroute.sluice.dev/gpt-4o"]
     );
     let described = fake.ok(&["describe", "mr", "gpt-4o"]);
-    assert_contains_all(&described, &["Name:", "gpt-4o", "openai-us", "Events:"]);
+    assert_contains_all(&described, &["Name:", "gpt-4o", "openai", "azure-eastus", "Events:"]);
     fake.ok(&["delete", "mr", "gpt-4o"]);
     let err = fake.kubectl(&["get", "mr", "gpt-4o"]);
     assert!(!err.status.success());

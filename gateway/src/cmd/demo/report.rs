@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use super::cast::Member;
 use super::traffic::Sample;
 
 /// Colours, only on a terminal.
@@ -46,10 +47,17 @@ impl Style {
 
 /// Collected samples.
 pub struct Report {
-    upstreams: [&'static str; 3],
+    cast: &'static [Member],
     pending: Vec<Sample>,
     all: Vec<Sample>,
 }
+
+/// The models the traffic asks for, in summary order.
+const MODELS: [&str; 3] = ["claude-opus-4", "gpt-4o", "gemini-2.5-pro"];
+/// Width of the act column.
+const ACT: usize = 24;
+/// Width of the failover column.
+const FAILOVERS: usize = 24;
 
 fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     if sorted.is_empty() {
@@ -63,10 +71,15 @@ fn ms(d: Option<Duration>) -> String {
     d.map_or_else(|| "-".into(), |d| format!("{}ms", d.as_millis()))
 }
 
+/// Width of a served-by column: its label, at least four digits.
+fn width(m: &Member) -> usize {
+    m.label.len().max(4)
+}
+
 impl Report {
-    /// An empty report.
-    pub fn new(upstreams: [&'static str; 3]) -> Self {
-        Self { upstreams, pending: Vec::new(), all: Vec::new() }
+    /// An empty report with one served-by column per member of `cast`.
+    pub fn new(cast: &'static [Member]) -> Self {
+        Self { cast, pending: Vec::new(), all: Vec::new() }
     }
 
     /// Adds an answered request.
@@ -76,20 +89,42 @@ impl Report {
 
     /// The column header.
     pub fn header(&self, out: &mut impl Write, style: &Style) -> std::io::Result<()> {
-        let [a, b, c] = self.upstreams.map(short);
+        let served: Vec<String> = self.cast.iter().map(|m| format!("{:>w$}", m.label, w = width(m))).collect();
         let line = format!(
-            "{:>4}  {:<26} {:>4} {:>5}  {:>9} {:>9} {:>9}  {:<24} {:>7} {:>7}",
-            "t", "act", "reqs", "ok", a, b, c, "failovers (reasons)", "p50", "p99"
+            "{:>4}  {:<ACT$} {:>4} {:>5}  {}  {:<FAILOVERS$} {:>7} {:>7}  {}",
+            "t",
+            "act",
+            "reqs",
+            "ok",
+            served.join(" "),
+            "failovers (reasons)",
+            "p50",
+            "p99",
+            "breakers"
         );
         writeln!(out, "{}", style.bold(&line))
     }
 
-    /// The line for the last second.
-    pub fn line(&mut self, out: &mut impl Write, style: &Style, second: u64, act: &str) -> std::io::Result<()> {
+    /// The line for the last second: requests served by each upstream (a backup that
+    /// serves is painted), failovers with their reasons, latency of the answered, and
+    /// `breakers`, the circuit breakers that are not closed.
+    pub fn line(&mut self, out: &mut impl Write, style: &Style, second: u64, act: &str, breakers: &str) -> std::io::Result<()> {
         let batch = std::mem::take(&mut self.pending);
         let total = batch.len();
         let ok = batch.iter().filter(|s| s.ok).count();
-        let served = self.upstreams.map(|u| batch.iter().filter(|s| s.ok && s.upstream.as_deref() == Some(u)).count());
+        let served: Vec<String> = self
+            .cast
+            .iter()
+            .map(|m| {
+                let n = batch.iter().filter(|s| s.ok && s.upstream.as_deref() == Some(m.name)).count();
+                let cell = format!("{n:>w$}", w = width(m));
+                match (n, m.backup) {
+                    (0, _) => style.dim(&cell),
+                    (_, true) => style.yellow(&cell),
+                    (_, false) => cell,
+                }
+            })
+            .collect();
         let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
         for s in &batch {
             for r in &s.failovers {
@@ -97,63 +132,68 @@ impl Report {
             }
         }
         let failovers = if reasons.is_empty() {
-            style.dim("-")
+            style.dim(&format!("{:<FAILOVERS$}", "-"))
         } else {
             let text = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect::<Vec<_>>().join(", ");
-            style.yellow(&format!("{text:<24}"))
+            style.yellow(&format!("{text:<FAILOVERS$}"))
         };
         let mut lat: Vec<Duration> = batch.iter().filter(|s| s.ok).map(|s| s.latency).collect();
         lat.sort();
         let ok_pct = if total == 0 { "-".to_string() } else { format!("{:.0}%", 100.0 * ok as f64 / total as f64) };
         let ok_text = if ok == total { style.green(&format!("{ok_pct:>5}")) } else { style.red(&format!("{ok_pct:>5}")) };
-        let failover_cell = if reasons.is_empty() { format!("{failovers:<24}") } else { failovers };
         writeln!(
             out,
-            "{:>3}s  {:<26} {:>4} {}  {:>9} {:>9} {:>9}  {} {:>7} {:>7}",
+            "{:>3}s  {:<ACT$} {:>4} {}  {}  {} {:>7} {:>7}  {}",
             second,
             act,
             total,
             ok_text,
-            served[0],
-            served[1],
-            served[2],
-            failover_cell,
+            served.join(" "),
+            failovers,
             ms(percentile(&lat, 0.5)),
             ms(percentile(&lat, 0.99)),
+            if breakers.is_empty() { style.dim("-") } else { style.red(breakers) },
         )?;
         self.all.extend(batch);
         Ok(())
     }
 
-    /// The closing summary.
+    /// The closing summary: per model, who served it and how fast; availability and the bill.
     pub fn summary(&mut self, out: &mut impl Write, style: &Style, spend_nanos: i64) -> std::io::Result<()> {
         self.all.append(&mut self.pending);
         let total = self.all.len();
         let ok = self.all.iter().filter(|s| s.ok).count();
         writeln!(out)?;
         writeln!(out, "{}", style.bold("Summary"))?;
-        writeln!(out, "  {:<16} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8}", "model", "requests", "ok", "failed over", "p50", "p99", "max")?;
-        for model in ["claude-opus-4", "gpt-4o"] {
+        writeln!(
+            out,
+            "  {:<16} {:>8} {:>8} {:>11}  {:<34} {:>7} {:>7} {:>7}",
+            "model", "requests", "ok", "failed over", "served by", "p50", "p99", "max"
+        )?;
+        for model in MODELS {
             let rows: Vec<&Sample> = self.all.iter().filter(|s| s.model == model).collect();
             let mut lat: Vec<Duration> = rows.iter().filter(|s| s.ok).map(|s| s.latency).collect();
             lat.sort();
+            let served: Vec<String> = self
+                .cast
+                .iter()
+                .filter_map(|m| {
+                    let n = rows.iter().filter(|s| s.ok && s.upstream.as_deref() == Some(m.name)).count();
+                    (n > 0).then(|| format!("{} {n}", m.name))
+                })
+                .collect();
             writeln!(
                 out,
-                "  {:<16} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8}",
+                "  {:<16} {:>8} {:>8} {:>11}  {:<34} {:>7} {:>7} {:>7}",
                 model,
                 rows.len(),
                 rows.iter().filter(|s| s.ok).count(),
                 rows.iter().filter(|s| !s.failovers.is_empty()).count(),
+                served.join(", "),
                 ms(percentile(&lat, 0.5)),
                 ms(percentile(&lat, 0.99)),
                 ms(lat.last().copied()),
             )?;
-        }
-        writeln!(out)?;
-        writeln!(out, "  {:<22} {:>8}", "served by", "requests")?;
-        for u in self.upstreams {
-            let n = self.all.iter().filter(|s| s.ok && s.upstream.as_deref() == Some(u)).count();
-            writeln!(out, "  {u:<22} {n:>8}")?;
         }
         let availability = if total == 0 { 0.0 } else { 100.0 * ok as f64 / total as f64 };
         let text = format!("{availability:.2}% ({ok}/{total})");
@@ -163,9 +203,4 @@ impl Report {
         writeln!(out, "  billed to account \"demo\"     ${}", sluice_ledger::format_usd(spend_nanos))?;
         Ok(())
     }
-}
-
-/// `anthropic-us-east-1` → `us-east-1`, for narrow columns.
-fn short(name: &'static str) -> &'static str {
-    name.strip_prefix("anthropic-").unwrap_or(name)
 }

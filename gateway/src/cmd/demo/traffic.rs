@@ -30,9 +30,11 @@ pub async fn drive(base: String, key: String, rate: u32, duration: Duration, sta
     while start.elapsed() < duration {
         tick.tick().await;
         i += 1;
+        // Six in ten for Claude (half of them streamed), three for GPT-4o, one for Gemini.
         let (model, stream) = match i % 10 {
-            0..=6 => ("claude-opus-4", i.is_multiple_of(2)),
-            _ => ("gpt-4o", false),
+            0..=5 => ("claude-opus-4", i.is_multiple_of(2)),
+            6..=8 => ("gpt-4o", i.is_multiple_of(3)),
+            _ => ("gemini-2.5-pro", false),
         };
         let body = serde_json::json!({
             "model": model,
