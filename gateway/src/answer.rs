@@ -19,6 +19,7 @@ use crate::relay::{self, StreamEnd};
 use crate::request::{ClientRequest, Endpoint};
 use crate::route::{Dispatched, Failed};
 use crate::server::Gateway;
+use crate::telemetry::traces::RequestTrace;
 
 /// How long the end of a stream waits for its settlement before sending the last event.
 const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -41,7 +42,16 @@ pub struct Ending {
 
 /// The end of every request, whatever its answer: counts it (status and duration), its
 /// SLI and its tokens at once, and returns the settlement of its reservation to await.
-pub fn conclude(gw: &Gateway, route: &Arc<Route>, started: Instant, end: Ending, reservation: Option<Held>) -> impl Future<Output = ()> + Send + 'static {
+/// The request's span records the ending and ends with the settlement.
+pub fn conclude(
+    gw: &Gateway,
+    route: &Arc<Route>,
+    started: Instant,
+    end: Ending,
+    reservation: Option<Held>,
+    trace: RequestTrace,
+) -> impl Future<Output = ()> + Send + 'static {
+    trace.end(route, end.status.as_u16(), end.candidate, end.usage.as_ref());
     route.metrics.count(&gw.metrics, end.status.as_u16());
     route.metrics.duration.observe(started.elapsed().as_secs_f64());
     if let Some(bad) = end.slo_bad {
@@ -52,7 +62,10 @@ pub fn conclude(gw: &Gateway, route: &Arc<Route>, started: Instant, end: Ending,
         route.metrics.output_tokens.inc_by(u.completion_tokens);
     }
     let route = route.clone();
-    async move { settle(&route, end.candidate, reservation, end.usage).await }
+    async move {
+        settle(&route, end.candidate, reservation, end.usage).await;
+        drop(trace);
+    }
 }
 
 fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attempts: u32, failovers: &[Outcome]) {
@@ -75,15 +88,26 @@ struct UsagePeek {
 }
 
 /// A whole (non-streamed) answer: the upstream's body as it came.
-pub async fn answer(gw: &Gateway, route: &Arc<Route>, req: &ClientRequest, d: Dispatched, reservation: Option<Held>, started: Instant) -> Response {
+pub async fn answer(
+    gw: &Gateway,
+    route: &Arc<Route>,
+    req: &ClientRequest,
+    d: Dispatched,
+    reservation: Option<Held>,
+    started: Instant,
+    trace: RequestTrace,
+) -> Response {
     let Dispatched { started: s, candidate, attempts, failovers } = d;
     let name = s.attempt.upstream().name_header.clone();
     s.attempt.finish(Outcome::Ok, &gw.settings, &gw.sli);
+    s.trace.outcome(Outcome::Ok, false);
+    drop(s.trace);
+    trace.answered(&s.first);
     let usage = serde_json::from_slice::<UsagePeek>(&s.first).ok().and_then(|p| p.usage);
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
     let latency_ms = started.elapsed().as_millis() as u64;
     let end = Ending { status: s.status, slo_bad: Some(false), latency_ms, attempts, candidate: Some(candidate), usage };
-    conclude(gw, route, started, end, reservation).await;
+    conclude(gw, route, started, end, reservation, trace).await;
     let mut response = (s.status, s.first).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, s.content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")));
@@ -93,9 +117,18 @@ pub async fn answer(gw: &Gateway, route: &Arc<Route>, req: &ClientRequest, d: Di
 
 /// A streamed answer: headers now, events as the relay forwards them; the attempt is
 /// finished and the request concluded when the stream ends.
-pub fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, d: Dispatched, reservation: Option<Held>, started: Instant) -> Response {
+pub fn stream_answer(
+    gw: &Arc<Gateway>,
+    route: Arc<Route>,
+    req: &ClientRequest,
+    d: Dispatched,
+    reservation: Option<Held>,
+    started: Instant,
+    trace: RequestTrace,
+) -> Response {
     let Dispatched { started: s, candidate, attempts, failovers } = d;
     let attempt = s.attempt;
+    let attempt_trace = s.trace;
     let name = attempt.upstream().name_header.clone();
     let idle = relay::IdleWatch::of(attempt.upstream());
     let first_byte_ms = started.elapsed().as_millis() as u64;
@@ -106,6 +139,8 @@ pub fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, 
         // A client that went away says nothing about the upstream.
         let outcome = if end.client_gone { Outcome::Ok } else { end.outcome };
         attempt.finish(outcome, &gw2.settings, &gw2.sli);
+        attempt_trace.outcome(outcome, false);
+        drop(attempt_trace);
         if end.dropped > 0 {
             gw2.metrics.dropped_events.inc_by(end.dropped);
         }
@@ -119,7 +154,7 @@ pub fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, 
         // The relay awaits this before the last event, so a client that saw `[DONE]` was
         // billed even if the process dies right after. A slow ledger holds `[DONE]` back
         // at most SETTLE_WAIT; the settlement then goes on in the background.
-        let settling = tokio::spawn(conclude(&gw2, &route2, started, end, reservation));
+        let settling = tokio::spawn(conclude(&gw2, &route2, started, end, reservation, trace));
         async move {
             let _ = tokio::time::timeout(SETTLE_WAIT, settling).await;
         }
@@ -141,14 +176,14 @@ pub fn stream_answer(gw: &Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, 
 }
 
 /// No candidate answered: the error, with the attempts that were made.
-pub async fn failure(gw: &Gateway, route: &Arc<Route>, f: Failed, reservation: Option<Held>, started: Instant) -> Response {
+pub async fn failure(gw: &Gateway, route: &Arc<Route>, f: Failed, reservation: Option<Held>, started: Instant, trace: RequestTrace) -> Response {
     let status = f.error.status();
     // Client errors are neither good nor bad for the SLO; a 429 after every candidate
     // throttled is bad.
     let counts = !status.is_client_error() || matches!(f.error, ApiError::RateLimited { .. });
     let latency_ms = started.elapsed().as_millis() as u64;
     let end = Ending { status, slo_bad: counts.then(|| f.error.is_bad()), latency_ms, attempts: f.attempts, candidate: None, usage: None };
-    conclude(gw, route, started, end, reservation).await;
+    conclude(gw, route, started, end, reservation, trace).await;
     let mut response = f.error.into_response();
     sluice_headers(response.headers_mut(), None, f.attempts, &f.failovers);
     response

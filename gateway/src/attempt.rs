@@ -15,11 +15,15 @@ use crate::config::source::Secrets;
 use crate::route::backoff;
 use crate::egress::{self, UpstreamResponse};
 use crate::headers::X_REQUEST_ID;
+use crate::telemetry::traces::{AttemptTrace, RequestTrace};
 mod finish;
 pub mod native;
 pub mod outcome;
 
 pub use finish::{Committed, InFlight, record};
+
+/// The W3C trace-context header naming the attempt's span, sent upstream when tracing.
+pub const TRACEPARENT: &str = "traceparent";
 use outcome::{AttemptError, Outcome, Passthrough};
 
 /// The rest of an upstream body, as OpenAI SSE bytes.
@@ -48,6 +52,8 @@ pub struct Started {
     pub rest: Option<BodyStream>,
     /// The attempt itself, finished when the answer ends.
     pub attempt: Committed,
+    /// The attempt's span; it records the outcome when the answer ends.
+    pub trace: AttemptTrace,
 }
 
 /// What one attempt needs.
@@ -72,6 +78,8 @@ pub struct AttemptSpec<'a> {
     pub model: &'a str,
     /// For an upstream that is not OpenAI-compatible: what its translation needs.
     pub native: Option<native::NativeInput<'a>>,
+    /// The request's span, parent of the attempt's.
+    pub trace: &'a RequestTrace,
 }
 
 /// Runs one attempt.
@@ -82,24 +90,28 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
         Some(fb) if fb < spec.budget => (fb, Outcome::FirstByteTimeout),
         _ => (spec.budget, Outcome::Budget),
     };
+    let trace = spec.trace.attempt(&upstream.cfg.name);
+    let traceparent = trace.traceparent();
     let exchange = async {
         match &spec.native {
-            Some(input) => native::exchange(upstream, secrets, &spec, input).await,
-            None => openai_exchange(upstream, secrets, &spec).await,
+            Some(input) => native::exchange(upstream, secrets, &spec, input, traceparent.as_ref()).await,
+            None => openai_exchange(upstream, secrets, &spec, traceparent.as_ref()).await,
         }
     };
-    match tokio::time::timeout(limit, exchange).await {
+    let failure = match tokio::time::timeout(limit, exchange).await {
         Ok(Ok((status, content_type, first, rest))) => {
             let first_byte = start.elapsed();
             let attempt = Committed::new(upstream.clone(), spec.trial, first_byte, in_flight);
-            Ok(Started { status, content_type, first, rest, attempt })
+            return Ok(Started { status, content_type, first, rest, attempt, trace });
         }
-        Ok(Err(e)) => Err(e),
+        Ok(Err(e)) => e,
         Err(_) => {
             let what = if limit_outcome == Outcome::FirstByteTimeout { "no first byte" } else { "no answer" };
-            Err(AttemptError::transport(limit_outcome, format!("{what} within {}ms", limit.as_millis())))
+            AttemptError::transport(limit_outcome, format!("{what} within {}ms", limit.as_millis()))
         }
-    }
+    };
+    trace.outcome(failure.outcome, failure.retryable);
+    Err(failure)
 }
 
 /// A non-2xx answer: retryable when listed in `retryOn`, passed through otherwise.
@@ -137,7 +149,12 @@ fn broken(e: &hyper::Error) -> AttemptError {
 
 /// The exchange with an OpenAI-compatible upstream (`openai`, `azure-openai`): the
 /// client's bytes with the gateway's members spliced in, the answer passed on as it came.
-async fn openai_exchange(upstream: &UpstreamHandle, secrets: &Secrets, spec: &AttemptSpec<'_>) -> Result<native::Answer, AttemptError> {
+async fn openai_exchange(
+    upstream: &UpstreamHandle,
+    secrets: &Secrets,
+    spec: &AttemptSpec<'_>,
+    traceparent: Option<&HeaderValue>,
+) -> Result<native::Answer, AttemptError> {
     let mut request = http::Request::new(Full::new(spec.body.clone()));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = match &upstream.azure {
@@ -151,6 +168,9 @@ async fn openai_exchange(upstream: &UpstreamHandle, secrets: &Secrets, spec: &At
     // (ALPN with a hosted provider) the authority travels as :authority.
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(X_REQUEST_ID, spec.request_id.header());
+    if let Some(tp) = traceparent {
+        headers.insert(TRACEPARENT, tp.clone());
+    }
     if spec.stream {
         headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
     }

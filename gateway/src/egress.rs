@@ -163,6 +163,14 @@ pub fn client(connect_timeout: Duration, route: &Route) -> Result<UpstreamClient
         .build(https))
 }
 
+/// A connector for the gateway's own calls (the trace exporter): direct, `http://` or
+/// `https://` with the same trusted roots as upstreams.
+pub fn plain_or_tls() -> Result<HttpsConnector<HttpConnector>, EgressError> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    Ok(HttpsConnectorBuilder::new().with_tls_config(tls_config()?).https_or_http().enable_http1().wrap_connector(tcp))
+}
+
 fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
     static ROOTS: OnceLock<Arc<rustls::RootCertStore>> = OnceLock::new();
     let roots = ROOTS.get_or_init(|| {

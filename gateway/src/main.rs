@@ -27,7 +27,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI-compatible API from manifests or an operator snapshot.
-    Serve(sluice_gateway::cmd::serve::ServeArgs),
+    Serve(Box<sluice_gateway::cmd::serve::ServeArgs>),
     /// Run a scriptable fake OpenAI upstream for tests, demos and game days.
     Chaos(sluice_gateway::cmd::chaos::ChaosArgs),
     /// Manage accounts and API keys in the ledger.
@@ -53,7 +53,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             init_tracing(cli.log_format, "info");
-            sluice_gateway::cmd::serve::run(args).await
+            sluice_gateway::cmd::serve::run(*args).await
         }
         Command::Chaos(args) => {
             init_tracing(cli.log_format, "info");

@@ -42,6 +42,9 @@ pub struct GatewayOptions {
     /// Secret files `(secret, key, value)` written under a `--secrets-dir` in the
     /// gateway's tempdir, laid out as a mounted Kubernetes Secret.
     pub secrets: Vec<(String, String, String)>,
+    /// `--otlp-endpoint`: where the gateway exports traces; `None` leaves what the
+    /// environment says (normally off).
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for GatewayOptions {
@@ -56,6 +59,7 @@ impl Default for GatewayOptions {
             reservation_ttl: None,
             body_timeout: None,
             secrets: Vec::new(),
+            otlp_endpoint: None,
         }
     }
 }
@@ -191,6 +195,9 @@ fn serve_args(manifests: &Path, ledger: &str, opts: &GatewayOptions) -> anyhow::
     args.flush_interval = opts.flush_interval;
     if let Some(ttl) = opts.reservation_ttl {
         args.reservation_ttl = ttl;
+    }
+    if let Some(endpoint) = &opts.otlp_endpoint {
+        args.traces.otlp_endpoint = Some(endpoint.clone());
     }
     Ok(cli.serve)
 }

@@ -110,7 +110,13 @@ fn unix_now() -> (u64, u64) {
 pub(super) type Answer = (StatusCode, Option<HeaderValue>, Bytes, Option<BodyStream>);
 
 /// Runs the exchange of one native attempt (the caller bounds it in time).
-pub(super) async fn exchange(upstream: &UpstreamHandle, secrets: &Secrets, spec: &AttemptSpec<'_>, input: &NativeInput<'_>) -> Result<Answer, AttemptError> {
+pub(super) async fn exchange(
+    upstream: &UpstreamHandle,
+    secrets: &Secrets,
+    spec: &AttemptSpec<'_>,
+    input: &NativeInput<'_>,
+    traceparent: Option<&HeaderValue>,
+) -> Result<Answer, AttemptError> {
     let cfg = &upstream.cfg;
     let target = target(cfg, input);
     if spec.endpoint != Endpoint::Chat {
@@ -136,6 +142,10 @@ pub(super) async fn exchange(upstream: &UpstreamHandle, secrets: &Secrets, spec:
         let headers = request.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(X_REQUEST_ID, spec.request_id.header());
+        // Before signing: SigV4 covers it like any other header.
+        if let Some(tp) = traceparent {
+            headers.insert(super::TRACEPARENT, tp.clone());
+        }
         if spec.stream && target.protocol != Protocol::Bedrock {
             headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
         }

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use crate::config::source::{Secrets, Source};
 use crate::route::health::HealthSettings;
 use crate::server::{AuthMode, Gateway, serve_http, shutdown_signal};
+use crate::telemetry::traces::{self, TraceArgs};
 
 mod loops;
 
@@ -68,6 +69,9 @@ pub struct ServeArgs {
     /// Name of this process in heartbeats (default: host name and pid).
     #[arg(long, env = "POD_NAME")]
     pub gateway_id: Option<String>,
+    /// Trace export (docs/design.md §11): off unless an OTLP endpoint is set.
+    #[command(flatten)]
+    pub traces: TraceArgs,
 }
 
 /// A URL with any password replaced by `***`, for logs and errors.
@@ -97,6 +101,7 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
     gw.max_body = args.max_body_bytes;
     gw.reservation_ttl = args.reservation_ttl;
     gw.body_timeout = args.body_timeout;
+    gw.traces = traces::export::start(&args.traces)?;
     gw.source = Some(match &args.snapshot {
         Some(path) => Source::Snapshot(path.clone()),
         None => Source::Manifests(args.manifests.clone()),
@@ -133,6 +138,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         && let Err(e) = gw.sli.flush(ledger).await
     {
         tracing::error!(error = %e, "final SLI flush failed");
+    }
+    if let Some(t) = &gw.traces {
+        t.shutdown().await;
     }
     tracing::info!("stopped");
     Ok(())

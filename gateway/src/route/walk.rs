@@ -33,6 +33,8 @@ pub struct DispatchCtx<'a> {
     pub request_id: &'a crate::headers::RequestId,
     /// SLI rollups.
     pub sli: &'a Sli,
+    /// The request's span, parent of each attempt's.
+    pub trace: &'a crate::telemetry::traces::RequestTrace,
 }
 
 /// A request committed to a candidate.
@@ -227,6 +229,7 @@ fn launch<'a>(
             retry_on: &route.cfg.retry_on,
             request_id: ctx.request_id,
             trial,
+            trace: ctx.trace,
         };
         let result = attempt::run(&c.upstream, ctx.secrets, spec).await;
         (idx, trial, began, result)

@@ -15,6 +15,7 @@ use crate::headers::{RequestId, X_REQUEST_ID};
 use crate::request::{ClientRequest, Endpoint};
 use crate::route::{self, DispatchCtx};
 use crate::server::Gateway;
+use crate::telemetry::traces::RequestTrace;
 
 /// Handles one OpenAI request end to end.
 pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
@@ -46,22 +47,24 @@ async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body:
     let req = ClientRequest::parse(endpoint, &body)?;
     let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
     let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
+    let trace = RequestTrace::start(gw.traces.as_ref(), headers, endpoint, &req.model, &route, &body);
     let reservation = match &account {
         Some(a) => match billing::reserve(gw, &route, &req, a, request_id).await {
             Ok(r) => r,
             Err(e) => {
                 // The route is known: a refused request (402) is one of its answers.
                 let end = answer::Ending { status: e.status(), slo_bad: None, latency_ms: 0, attempts: 0, candidate: None, usage: None };
-                answer::conclude(gw, &route, started, end, None).await;
+                answer::conclude(gw, &route, started, end, None, trace).await;
                 return Err(e);
             }
         },
         None => None,
     };
-    let ctx = DispatchCtx { secrets: &gw.secrets, settings: &gw.settings, metrics: &gw.metrics, request_id, sli: &gw.sli };
-    match route::dispatch(&ctx, &route, &req).await {
-        Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, reservation, started)),
-        Ok(d) => Ok(answer::answer(gw, &route, &req, d, reservation, started).await),
-        Err(f) => Ok(answer::failure(gw, &route, f, reservation, started).await),
+    let ctx = DispatchCtx { secrets: &gw.secrets, settings: &gw.settings, metrics: &gw.metrics, request_id, sli: &gw.sli, trace: &trace };
+    let dispatched = route::dispatch(&ctx, &route, &req).await;
+    match dispatched {
+        Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, reservation, started, trace)),
+        Ok(d) => Ok(answer::answer(gw, &route, &req, d, reservation, started, trace).await),
+        Err(f) => Ok(answer::failure(gw, &route, f, reservation, started, trace).await),
     }
 }

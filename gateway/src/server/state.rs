@@ -66,6 +66,8 @@ pub struct Gateway {
     pub source: Option<Source>,
     /// Set on SIGTERM: `/readyz` answers 503 while requests are still served.
     pub draining: std::sync::atomic::AtomicBool,
+    /// The trace exporter; `None` (tracing off) unless an OTLP endpoint is set.
+    pub traces: Option<crate::telemetry::traces::Tracing>,
 }
 
 impl Gateway {
@@ -85,6 +87,7 @@ impl Gateway {
             sli: Sli::default(),
             source: None,
             draining: std::sync::atomic::AtomicBool::new(false),
+            traces: None,
         }
     }
 

@@ -1,0 +1,192 @@
+//! docs/design.md §11 traces: a failover exported over OTLP (http/protobuf) to a local
+//! receiver that decodes the protobuf, and the span tree checked — one SERVER span for
+//! the request, continuing the client's trace, and one CLIENT span per attempt, each
+//! named upstream in the `traceparent` it was sent.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use prost::Message as _;
+use serde_json::json;
+use sluice_ledger::testing::eventually;
+use sluice_tests::{GatewayOptions, TestGateway, route, upstream_doc, yaml};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// What a local server received: decoded spans (receiver) or `traceparent`s (upstream).
+#[derive(Clone, Default)]
+struct Seen<T>(Arc<Mutex<Vec<T>>>);
+
+impl<T: Clone> Seen<T> {
+    fn push(&self, item: T) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(item);
+        }
+    }
+
+    fn all(&self) -> Vec<T> {
+        self.0.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+/// Serves `app` on 127.0.0.1:0; returns its base URL and the task (aborted on drop).
+async fn serve(app: Router) -> anyhow::Result<(String, AbortOnDrop)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((format!("http://{addr}"), AbortOnDrop(task)))
+}
+
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// An OTLP/HTTP receiver: `POST /v1/traces` with an `ExportTraceServiceRequest`.
+async fn receiver() -> anyhow::Result<(String, Seen<Span>, AbortOnDrop)> {
+    let seen = Seen::<Span>::default();
+    async fn export(State(seen): State<Seen<Span>>, body: Bytes) -> (StatusCode, [(&'static str, &'static str); 1], Vec<u8>) {
+        let Ok(req) = ExportTraceServiceRequest::decode(body) else {
+            return (StatusCode::BAD_REQUEST, [("content-type", "text/plain")], b"not an ExportTraceServiceRequest".to_vec());
+        };
+        for span in req.resource_spans.into_iter().flat_map(|r| r.scope_spans).flat_map(|s| s.spans) {
+            seen.push(span);
+        }
+        // An empty ExportTraceServiceResponse.
+        (StatusCode::OK, [("content-type", "application/x-protobuf")], Vec::new())
+    }
+    let app = Router::new().route("/v1/traces", post(export)).with_state(seen.clone());
+    let (base, task) = serve(app).await?;
+    Ok((base, seen, task))
+}
+
+/// An OpenAI upstream answering `status` (a completion when 200), recording the
+/// `traceparent` of each request.
+async fn upstream(status: u16) -> anyhow::Result<(String, Seen<String>, AbortOnDrop)> {
+    let seen = Seen::<String>::default();
+    let app = Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(move |State(seen): State<Seen<String>>, headers: HeaderMap| async move {
+                seen.push(headers.get("traceparent").and_then(|v| v.to_str().ok()).unwrap_or("").to_string());
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                let body = if status.is_success() {
+                    json!({
+                        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "chat-model",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "the completion text"}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+                    })
+                } else {
+                    json!({"error": {"message": "overloaded", "type": "server_error"}})
+                };
+                (status, axum::Json(body))
+            }),
+        )
+        .with_state(seen.clone());
+    let (base, task) = serve(app).await?;
+    Ok((base, seen, task))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A span's attributes, as JSON values (arrays of strings as JSON arrays).
+fn attributes(span: &Span) -> HashMap<String, serde_json::Value> {
+    fn value(v: Option<&Value>) -> serde_json::Value {
+        match v {
+            Some(Value::StringValue(s)) => json!(s),
+            Some(Value::IntValue(i)) => json!({"int": i}),
+            Some(Value::BoolValue(b)) => json!(b),
+            Some(Value::DoubleValue(d)) => json!({"double": d}),
+            Some(Value::ArrayValue(a)) => a.values.iter().map(|v| value(v.value.as_ref())).collect(),
+            _ => serde_json::Value::Null,
+        }
+    }
+    span.attributes.iter().map(|kv| (kv.key.clone(), value(kv.value.as_ref().and_then(|v| v.value.as_ref())))).collect()
+}
+
+#[tokio::test]
+async fn a_failover_is_one_request_span_with_two_attempt_spans() -> anyhow::Result<()> {
+    let (otlp, spans, _receiver) = receiver().await?;
+    let (primary, primary_seen, _p) = upstream(503).await?;
+    let (backup, backup_seen, _b) = upstream(200).await?;
+    let manifests = yaml(&[
+        upstream_doc("primary", &format!("{primary}/v1")),
+        upstream_doc("backup", &format!("{backup}/v1")),
+        route("chat", "chat-model", &[("primary", 100), ("backup", 50)]),
+    ]);
+    let opts = GatewayOptions { otlp_endpoint: Some(otlp), ..GatewayOptions::default() };
+    let gw = TestGateway::start_with(&manifests, opts).await?;
+
+    let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let r = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
+        .post(format!("{}/v1/chat/completions", gw.base))
+        .header("traceparent", format!("00-{client_trace}-{client_span}-01"))
+        .json(&json!({"model": "chat-model", "messages": [{"role": "user", "content": "the prompt text"}]}))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers().get("x-sluice-failover").and_then(|v| v.to_str().ok()), Some("http_5xx"));
+
+    // Batches leave every few seconds; a flush sends this one now.
+    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    assert!(eventually(Duration::from_secs(10), async || spans.all().len() >= 3).await, "spans received: {:?}", spans.all().iter().map(|s| (s.name.clone(), s.kind)).collect::<Vec<_>>());
+    let all = spans.all();
+    assert_eq!(all.len(), 3, "one request span and two attempt spans: {:?}", all.iter().map(|s| &s.name).collect::<Vec<_>>());
+
+    let request: Vec<&Span> = all.iter().filter(|s| s.kind == SpanKind::Server as i32).collect();
+    let [request] = request.as_slice() else { anyhow::bail!("one SERVER span, got {}", request.len()) };
+    assert_eq!(request.name, "chat chat-model");
+    assert_eq!(hex(&request.trace_id), client_trace, "the client's trace is continued");
+    assert_eq!(hex(&request.parent_span_id), client_span, "the request span is the child of the client's");
+    let a = attributes(request);
+    assert_eq!(a["gen_ai.operation.name"], "chat");
+    assert_eq!(a["gen_ai.provider.name"], "openai");
+    assert_eq!(a["gen_ai.request.model"], "chat-model");
+    assert_eq!(a["gen_ai.response.model"], "chat-model");
+    assert_eq!(a["gen_ai.usage.input_tokens"], json!({"int": 7}));
+    assert_eq!(a["gen_ai.usage.output_tokens"], json!({"int": 3}));
+    assert_eq!(a["gen_ai.response.finish_reasons"], json!(["stop"]));
+    assert_eq!(a["sluice.route"], "chat");
+    assert_eq!(a["sluice.cost.nanodollars"], json!({"int": 0}), "no price configured");
+    // No prompt or completion text unless asked for.
+    let text = format!("{:?}", all);
+    assert!(!text.contains("the prompt text") && !text.contains("the completion text"), "{text}");
+
+    let mut attempts: Vec<&Span> = all.iter().filter(|s| s.kind == SpanKind::Client as i32).collect();
+    attempts.sort_by_key(|s| s.start_time_unix_nano);
+    let [first, second] = attempts.as_slice() else { anyhow::bail!("two CLIENT spans, got {}", attempts.len()) };
+    for s in [first, second] {
+        assert_eq!(s.trace_id, request.trace_id);
+        assert_eq!(s.parent_span_id, request.span_id, "an attempt span is the request span's child");
+    }
+    let (a1, a2) = (attributes(first), attributes(second));
+    assert_eq!((&a1["sluice.upstream"], &a1["sluice.attempt.outcome"], &a1["sluice.failover.reason"]), (&json!("primary"), &json!("http_5xx"), &json!("http_5xx")));
+    assert_eq!((&a2["sluice.upstream"], &a2["sluice.attempt.outcome"]), (&json!("backup"), &json!("ok")));
+    assert!(!a2.contains_key("sluice.failover.reason"), "the serving attempt did not fail over");
+
+    // Each upstream was told its attempt's span.
+    assert_eq!(primary_seen.all(), vec![format!("00-{client_trace}-{}-01", hex(&first.span_id))]);
+    assert_eq!(backup_seen.all(), vec![format!("00-{client_trace}-{}-01", hex(&second.span_id))]);
+    Ok(())
+}
