@@ -83,6 +83,15 @@ NON_DEFAULT: dict[str, Any] = {
     "serviceMonitor": {"enabled": True},
     "prometheusRule": {"enabled": True, "objective": "99.95"},
     "networkPolicy": {"enabled": True},
+    "grafanaDashboard": {"enabled": True, "folder": "sluice"},
+    "tracing": {
+        "otlpEndpoint": "http://otel-collector.observability:4317",
+        "protocol": "grpc",
+        "sampler": "traceidratio",
+        "samplerArg": "0.25",
+        "serviceName": "sluice-prod",
+        "captureContent": True,
+    },
 }
 
 

@@ -62,6 +62,7 @@ def test_non_default_values_render_election_monitoring_and_policies(non_default_
         ("PrometheusRule", "sluice"),
         ("NetworkPolicy", "sluice-operator"),
         ("NetworkPolicy", "sluice-gateways"),
+        ("ConfigMap", "sluice-dashboard"),
     }
 
 
@@ -125,7 +126,15 @@ def test_operator_env_follows_non_default_values(non_default_objects):
     assert env["SLUICE_GATEWAY_REPLICAS"] == "4"
     assert env["SLUICE_GATEWAY_AUTH"] == "none"
     assert json.loads(env["SLUICE_GATEWAY_RESOURCES"]) == NON_DEFAULT["gateway"]["resources"]
-    assert json.loads(env["SLUICE_GATEWAY_ENV"]) == NON_DEFAULT["gateway"]["env"]
+    # gateway.env, then the OTEL_* environment that tracing.* turns into.
+    assert json.loads(env["SLUICE_GATEWAY_ENV"]) == NON_DEFAULT["gateway"]["env"] + [
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.observability:4317"},
+        {"name": "OTEL_EXPORTER_OTLP_PROTOCOL", "value": "grpc"},
+        {"name": "OTEL_TRACES_SAMPLER", "value": "traceidratio"},
+        {"name": "OTEL_TRACES_SAMPLER_ARG", "value": "0.25"},
+        {"name": "OTEL_SERVICE_NAME", "value": "sluice-prod"},
+        {"name": "SLUICE_TRACE_CONTENT", "value": "true"},
+    ]
     assert env["SLUICE_LEADER_ELECTION"] == "true"
     assert c["image"] == "registry.example.com/platform/sluice-operator:1.2.3"
     assert c["imagePullPolicy"] == "Always"

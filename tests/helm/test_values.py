@@ -35,6 +35,15 @@ ADDED_KEYS = {
     "image.pullPolicy",
     "prometheusRule.objective",
     "gateway.env",
+    "grafanaDashboard.enabled",
+    "grafanaDashboard.namespace",
+    "grafanaDashboard.folder",
+    "tracing.otlpEndpoint",
+    "tracing.protocol",
+    "tracing.sampler",
+    "tracing.samplerArg",
+    "tracing.serviceName",
+    "tracing.captureContent",
 }
 def load_schema() -> dict[str, Any]:
     return json.loads((CHART / "values.schema.json").read_text())
@@ -117,6 +126,8 @@ def test_every_value_key_is_described_by_the_schema():
         ({"serviceMonitor": {"enabled": True, "interval": "10s"}}, "'interval' not allowed"),
         ({"gateway": {"resources": {"limit": {"cpu": "1"}}}}, "'limit' not allowed"),
         ({"image": {"repository": "x"}}, "'repository' not allowed"),
+        ({"tracing": {"endpoint": "http://c:4318"}}, "'endpoint' not allowed"),
+        ({"grafanaDashboard": {"enabled": True, "label": "x"}}, "'label' not allowed"),
     ],
 )
 def test_schema_refuses_an_unknown_values_key(values, where):
@@ -147,6 +158,12 @@ def test_schema_refuses_an_unknown_values_key(values, where):
         ({"gateway": {"env": [{"value": "x"}]}}, "/gateway/env/0"),
         ({"gateway": {"env": [{"name": "POD_NAME", "value": "x"}]}}, "/gateway/env/0/name"),
         ({"gateway": {"env": {"HTTPS_PROXY": "x"}}}, "/gateway/env"),
+        ({"tracing": {"otlpEndpoint": "otel-collector:4317"}}, "/tracing/otlpEndpoint"),
+        ({"tracing": {"protocol": "http/json"}}, "/tracing/protocol"),
+        ({"tracing": {"sampler": "jaeger_remote"}}, "/tracing/sampler"),
+        ({"tracing": {"samplerArg": "2"}}, "/tracing/samplerArg"),
+        ({"tracing": {"samplerArg": 0.5}}, "/tracing/samplerArg"),
+        ({"grafanaDashboard": {"enabled": "yes"}}, "/grafanaDashboard/enabled"),
     ],
 )
 def test_schema_refuses_invalid_values(values, where):
