@@ -18,7 +18,7 @@ use crate::{
     NativeRequest, Protocol, Target, TranslateError, UpstreamError, Usage, google, retry,
 };
 
-pub(crate) use stream::StreamTranscoder;
+pub(crate) use stream::Stream;
 
 const DEFAULT_VERSION: &str = "2023-06-01";
 const VERTEX_VERSION: &str = "vertex-2023-10-16";

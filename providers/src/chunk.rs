@@ -27,6 +27,16 @@ impl FinishReason {
             Self::ContentFilter => "content_filter",
         }
     }
+
+    /// The reason an answer that called a tool finishes with: providers that say only
+    /// "stop" (Gemini `STOP`, Anthropic `end_turn`) mean `tool_calls` to OpenAI clients.
+    pub fn after_tool_calls(self, called: bool) -> Self {
+        if called && self == Self::Stop {
+            Self::ToolCalls
+        } else {
+            self
+        }
+    }
 }
 
 /// The OpenAI side of one streamed answer.
@@ -39,6 +49,7 @@ pub struct ChunkWriter {
     content: bool,
     /// Per tool call (by OpenAI index): whether any argument text was emitted.
     tool_args: Vec<bool>,
+    finished: bool,
     done: bool,
 }
 
@@ -51,6 +62,7 @@ impl ChunkWriter {
             role_sent: false,
             content: false,
             tool_args: Vec::new(),
+            finished: false,
             done: false,
         }
     }
@@ -146,19 +158,27 @@ impl ChunkWriter {
         }
     }
 
-    /// The finish chunk, after ending every call still open.
+    /// The finish chunk, once, after ending every call still open; a plain stop after
+    /// tool calls is `tool_calls` ([`FinishReason::after_tool_calls`]).
     pub fn finish(&mut self, reason: FinishReason, out: &mut Vec<Out>) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
         for index in 0..self.tool_args.len() {
             self.tool_end(index, out);
         }
+        let reason = reason.after_tool_calls(self.tool_calls() > 0);
         out.push(self.delta(json!({}), Some(reason), false));
     }
 
-    /// The usage chunk (`choices: []`), `data: [DONE]` and [`Out::Done`].
+    /// The usage chunk (`choices: []`), `data: [DONE]` and [`Out::Done`], once; a plain
+    /// stop's finish chunk first if none was written.
     pub fn usage_and_done(&mut self, usage: &Usage, out: &mut Vec<Out>) {
         if self.done {
             return;
         }
+        self.finish(FinishReason::Stop, out);
         self.done = true;
         let chunk = json!({
             "id": self.id, "object": "chat.completion.chunk", "created": self.created,
@@ -175,8 +195,12 @@ impl ChunkWriter {
         out.push(Out::Done);
     }
 
-    /// An error: before content the attempt may still fail over, after it the stream ends.
+    /// An error: before content the attempt may still fail over, after it the stream
+    /// ends. Nothing is written after it, as after `[DONE]`.
     pub fn error(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
+        if self.done {
+            return;
+        }
         self.done = true;
         out.push(Out::Error {
             error,

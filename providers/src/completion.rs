@@ -39,10 +39,10 @@ impl Answer {
             .id
             .filter(|id| !id.is_empty())
             .unwrap_or_else(|| opts.id.clone());
-        let mut finish = self.finish_reason.unwrap_or(FinishReason::Stop);
-        if !self.tool_calls.is_empty() && finish == FinishReason::Stop {
-            finish = FinishReason::ToolCalls;
-        }
+        let finish = self
+            .finish_reason
+            .unwrap_or(FinishReason::Stop)
+            .after_tool_calls(!self.tool_calls.is_empty());
         let mut message = json!({
             "role": "assistant",
             "content": if self.text.is_empty() && !self.tool_calls.is_empty() { Value::Null } else { json!(self.text) },

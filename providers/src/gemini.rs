@@ -15,7 +15,7 @@ use crate::{
     Protocol, Target, TranslateError, UpstreamError, Usage, google, retry,
 };
 
-pub(crate) use stream::StreamTranscoder;
+pub(crate) use stream::Stream;
 
 pub(crate) fn build(
     target: &Target<'_>,

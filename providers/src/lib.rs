@@ -19,8 +19,10 @@
 //!    whether any content was emitted before it.
 //!
 //! Shared pieces: [`ChunkWriter`] writes the OpenAI stream side for every protocol,
-//! [`Answer`] the non-streamed side, [`sse::SseFramer`] frames SSE bodies and
-//! [`retry`] reads retry hints.
+//! [`Answer`] the non-streamed side, [`sse::SseFramer`] frames SSE bodies (and
+//! `SseTranscoder` drives the SSE protocols' streams), `request`'s conversation walk
+//! reads the client's messages for every native protocol and [`retry`] reads retry
+//! hints.
 
 mod anthropic;
 pub mod auth;
@@ -39,6 +41,8 @@ mod usage;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::sse::SseTranscoder;
 
 pub use chunk::{ChunkWriter, FinishReason};
 pub use completion::{Answer, AnswerToolCall};
@@ -210,11 +214,15 @@ pub fn classify(
 /// A transcoder for a 2xx stream from `target`.
 pub fn transcoder(target: &Target<'_>, opts: AnswerOpts) -> Box<dyn Transcoder + Send> {
     match target.protocol {
-        Protocol::OpenAi | Protocol::AzureOpenAi => Box::new(openai::Passthrough::new(opts)),
-        Protocol::Anthropic | Protocol::VertexAnthropic => {
-            Box::new(anthropic::StreamTranscoder::new(opts))
+        Protocol::OpenAi | Protocol::AzureOpenAi => {
+            Box::new(SseTranscoder::new(openai::Passthrough::new(opts)))
         }
-        Protocol::Gemini | Protocol::VertexGemini => Box::new(gemini::StreamTranscoder::new(opts)),
+        Protocol::Anthropic | Protocol::VertexAnthropic => {
+            Box::new(SseTranscoder::new(anthropic::Stream::new(opts)))
+        }
+        Protocol::Gemini | Protocol::VertexGemini => {
+            Box::new(SseTranscoder::new(gemini::Stream::new(opts)))
+        }
         Protocol::Bedrock => Box::new(bedrock::StreamTranscoder::new(target.model, opts)),
     }
 }

@@ -7,10 +7,10 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Value, json};
 
-use crate::sse::SseFramer;
+use crate::sse::SseEvents;
 use crate::{
     AnswerOpts, ChatRequest, Completion, ErrorKind, NativeRequest, Out, Protocol, Target,
-    Transcoder, TranslateError, UpstreamError, Usage, encode_segment, retry,
+    TranslateError, UpstreamError, Usage, encode_segment, retry,
 };
 
 pub(crate) fn build(
@@ -116,7 +116,6 @@ pub(crate) fn classify(
 
 /// Passes OpenAI SSE through, noting content and ending at `[DONE]`.
 pub(crate) struct Passthrough {
-    framer: SseFramer,
     content: bool,
     done: bool,
 }
@@ -124,12 +123,21 @@ pub(crate) struct Passthrough {
 impl Passthrough {
     pub(crate) fn new(_opts: AnswerOpts) -> Self {
         Self {
-            framer: SseFramer::new(),
             content: false,
             done: false,
         }
     }
 
+    fn fail(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
+        self.done = true;
+        out.push(Out::Error {
+            error,
+            before_content: !self.content,
+        });
+    }
+}
+
+impl SseEvents for Passthrough {
     fn event(&mut self, data: &str, out: &mut Vec<Out>) {
         if self.done {
             return;
@@ -144,22 +152,13 @@ impl Passthrough {
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(data) else {
-            self.done = true;
-            let error = UpstreamError::malformed(200, "a stream event is not JSON");
-            out.push(Out::Error {
-                error,
-                before_content: !self.content,
-            });
-            return;
+            return self.fail(
+                UpstreamError::malformed(200, "a stream event is not JSON"),
+                out,
+            );
         };
         if v.get("error").is_some_and(|e| !e.is_null()) {
-            self.done = true;
-            let error = classify(200, &HeaderMap::new(), data.as_bytes(), 0);
-            out.push(Out::Error {
-                error,
-                before_content: !self.content,
-            });
-            return;
+            return self.fail(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out);
         }
         // Azure interleaves prompt-filter chunks (`choices: []`, no usage) and, with the
         // asynchronous filter, annotation chunks without `delta`: typed clients choke on
@@ -183,30 +182,13 @@ impl Passthrough {
             content,
         });
     }
-}
 
-impl Transcoder for Passthrough {
-    fn feed(&mut self, bytes: &[u8]) -> Vec<Out> {
-        let mut out = Vec::new();
-        for ev in self.framer.feed(bytes) {
-            self.event(&ev.data, &mut out);
-        }
-        out
-    }
-
-    fn finish(&mut self) -> Vec<Out> {
-        let mut out = Vec::new();
-        if let Some(ev) = self.framer.finish() {
-            self.event(&ev.data, &mut out);
-        }
+    fn end(&mut self, out: &mut Vec<Out>) {
         if !self.done {
-            self.done = true;
-            let error = UpstreamError::malformed(200, "the stream ended before [DONE]");
-            out.push(Out::Error {
-                error,
-                before_content: !self.content,
-            });
+            self.fail(
+                UpstreamError::malformed(200, "the stream ended before [DONE]"),
+                out,
+            );
         }
-        out
     }
 }

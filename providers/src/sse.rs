@@ -1,4 +1,8 @@
-//! An incremental Server-Sent Events framer: bytes in at any split, whole events out.
+//! An incremental Server-Sent Events framer: bytes in at any split, whole events out;
+//! and the [`Transcoder`] of every SSE protocol, which feeds each event's data to the
+//! protocol's [`SseEvents`].
+
+use crate::{Out, Transcoder};
 
 /// One SSE event: its `event:` name (if any) and its `data:` lines joined by `\n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +95,50 @@ impl SseFramer {
             event,
             data: std::mem::take(&mut self.data),
         })
+    }
+}
+
+/// What an SSE protocol makes of its events (see [`SseTranscoder`]).
+pub(crate) trait SseEvents {
+    /// One event's data.
+    fn event(&mut self, data: &str, out: &mut Vec<Out>);
+    /// The body ended after its last event: a stream not yet done ends here, in an
+    /// error if it lacked its end marker.
+    fn end(&mut self, out: &mut Vec<Out>);
+}
+
+/// The [`Transcoder`] of an SSE stream: frames the body and hands each event's data,
+/// then the body's end, to `E`.
+pub(crate) struct SseTranscoder<E> {
+    framer: SseFramer,
+    events: E,
+}
+
+impl<E: SseEvents> SseTranscoder<E> {
+    pub(crate) fn new(events: E) -> Self {
+        Self {
+            framer: SseFramer::new(),
+            events,
+        }
+    }
+}
+
+impl<E: SseEvents> Transcoder for SseTranscoder<E> {
+    fn feed(&mut self, bytes: &[u8]) -> Vec<Out> {
+        let mut out = Vec::new();
+        for ev in self.framer.feed(bytes) {
+            self.events.event(&ev.data, &mut out);
+        }
+        out
+    }
+
+    fn finish(&mut self) -> Vec<Out> {
+        let mut out = Vec::new();
+        if let Some(ev) = self.framer.finish() {
+            self.events.event(&ev.data, &mut out);
+        }
+        self.events.end(&mut out);
+        out
     }
 }
 

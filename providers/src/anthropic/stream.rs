@@ -6,39 +6,37 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::{classify, finish_reason, usage};
-use crate::sse::SseFramer;
-use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, Transcoder, UpstreamError, Usage};
+use crate::sse::SseEvents;
+use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, UpstreamError, Usage};
 
 /// The Messages stream state machine. Tool calls are numbered per response, not by
 /// Anthropic's content-block index (a text block between two calls takes no index).
-pub(crate) struct StreamTranscoder {
-    framer: SseFramer,
+pub(crate) struct Stream {
     writer: ChunkWriter,
     /// Content-block index → OpenAI tool-call index.
     tools: HashMap<u64, usize>,
     usage: Usage,
     finish: Option<FinishReason>,
-    ended: bool,
 }
 
-impl StreamTranscoder {
+impl Stream {
     pub(crate) fn new(opts: AnswerOpts) -> Self {
         Self {
-            framer: SseFramer::new(),
             writer: ChunkWriter::new(&opts),
             tools: HashMap::new(),
             usage: Usage::default(),
             finish: None,
-            ended: false,
         }
     }
+}
 
+impl SseEvents for Stream {
     fn event(&mut self, data: &str, out: &mut Vec<Out>) {
-        if self.ended {
+        if self.writer.is_done() {
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(data) else {
-            return self.fail(
+            return self.writer.error(
                 UpstreamError::malformed(200, "a stream event is not JSON"),
                 out,
             );
@@ -97,46 +95,24 @@ impl StreamTranscoder {
                 usage(&v["usage"], &mut self.usage);
             }
             "message_stop" => {
-                self.ended = true;
-                let mut reason = self.finish.unwrap_or(FinishReason::Stop);
-                if reason == FinishReason::Stop && self.writer.tool_calls() > 0 {
-                    reason = FinishReason::ToolCalls;
-                }
-                self.writer.finish(reason, out);
+                self.writer
+                    .finish(self.finish.unwrap_or(FinishReason::Stop), out);
                 self.writer.usage_and_done(&self.usage, out);
             }
-            "error" => self.fail(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out),
+            "error" => self
+                .writer
+                .error(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out),
             // `ping` and future event types carry nothing to forward.
             _ => {}
         }
     }
 
-    fn fail(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
-        self.ended = true;
-        self.writer.error(error, out);
-    }
-}
-
-impl Transcoder for StreamTranscoder {
-    fn feed(&mut self, bytes: &[u8]) -> Vec<Out> {
-        let mut out = Vec::new();
-        for ev in self.framer.feed(bytes) {
-            self.event(&ev.data, &mut out);
-        }
-        out
-    }
-
-    fn finish(&mut self) -> Vec<Out> {
-        let mut out = Vec::new();
-        if let Some(ev) = self.framer.finish() {
-            self.event(&ev.data, &mut out);
-        }
-        if !self.ended {
-            self.fail(
+    fn end(&mut self, out: &mut Vec<Out>) {
+        if !self.writer.is_done() {
+            self.writer.error(
                 UpstreamError::malformed(200, "the stream ended before message_stop"),
-                &mut out,
+                out,
             );
         }
-        out
     }
 }

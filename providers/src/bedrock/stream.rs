@@ -20,8 +20,6 @@ pub(crate) struct StreamTranscoder {
     writer: ChunkWriter,
     /// `contentBlockIndex` → OpenAI tool-call index.
     tools: HashMap<u64, usize>,
-    finished: bool,
-    ended: bool,
     /// Set when the body is JSON, not frames (an error answer sent with a 2xx, or a
     /// non-stream content type): collected whole and classified at the end.
     json: Option<Vec<u8>>,
@@ -38,8 +36,6 @@ impl StreamTranscoder {
             decoder: FrameDecoder::new(),
             writer,
             tools: HashMap::new(),
-            finished: false,
-            ended: false,
             json: None,
             started: false,
         }
@@ -51,18 +47,20 @@ impl StreamTranscoder {
             MessageType::Event => self.event(&frame.name, &v, out),
             MessageType::Exception => {
                 let message = v["message"].as_str().unwrap_or("").to_owned();
-                self.fail(classify_named(200, &frame.name, message), out);
+                self.writer
+                    .error(classify_named(200, &frame.name, message), out);
             }
             MessageType::Error => {
                 let message = frame.error_message.unwrap_or_default();
-                self.fail(classify_named(200, &frame.name, message), out);
+                self.writer
+                    .error(classify_named(200, &frame.name, message), out);
             }
         }
     }
 
     fn event(&mut self, name: &str, v: &Value, out: &mut Vec<Out>) {
         if v.is_null() {
-            return self.fail(
+            return self.writer.error(
                 UpstreamError::malformed(200, format!("a {name} event is not JSON")),
                 out,
             );
@@ -93,41 +91,25 @@ impl StreamTranscoder {
                 }
                 // Reasoning deltas have no OpenAI chat equivalent.
             }
-            "messageStop" => self.finish_chunk(v["stopReason"].as_str().map(finish_reason), out),
-            "metadata" => {
-                self.finish_chunk(None, out);
-                self.ended = true;
-                self.writer.usage_and_done(&usage(&v["usage"]), out);
+            "messageStop" => {
+                let reason = v["stopReason"]
+                    .as_str()
+                    .map_or(FinishReason::Stop, finish_reason);
+                self.writer.finish(reason, out);
             }
+            // Without a messageStop first, the writer finishes with a plain stop.
+            "metadata" => self.writer.usage_and_done(&usage(&v["usage"]), out),
             // messageStart (the role goes with the first content), contentBlockStop and
             // future events carry nothing to forward.
             _ => {}
         }
-    }
-
-    /// The finish chunk, once; a plain stop with tool calls is `tool_calls`.
-    fn finish_chunk(&mut self, reason: Option<FinishReason>, out: &mut Vec<Out>) {
-        if self.finished {
-            return;
-        }
-        self.finished = true;
-        let mut reason = reason.unwrap_or(FinishReason::Stop);
-        if reason == FinishReason::Stop && self.writer.tool_calls() > 0 {
-            reason = FinishReason::ToolCalls;
-        }
-        self.writer.finish(reason, out);
-    }
-
-    fn fail(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
-        self.ended = true;
-        self.writer.error(error, out);
     }
 }
 
 impl Transcoder for StreamTranscoder {
     fn feed(&mut self, bytes: &[u8]) -> Vec<Out> {
         let mut out = Vec::new();
-        if self.ended {
+        if self.writer.is_done() {
             return out;
         }
         if let Some(json) = &mut self.json {
@@ -142,11 +124,13 @@ impl Transcoder for StreamTranscoder {
         }
         self.started |= !bytes.is_empty();
         self.decoder.push(bytes);
-        while !self.ended {
+        while !self.writer.is_done() {
             match self.decoder.next_frame() {
                 Ok(Some(frame)) => self.frame(frame, &mut out),
                 Ok(None) => break,
-                Err(e) => self.fail(UpstreamError::malformed(200, e), &mut out),
+                Err(e) => self
+                    .writer
+                    .error(UpstreamError::malformed(200, e), &mut out),
             }
         }
         out
@@ -161,17 +145,17 @@ impl Transcoder for StreamTranscoder {
             } else {
                 UpstreamError::malformed(200, "a JSON body where an event stream was expected")
             };
-            self.fail(error, &mut out);
+            self.writer.error(error, &mut out);
             return out;
         }
-        if self.ended {
+        if self.writer.is_done() {
             return out;
         }
         let error = match self.decoder.finish() {
             Err(e) => UpstreamError::malformed(200, e),
             Ok(()) => UpstreamError::malformed(200, "the stream ended before its metadata event"),
         };
-        self.fail(error, &mut out);
+        self.writer.error(error, &mut out);
         out
     }
 }

@@ -5,43 +5,43 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::{Part, classify, finish_reason, parts, signature_extra, usage};
-use crate::sse::SseFramer;
-use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, Transcoder, UpstreamError, Usage};
+use crate::sse::SseEvents;
+use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, UpstreamError, Usage};
 
 /// Gemini's stream has no end event: the answer is complete when the body ends after a
 /// response with a `finishReason`. Function calls arrive whole and get ids unique per
 /// response (Gemini gives none, or ids that need not be unique across turns).
-pub(crate) struct StreamTranscoder {
-    framer: SseFramer,
+pub(crate) struct Stream {
     writer: ChunkWriter,
     usage: Usage,
     finish: Option<FinishReason>,
-    ended: bool,
 }
 
-impl StreamTranscoder {
+impl Stream {
     pub(crate) fn new(opts: AnswerOpts) -> Self {
         Self {
-            framer: SseFramer::new(),
             writer: ChunkWriter::new(&opts),
             usage: Usage::default(),
             finish: None,
-            ended: false,
         }
     }
+}
 
+impl SseEvents for Stream {
     fn event(&mut self, data: &str, out: &mut Vec<Out>) {
-        if self.ended {
+        if self.writer.is_done() {
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(data) else {
-            return self.fail(
+            return self.writer.error(
                 UpstreamError::malformed(200, "a stream event is not JSON"),
                 out,
             );
         };
         if v.get("error").is_some() {
-            return self.fail(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out);
+            return self
+                .writer
+                .error(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out);
         }
         if let Some(id) = v["responseId"].as_str() {
             self.writer.set_id(id);
@@ -75,44 +75,19 @@ impl StreamTranscoder {
         }
     }
 
-    fn fail(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
-        self.ended = true;
-        self.writer.error(error, out);
-    }
-}
-
-impl Transcoder for StreamTranscoder {
-    fn feed(&mut self, bytes: &[u8]) -> Vec<Out> {
-        let mut out = Vec::new();
-        for ev in self.framer.feed(bytes) {
-            self.event(&ev.data, &mut out);
+    fn end(&mut self, out: &mut Vec<Out>) {
+        if self.writer.is_done() {
+            return;
         }
-        out
-    }
-
-    fn finish(&mut self) -> Vec<Out> {
-        let mut out = Vec::new();
-        if let Some(ev) = self.framer.finish() {
-            self.event(&ev.data, &mut out);
-        }
-        if self.ended {
-            return out;
-        }
-        self.ended = true;
         match self.finish {
-            Some(mut reason) => {
-                // Gemini says STOP when it called a function; OpenAI clients expect tool_calls.
-                if reason == FinishReason::Stop && self.writer.tool_calls() > 0 {
-                    reason = FinishReason::ToolCalls;
-                }
-                self.writer.finish(reason, &mut out);
-                self.writer.usage_and_done(&self.usage, &mut out);
+            Some(reason) => {
+                self.writer.finish(reason, out);
+                self.writer.usage_and_done(&self.usage, out);
             }
             None => self.writer.error(
                 UpstreamError::malformed(200, "the stream ended without a finishReason"),
-                &mut out,
+                out,
             ),
         }
-        out
     }
 }
