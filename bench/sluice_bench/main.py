@@ -20,7 +20,7 @@ from pathlib import Path
 from . import report
 from .host import machine, scan_logs, versions
 from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
-from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase
+from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
 from .settings import BODY, FULL, LOAD_CPU, QUICK, ROOT, free_port, log
 from .systems import (
@@ -45,6 +45,7 @@ def main() -> int:
     ap.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
     ap.add_argument("--no-postgres", action="store_true", help="skip the Postgres billing run")
     ap.add_argument("--no-callgrind", action="store_true", help="skip counting instructions per request under valgrind")
+    ap.add_argument("--no-tracing", action="store_true", help="skip the traces-on comparison")
     ap.add_argument("--render", type=Path, help="only render BENCHMARKS.md from a results.json")
     args = ap.parse_args()
 
@@ -162,6 +163,10 @@ def main() -> int:
         results["streaming"] = streaming_phase(mock_port, p_off, mode.streams)
         if not args.no_callgrind:
             results["callgrind"] = callgrind_phase(work, mock_port, man, mode.callgrind_requests)
+
+        # ---- tracing: the same sluice exporting a span tree per request, vs without
+        if not args.no_tracing:
+            results["tracing"] = tracing_phase(mode, work, man, systems[0], next(s for s in systems if s.key == "sluice"))
 
         # ---- failover cost for sluice (forced: every request tries the failing primary;
         # learned: default health window, the primary is demoted after its first failure)

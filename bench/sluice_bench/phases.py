@@ -16,7 +16,11 @@ from .clients import failover_series, pct, stream_once
 from .load import System, describe, run_oha
 from .procs import Service
 from .settings import BIN, BODY, OHA, Mode, free_port, log
-from .systems import chaos, litellm_conf, nginx_conf, post_json, wait_http
+from .systems import OtlpSink, chaos, litellm_conf, nginx_conf, post_json, start_sluice, wait_http
+
+#: The rate of the tracing comparison (the target: tracing on at 1k req/s with sampling
+#: 1.0 adds at most 20 % to sluice's added p50).
+TRACING_RATE = 1000
 
 
 def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict:
@@ -163,3 +167,34 @@ def litellm_phase(results: dict, mode: Mode, work: Path, direct: System, mock: i
             break
     results.setdefault("failover", {})["LiteLLM (cooldowns off: every request fails over)"] = failover_phase(port, mode.failovers)
     svc.stop()
+
+
+def tracing_phase(mode: Mode, work: Path, manifests: Path, direct: System, untraced: System) -> dict:
+    """sluice with traces exported (OTLP http/protobuf to a local sink, every request
+    sampled) against the same sluice without, at TRACING_RATE, each round right after a
+    direct run, the three rotated per round. Its own runs: the rate matrix is unchanged."""
+    sink = OtlpSink()
+    svc, port = start_sluice("sluice-traced", work, manifests, f"sqlite://{work}/traced.db", "none",
+                             ["--otlp-endpoint", f"http://127.0.0.1:{sink.port}", "--traces-sampler", "always_on"])
+    traced = System("sluice-traced", "sluice, billing off, traces on (sampling 1.0)", port, services=[svc])
+    try:
+        status, _, body = post_json(port, traced.path, json.loads(BODY))
+        if status != 200:
+            raise RuntimeError(f"the traced sluice answered {status}: {body[:300]!r}")
+        run_oha(traced, TRACING_RATE, mode.warmup, work, retry=False)
+        systems = [direct, untraced, traced]
+        runs: list[dict] = []
+        for rnd in range(mode.rounds):
+            for s in systems[rnd % 3:] + systems[:rnd % 3]:
+                time.sleep(0.5)
+                r = run_oha(s, TRACING_RATE, mode.duration, work)
+                r["round"] = rnd
+                runs.append(r)
+                log("tracing " + describe(r))
+        # Spans leave in batches (512 spans, or every 5 s): give the last one time.
+        time.sleep(6)
+        return {"rate": TRACING_RATE, "runs": runs, "exports": sink.exports, "export_bytes": sink.bytes}
+    finally:
+        svc.stop()
+        sink.stop()
+

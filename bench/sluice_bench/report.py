@@ -169,6 +169,29 @@ def render(results: dict, out_dir: Path) -> Path:
               f"{r['rss_mb']:.1f} | {'yes' if r['sustained'] else 'no'} |")
         w("")
 
+    # ---------------- tracing
+    tr = results.get("tracing")
+    if tr and tr.get("runs"):
+        rate = tr["rate"]
+        w("## Tracing cost")
+        w("")
+        w(f"sluice (billing off) with OpenTelemetry traces exported — every request sampled, a request span and an attempt "
+          f"span each, OTLP http/protobuf to a local sink — against the same sluice without, at {rate} req/s, "
+          f"{len(tr['runs']) // 3} round(s) of direct / untraced / traced, rotated. The sink took {tr['exports']} exports "
+          f"({tr['export_bytes'] / 1e6:.1f} MB). Without an endpoint the gateway makes no span at all, so the untraced row is "
+          "also what tracing off costs.")
+        w("")
+        w("| system | p50 ms | p99 ms | +p50 µs | +p99 µs | CPU % | RSS MB |")
+        w("|---|---|---|---|---|---|---|")
+        for key in ("sluice", "sluice-traced"):
+            c = combine(by(tr["runs"], key, rate))
+            a = added_by_round(tr["runs"], key, rate)
+            if c:
+                label = "sluice, traces on" if key == "sluice-traced" else "sluice, traces off"
+                w(f"| {label} | {f(c['lat_ms']['p50'])} | {f(c['lat_ms']['p99'])} | {us(a['p50'])} | {us(a['p99'])} | "
+                  f"{c['cpu_pct']:.0f} | {c['rss_mb']:.1f} |")
+        w("")
+
     # ---------------- callgrind
     cg = results.get("callgrind")
     if cg and cg.get("sluice") and cg.get("nginx"):
@@ -346,6 +369,16 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
             ok = (s[p] is not None and n[p] is not None and s[p] <= k * max(n[p], 0))
             rows.append((f"sluice added {p} ≤ {k}× nginx added {p} at {rate} req/s (billing off)",
                          f"{us(s[p])} µs vs {us(n[p])} µs ({f(r, 2) + '×' if r is not None else 'nginx added ≤ 0'})", ok))
+    tr = results.get("tracing")
+    if tr and tr.get("runs"):
+        rate = tr["rate"]
+        off, on = added_by_round(tr["runs"], "sluice", rate), added_by_round(tr["runs"], "sluice-traced", rate)
+        if off["p50"] is not None and on["p50"] is not None:
+            ok = on["p50"] <= 1.2 * max(off["p50"], 0) and tr["exports"] > 0
+            r = ratio(on["p50"], off["p50"])
+            rows.append((f"traces on (sampling 1.0) add ≤ 20 % to sluice's added p50 at {rate} req/s",
+                         f"{us(on['p50'])} µs on vs {us(off['p50'])} µs off ({f(r, 2) + '×' if r is not None else 'off ≤ 0'}), "
+                         f"{tr['exports']} OTLP exports", ok))
     c = combine(by(runs, "sluice", 5000))
     if c:
         ok = c["success"] >= 1.0 and c["non2xx"] == 0 and c["errors"] == 0 and c["rss_mb"] < 100 and c["achieved_rps"] >= 4750

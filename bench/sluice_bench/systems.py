@@ -4,8 +4,10 @@ billing key and the Postgres bench database."""
 from __future__ import annotations
 
 import http.client
+import http.server
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -218,3 +220,40 @@ def drop_pg_db() -> None:
         psql(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
     except Exception as e:  # noqa: BLE001
         log(f"could not drop {PG_DB}: {e}")
+
+
+class OtlpSink:
+    """An OTLP/HTTP receiver that takes every `POST /v1/traces` with 200 and counts the
+    exports and their bytes (the traced sluice's spans go here; what it sends is not
+    decoded: the bench measures the gateway, the Rust tests check the spans). A thread of
+    this script, so it runs on the load generator's core, not the systems'."""
+
+    def __init__(self) -> None:
+        sink = self
+        self.exports = 0
+        self.bytes = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                n = int(self.headers.get("content-length") or 0)
+                self.rfile.read(n)
+                sink.exports += 1
+                sink.bytes += n
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *_args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
