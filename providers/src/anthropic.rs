@@ -8,7 +8,6 @@
 mod request;
 mod stream;
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
@@ -59,9 +58,8 @@ pub(crate) fn build(
         )
     };
     Ok(NativeRequest {
-        path,
-        body: Bytes::from(body.to_string()),
         headers,
+        ..NativeRequest::json(path, &body)
     })
 }
 
@@ -90,7 +88,7 @@ pub(crate) fn parse(
     body: &[u8],
     opts: &AnswerOpts,
 ) -> Result<Completion, UpstreamError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+    let v = crate::answer_json(body)?;
     if v["type"] == "error" || v.get("error").is_some() {
         return Err(classify(200, &HeaderMap::new(), body, 0));
     }
@@ -160,13 +158,9 @@ pub(crate) fn classify(
     now_unix_ms: u64,
 ) -> UpstreamError {
     let hinted = retry::from_headers(headers, now_unix_ms);
-    let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
+    let Some(v) = google::error_body(body) else {
         return crate::generic_error(status, headers, body, now_unix_ms);
     };
-    // Vertex sometimes wraps its error object in a one-element array.
-    if let Value::Array(items) = &mut v {
-        v = items.first().cloned().unwrap_or(Value::Null);
-    }
     let err = &v["error"];
     if let Some(g) = google::read(status, err) {
         // Vertex may carry Anthropic's own error as a JSON string in `message`.
@@ -175,13 +169,7 @@ pub(crate) fn classify(
         {
             return e.with_retry_after(hinted.or(g.retry_after));
         }
-        return UpstreamError::new(
-            g.kind,
-            status,
-            g.message,
-            Some(g.status_name.as_str()).filter(|s| !s.is_empty()),
-        )
-        .with_retry_after(hinted.or(g.retry_after));
+        return g.into_upstream(status, hinted);
     }
     match anthropic_error(status, err) {
         Some(e) => e.with_retry_after(hinted),

@@ -13,7 +13,6 @@
 mod request;
 mod stream;
 
-use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
@@ -37,11 +36,7 @@ pub(crate) fn build(
         "converse"
     };
     let path = format!("/model/{}/{verb}", crate::encode_segment(target.model));
-    Ok(NativeRequest {
-        path,
-        body: Bytes::from(body.to_string()),
-        headers: Vec::new(),
-    })
+    Ok(NativeRequest::json(path, &body))
 }
 
 pub(crate) fn parse(
@@ -49,7 +44,7 @@ pub(crate) fn parse(
     body: &[u8],
     opts: &AnswerOpts,
 ) -> Result<Completion, UpstreamError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+    let v = crate::answer_json(body)?;
     let Some(content) = v["output"]["message"]["content"].as_array() else {
         if error_name(&HeaderMap::new(), &v).is_some() {
             return Err(classify(200, &HeaderMap::new(), body, 0));

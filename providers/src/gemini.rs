@@ -5,7 +5,6 @@
 mod request;
 mod stream;
 
-use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
@@ -37,11 +36,7 @@ pub(crate) fn build(
     } else {
         format!("/models/{model}:{verb}")
     };
-    Ok(NativeRequest {
-        path,
-        body: Bytes::from(body.to_string()),
-        headers: Vec::new(),
-    })
+    Ok(NativeRequest::json(path, &body))
 }
 
 pub(crate) fn parse(
@@ -49,7 +44,7 @@ pub(crate) fn parse(
     body: &[u8],
     opts: &AnswerOpts,
 ) -> Result<Completion, UpstreamError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+    let v = crate::answer_json(body)?;
     if v.get("error").is_some() {
         return Err(classify(200, &HeaderMap::new(), body, 0));
     }
@@ -70,9 +65,9 @@ pub(crate) fn parse(
                 id,
                 name,
                 args,
-                signature,
+                extra,
             } => {
-                if let Some(extra) = signature.map(signature_extra) {
+                if let Some(extra) = extra {
                     answer
                         .tool_call_extras
                         .push((answer.tool_calls.len(), extra));
@@ -101,12 +96,13 @@ fn parts(candidate: &Value) -> &[Value] {
 enum Part<'a> {
     Text(&'a str),
     /// A function call; `args` is JSON text, empty when the call has no arguments.
-    /// Gemini 3 signs its calls: the signature must come back with the call next turn.
+    /// Gemini 3 signs its calls: the signature must come back with the call next turn,
+    /// so it goes out in `extra`, the vendor fields of the OpenAI tool call.
     Call {
         id: Option<&'a str>,
         name: &'a str,
         args: String,
-        signature: Option<&'a str>,
+        extra: Option<Value>,
     },
     Skip,
 }
@@ -122,7 +118,7 @@ impl<'a> Part<'a> {
                 id: call["id"].as_str(),
                 name: call["name"].as_str().unwrap_or(""),
                 args,
-                signature: part["thoughtSignature"].as_str(),
+                extra: part["thoughtSignature"].as_str().map(signature_extra),
             };
         }
         // Thought summaries are not part of the answer.
@@ -183,20 +179,8 @@ pub(crate) fn classify(
     now_unix_ms: u64,
 ) -> UpstreamError {
     let hinted = retry::from_headers(headers, now_unix_ms);
-    let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
-        return crate::generic_error(status, headers, body, now_unix_ms);
-    };
-    if let Value::Array(items) = &mut v {
-        v = items.first().cloned().unwrap_or(Value::Null);
-    }
-    match google::read(status, &v["error"]) {
-        Some(g) => UpstreamError::new(
-            g.kind,
-            status,
-            g.message,
-            Some(g.status_name.as_str()).filter(|s| !s.is_empty()),
-        )
-        .with_retry_after(hinted.or(g.retry_after)),
+    match google::error_body(body).and_then(|v| google::read(status, &v["error"])) {
+        Some(g) => g.into_upstream(status, hinted),
         None => crate::generic_error(status, headers, body, now_unix_ms),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::{says_context_length, says_expired};
-use crate::{ErrorKind, retry};
+use crate::{ErrorKind, UpstreamError, retry};
 
 /// A Google error object (the value of `"error"`), read.
 pub(crate) struct GoogleError {
@@ -16,6 +16,29 @@ pub(crate) struct GoogleError {
     pub retry_after: Option<Duration>,
     /// The `status` name, e.g. `RESOURCE_EXHAUSTED`.
     pub status_name: String,
+}
+
+/// An error body's JSON, unwrapping the one-element array Vertex sometimes sends;
+/// `None` if the body is not JSON.
+pub(crate) fn error_body(body: &[u8]) -> Option<Value> {
+    match serde_json::from_slice::<Value>(body).ok()? {
+        Value::Array(items) => Some(items.into_iter().next().unwrap_or(Value::Null)),
+        v => Some(v),
+    }
+}
+
+impl GoogleError {
+    /// The error, its `status` name as the code; the headers' retry hint wins over
+    /// the body's `RetryInfo`.
+    pub(crate) fn into_upstream(self, status: u16, hinted: Option<Duration>) -> UpstreamError {
+        UpstreamError::new(
+            self.kind,
+            status,
+            self.message,
+            Some(self.status_name.as_str()).filter(|s| !s.is_empty()),
+        )
+        .with_retry_after(hinted.or(self.retry_after))
+    }
 }
 
 /// Reads `err` if it is a Google error object (it has a `status` name or a numeric `code`).

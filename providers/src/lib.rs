@@ -120,6 +120,17 @@ pub struct NativeRequest {
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
+impl NativeRequest {
+    /// A request whose body is `body` as JSON, without extra headers.
+    pub(crate) fn json(path: String, body: &serde_json::Value) -> Self {
+        Self {
+            path,
+            body: Bytes::from(body.to_string()),
+            headers: Vec::new(),
+        }
+    }
+}
+
 /// A parsed non-streamed answer: the OpenAI `chat.completion` JSON and its usage.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {
@@ -225,6 +236,11 @@ pub fn transcoder(target: &Target<'_>, opts: AnswerOpts) -> Box<dyn Transcoder +
         }
         Protocol::Bedrock => Box::new(bedrock::StreamTranscoder::new(target.model, opts)),
     }
+}
+
+/// The JSON of a 2xx answer; a body that is not JSON is malformed.
+pub(crate) fn answer_json(body: &[u8]) -> Result<serde_json::Value, UpstreamError> {
+    serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))
 }
 
 /// An error answer classified by status alone, with the raw body as its message.

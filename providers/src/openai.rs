@@ -51,7 +51,7 @@ pub(crate) fn parse(
     body: &[u8],
     _opts: &AnswerOpts,
 ) -> Result<Completion, UpstreamError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+    let v = crate::answer_json(body)?;
     if v.get("error").is_some_and(|e| !e.is_null()) {
         return Err(classify(200, &HeaderMap::new(), body, 0));
     }

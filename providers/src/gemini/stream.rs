@@ -4,7 +4,7 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::{Part, classify, finish_reason, parts, signature_extra, usage};
+use super::{Part, classify, finish_reason, parts, usage};
 use crate::sse::SseEvents;
 use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, UpstreamError, Usage};
 
@@ -56,9 +56,8 @@ impl SseEvents for Stream {
                     id,
                     name,
                     args,
-                    signature,
+                    extra,
                 } => {
-                    let extra = signature.map(signature_extra);
                     let index = self.writer.tool_start_extra(id, name, extra.as_ref(), out);
                     self.writer.tool_args(index, &args, out);
                     self.writer.tool_end(index, out);
