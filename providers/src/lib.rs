@@ -29,6 +29,7 @@ pub mod auth;
 mod bedrock;
 mod chunk;
 mod completion;
+mod date;
 mod error;
 pub mod eventstream;
 mod gemini;

@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 
+pub use crate::date::rfc3339_unix_ms;
+
 /// The retry hint the headers give, most precise first; `None` if there is none.
 pub fn from_headers(headers: &HeaderMap, now_unix_ms: u64) -> Option<Duration> {
     for name in ["retry-after-ms", "x-ms-retry-after-ms"] {
@@ -55,58 +57,6 @@ fn http_date_unix_ms(s: &str) -> Option<u64> {
     let t = httpdate::parse_http_date(s).ok()?;
     let d = t.duration_since(UNIX_EPOCH).ok()?;
     u64::try_from(d.as_millis()).ok()
-}
-
-/// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into unix milliseconds.
-pub fn rfc3339_unix_ms(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let b = s.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || !(b[10] == b'T' || b[10] == b't')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let mut rest = &s[19..];
-    let mut millis = 0i64;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        let f = &frac[..digits];
-        millis = format!("{f:0<3}").get(..3)?.parse().ok()?;
-        rest = &frac[digits..];
-    }
-    let offset_min = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes().first()? {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            let (oh, om) = rest.get(1..)?.split_once(':')?;
-            sign * (oh.parse::<i64>().ok()? * 60 + om.parse::<i64>().ok()?)
-        }
-    };
-    let days = days_from_civil(y, mo, d);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_min * 60;
-    u64::try_from(secs * 1000 + millis).ok()
-}
-
-// Howard Hinnant's days-from-civil algorithm.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// Unix milliseconds of a `SystemTime`, for callers that hold one.

@@ -198,7 +198,8 @@ impl WebIdentity {
             }
             out.push_str(k);
             out.push('=');
-            out.push_str(&form_encode(v));
+            // RFC 3986 unreserved characters kept, everything else `%XX`: what STS expects.
+            out.push_str(&crate::encode_segment(v));
         }
         out
     }
@@ -310,54 +311,13 @@ pub fn parse_credentials_json(body: &[u8]) -> Result<AwsCredentials, Credentials
     })
 }
 
-/// Parses an ISO 8601 UTC timestamp as AWS writes them: `2019-11-09T13:34:41Z`, with
-/// optional fractional seconds, `Z` or `+00:00`.
+/// Parses a timestamp as AWS writes them, `2019-11-09T13:34:41Z` (RFC 3339: optional
+/// fractional seconds, which are dropped, and `Z` or an offset).
 pub fn parse_timestamp(text: &str) -> Option<SystemTime> {
-    let text = text.trim();
-    let rest = text
-        .strip_suffix('Z')
-        .or_else(|| text.strip_suffix("+00:00"))?;
-    let (date, time) = rest.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (d.next()??, d.next()??, d.next()??);
-    let time = time.split_once('.').map_or(time, |(whole, _)| whole);
-    let mut t = time.split(':').map(|p| p.parse::<i64>().ok());
-    let (h, m, s) = (t.next()??, t.next()??, t.next()??);
-    if d.next().is_some()
-        || t.next().is_some()
-        || !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || h > 23
-        || m > 59
-        || s > 60
-    {
-        return None;
-    }
-    // Days from civil (Howard Hinnant's algorithm), valid for the proleptic Gregorian calendar.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = u64::try_from(days * 86_400 + h * 3600 + m * 60 + s).ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+    let ms = crate::date::rfc3339_unix_ms(text)?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(ms / 1000))
 }
 
 fn non_empty(v: Option<String>) -> Option<String> {
     v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
-}
-
-/// RFC 3986 unreserved characters kept, everything else `%XX` (what STS expects).
-fn form_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
