@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use sluice_gateway::cmd::serve::{Loops, ServeArgs, build, spawn_loops};
 use sluice_gateway::server::{AuthMode, Gateway};
+use sluice_gateway::telemetry::traces::TraceArgs;
 use sluice_ledger::Ledger;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
@@ -42,9 +43,9 @@ pub struct GatewayOptions {
     /// Secret files `(secret, key, value)` written under a `--secrets-dir` in the
     /// gateway's tempdir, laid out as a mounted Kubernetes Secret.
     pub secrets: Vec<(String, String, String)>,
-    /// `--otlp-endpoint`: where the gateway exports traces; `None` leaves what the
+    /// Trace export (`--otlp-endpoint`, `--otlp-protocol`, …); `None` leaves what the
     /// environment says (normally off).
-    pub otlp_endpoint: Option<String>,
+    pub traces: Option<TraceArgs>,
 }
 
 impl Default for GatewayOptions {
@@ -59,7 +60,7 @@ impl Default for GatewayOptions {
             reservation_ttl: None,
             body_timeout: None,
             secrets: Vec::new(),
-            otlp_endpoint: None,
+            traces: None,
         }
     }
 }
@@ -196,8 +197,8 @@ fn serve_args(manifests: &Path, ledger: &str, opts: &GatewayOptions) -> anyhow::
     if let Some(ttl) = opts.reservation_ttl {
         args.reservation_ttl = ttl;
     }
-    if let Some(endpoint) = &opts.otlp_endpoint {
-        args.traces.otlp_endpoint = Some(endpoint.clone());
+    if let Some(traces) = &opts.traces {
+        args.traces = traces.clone();
     }
     Ok(cli.serve)
 }

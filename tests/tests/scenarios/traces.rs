@@ -1,9 +1,10 @@
-//! docs/design.md §11 traces: a failover exported over OTLP (http/protobuf) to a local
-//! receiver that decodes the protobuf, and the span tree checked — one SERVER span for
-//! the request, continuing the client's trace, and one CLIENT span per attempt, each
-//! named upstream in the `traceparent` it was sent.
+//! docs/design.md §11 traces: a failover exported over OTLP (http/protobuf, and gRPC) to
+//! a local receiver that decodes the protobuf, and the span tree checked — one SERVER
+//! span for the request, continuing the client's trace, and one CLIENT span per attempt,
+//! each named upstream in the `traceparent` it was sent.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,8 +12,11 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
 use axum::routing::post;
+use http_body::Frame;
+use http_body_util::StreamBody;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -20,6 +24,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message as _;
 use serde_json::json;
 use sluice_ledger::testing::eventually;
+use sluice_gateway::telemetry::traces::TraceArgs;
 use sluice_tests::{GatewayOptions, TestGateway, route, upstream_doc, yaml};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -76,6 +81,40 @@ async fn receiver() -> anyhow::Result<(String, Seen<Span>, AbortOnDrop)> {
     Ok((base, seen, task))
 }
 
+/// An OTLP/gRPC receiver: `TraceService/Export` over HTTP/2 cleartext, each message
+/// length-prefixed (gRPC framing), answered with an empty response and `grpc-status: 0`.
+async fn grpc_receiver() -> anyhow::Result<(String, Seen<Span>, AbortOnDrop)> {
+    let seen = Seen::<Span>::default();
+    async fn export(State(seen): State<Seen<Span>>, body: Bytes) -> Response {
+        // One uncompressed message: flag byte 0, a big-endian u32 length, the message.
+        let decoded = match body.get(..5) {
+            Some([0, a, b, c, d]) if body.len() == 5 + u32::from_be_bytes([*a, *b, *c, *d]) as usize => {
+                ExportTraceServiceRequest::decode(body.slice(5..)).ok()
+            }
+            _ => None,
+        };
+        let status = match decoded {
+            Some(req) => {
+                for span in req.resource_spans.into_iter().flat_map(|r| r.scope_spans).flat_map(|s| s.spans) {
+                    seen.push(span);
+                }
+                "0"
+            }
+            None => "3", // INVALID_ARGUMENT
+        };
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static(status));
+        let frames: Vec<Result<Frame<Bytes>, Infallible>> =
+            vec![Ok(Frame::data(Bytes::from_static(&[0, 0, 0, 0, 0]))), Ok(Frame::trailers(trailers))];
+        let mut response = Response::new(axum::body::Body::new(StreamBody::new(futures::stream::iter(frames))));
+        response.headers_mut().insert("content-type", HeaderValue::from_static("application/grpc"));
+        response
+    }
+    let app = Router::new().route("/opentelemetry.proto.collector.trace.v1.TraceService/Export", post(export)).with_state(seen.clone());
+    let (base, task) = serve(app).await?;
+    Ok((base, seen, task))
+}
+
 /// An OpenAI upstream answering `status` (a completion when 200), recording the
 /// `traceparent` of each request.
 async fn upstream(status: u16) -> anyhow::Result<(String, Seen<String>, AbortOnDrop)> {
@@ -125,6 +164,18 @@ fn attributes(span: &Span) -> HashMap<String, serde_json::Value> {
 #[tokio::test]
 async fn a_failover_is_one_request_span_with_two_attempt_spans() -> anyhow::Result<()> {
     let (otlp, spans, _receiver) = receiver().await?;
+    failover_trace(TraceArgs { otlp_endpoint: Some(otlp), ..TraceArgs::default() }, &spans).await
+}
+
+#[tokio::test]
+async fn traces_go_over_grpc_too() -> anyhow::Result<()> {
+    let (otlp, spans, _receiver) = grpc_receiver().await?;
+    failover_trace(TraceArgs { otlp_endpoint: Some(otlp), otlp_protocol: Some("grpc".into()), ..TraceArgs::default() }, &spans).await
+}
+
+/// Drives a failover (primary 503, backup 200) through a gateway exporting as `traces`
+/// says, and checks the span tree `spans` received.
+async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result<()> {
     let (primary, primary_seen, _p) = upstream(503).await?;
     let (backup, backup_seen, _b) = upstream(200).await?;
     let manifests = yaml(&[
@@ -132,7 +183,7 @@ async fn a_failover_is_one_request_span_with_two_attempt_spans() -> anyhow::Resu
         upstream_doc("backup", &format!("{backup}/v1")),
         route("chat", "chat-model", &[("primary", 100), ("backup", 50)]),
     ]);
-    let opts = GatewayOptions { otlp_endpoint: Some(otlp), ..GatewayOptions::default() };
+    let opts = GatewayOptions { traces: Some(traces), ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&manifests, opts).await?;
 
     let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
