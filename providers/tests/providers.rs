@@ -30,5 +30,7 @@ mod regressions;
 mod requests;
 #[path = "providers/sigv4.rs"]
 mod sigv4;
+#[path = "providers/sigv4_verify.rs"]
+mod sigv4_verify;
 #[path = "providers/streams.rs"]
 mod streams;
