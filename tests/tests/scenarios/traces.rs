@@ -168,14 +168,22 @@ async fn a_failover_is_one_request_span_with_two_attempt_spans() -> anyhow::Resu
 }
 
 #[tokio::test]
+async fn prompt_and_completion_text_only_when_asked_for() -> anyhow::Result<()> {
+    let (otlp, spans, _receiver) = receiver().await?;
+    failover_trace(TraceArgs { otlp_endpoint: Some(otlp), trace_content: true, ..TraceArgs::default() }, &spans).await
+}
+
+#[tokio::test]
 async fn traces_go_over_grpc_too() -> anyhow::Result<()> {
     let (otlp, spans, _receiver) = grpc_receiver().await?;
     failover_trace(TraceArgs { otlp_endpoint: Some(otlp), otlp_protocol: Some("grpc".into()), ..TraceArgs::default() }, &spans).await
 }
 
 /// Drives a failover (primary 503, backup 200) through a gateway exporting as `traces`
-/// says, and checks the span tree `spans` received.
+/// says, and checks the span tree `spans` received (with prompt and completion text only
+/// if `traces.trace_content`).
 async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result<()> {
+    let content = traces.trace_content;
     let (primary, primary_seen, _p) = upstream(503).await?;
     let (backup, backup_seen, _b) = upstream(200).await?;
     let manifests = yaml(&[
@@ -220,9 +228,15 @@ async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result
     assert_eq!(a["gen_ai.response.finish_reasons"], json!(["stop"]));
     assert_eq!(a["sluice.route"], "chat");
     assert_eq!(a["sluice.cost.nanodollars"], json!({"int": 0}), "no price configured");
-    // No prompt or completion text unless asked for.
-    let text = format!("{:?}", all);
-    assert!(!text.contains("the prompt text") && !text.contains("the completion text"), "{text}");
+    if content {
+        let text = |key: &str| a.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        assert!(text("gen_ai.input.messages").contains("the prompt text"), "{a:?}");
+        assert!(text("gen_ai.output.messages").contains("the completion text"), "{a:?}");
+    } else {
+        // No prompt or completion text unless asked for.
+        let text = format!("{:?}", all);
+        assert!(!text.contains("the prompt text") && !text.contains("the completion text"), "{text}");
+    }
 
     let mut attempts: Vec<&Span> = all.iter().filter(|s| s.kind == SpanKind::Client as i32).collect();
     attempts.sort_by_key(|s| s.start_time_unix_nano);
