@@ -164,12 +164,11 @@ fn usage(u: &Value) -> Option<Usage> {
         return None;
     }
     let n = |k: &str| u[k].as_u64().unwrap_or(0);
-    Some(Usage {
-        prompt_tokens: n("promptTokenCount"),
-        completion_tokens: n("candidatesTokenCount") + n("thoughtsTokenCount"),
-        cached_tokens: n("cachedContentTokenCount"),
-        cache_write_tokens: 0,
-    })
+    Some(Usage::from_inclusive(
+        n("promptTokenCount"),
+        n("candidatesTokenCount") + n("thoughtsTokenCount"),
+        n("cachedContentTokenCount"),
+    ))
 }
 
 pub(crate) fn classify(

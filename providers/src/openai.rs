@@ -64,12 +64,11 @@ pub(crate) fn parse(
 /// Reads an OpenAI `usage` object (`prompt_tokens` already includes cached tokens).
 fn usage(u: &Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
-    Usage {
-        prompt_tokens: n(&u["prompt_tokens"]),
-        completion_tokens: n(&u["completion_tokens"]),
-        cached_tokens: n(&u["prompt_tokens_details"]["cached_tokens"]),
-        cache_write_tokens: 0,
-    }
+    Usage::from_inclusive(
+        n(&u["prompt_tokens"]),
+        n(&u["completion_tokens"]),
+        n(&u["prompt_tokens_details"]["cached_tokens"]),
+    )
 }
 
 pub(crate) fn classify(

@@ -2,7 +2,9 @@
 //! and the [`Transcoder`] of every SSE protocol, which feeds each event's data to the
 //! protocol's [`SseEvents`].
 
-use crate::{Out, Transcoder};
+use serde_json::Value;
+
+use crate::{ChunkWriter, Out, Transcoder, UpstreamError};
 
 /// One SSE event: its `event:` name (if any) and its `data:` lines joined by `\n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +107,26 @@ pub(crate) trait SseEvents {
     /// The body ended after its last event: a stream not yet done ends here, in an
     /// error if it lacked its end marker.
     fn end(&mut self, out: &mut Vec<Out>);
+}
+
+/// The JSON of an event of a stream `writer` still writes: a stream that is done takes
+/// nothing more, and data that is not JSON ends it in an error.
+pub(crate) fn event_json(
+    writer: &mut ChunkWriter,
+    data: &str,
+    out: &mut Vec<Out>,
+) -> Option<Value> {
+    if writer.is_done() {
+        return None;
+    }
+    let parsed = serde_json::from_str::<Value>(data).ok();
+    if parsed.is_none() {
+        writer.error(
+            UpstreamError::malformed(200, "a stream event is not JSON"),
+            out,
+        );
+    }
+    parsed
 }
 
 /// The [`Transcoder`] of an SSE stream: frames the body and hands each event's data,

@@ -3,10 +3,9 @@
 use std::collections::HashMap;
 
 use http::HeaderMap;
-use serde_json::Value;
 
 use super::{classify, finish_reason, usage};
-use crate::sse::SseEvents;
+use crate::sse::{SseEvents, event_json};
 use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, UpstreamError, Usage};
 
 /// The Messages stream state machine. Tool calls are numbered per response, not by
@@ -32,14 +31,8 @@ impl Stream {
 
 impl SseEvents for Stream {
     fn event(&mut self, data: &str, out: &mut Vec<Out>) {
-        if self.writer.is_done() {
+        let Some(v) = event_json(&mut self.writer, data, out) else {
             return;
-        }
-        let Ok(v) = serde_json::from_str::<Value>(data) else {
-            return self.writer.error(
-                UpstreamError::malformed(200, "a stream event is not JSON"),
-                out,
-            );
         };
         match v["type"].as_str().unwrap_or("") {
             "message_start" => {

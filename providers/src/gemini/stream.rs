@@ -2,10 +2,9 @@
 //! → OpenAI chunks.
 
 use http::HeaderMap;
-use serde_json::Value;
 
 use super::{Part, classify, finish_reason, parts, usage};
-use crate::sse::SseEvents;
+use crate::sse::{SseEvents, event_json};
 use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, UpstreamError, Usage};
 
 /// Gemini's stream has no end event: the answer is complete when the body ends after a
@@ -29,14 +28,8 @@ impl Stream {
 
 impl SseEvents for Stream {
     fn event(&mut self, data: &str, out: &mut Vec<Out>) {
-        if self.writer.is_done() {
+        let Some(v) = event_json(&mut self.writer, data, out) else {
             return;
-        }
-        let Ok(v) = serde_json::from_str::<Value>(data) else {
-            return self.writer.error(
-                UpstreamError::malformed(200, "a stream event is not JSON"),
-                out,
-            );
         };
         if v.get("error").is_some() {
             return self
