@@ -191,7 +191,7 @@ def tracing_phase(mode: Mode, work: Path, manifests: Path, direct: System, untra
                 r["round"] = rnd
                 runs.append(r)
                 log("tracing " + describe(r))
-        # Spans leave in batches (512 spans, or every 5 s): give the last one time.
+        # Spans leave in batches (512 spans, or within 5 s): give the last one time.
         time.sleep(6)
         return {"rate": TRACING_RATE, "runs": runs, "exports": sink.exports, "export_bytes": sink.bytes}
     finally:
