@@ -1,6 +1,9 @@
-//! Retry hints in response headers: `retry-after-ms`, `x-ms-retry-after-ms`,
-//! `retry-after` (seconds or an HTTP date) and Anthropic's `anthropic-ratelimit-*-reset`
-//! (RFC 3339). Time is an input: `now_unix_ms` is passed in.
+//! Retry hints in response headers, for every protocol (the gateway's back-off reads
+//! them through here too): `retry-after-ms`, `x-ms-retry-after-ms`, `retry-after`
+//! (seconds or an HTTP date), OpenAI's `x-ratelimit-reset` (seconds, or a Unix time when
+//! over 30 days) and `x-ratelimit-reset-requests`/`-tokens` (durations such as `6m0s`),
+//! and Anthropic's `anthropic-ratelimit-*-reset` (RFC 3339). Time is an input:
+//! `now_unix_ms` is passed in.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,11 +23,24 @@ pub fn from_headers(headers: &HeaderMap, now_unix_ms: u64) -> Option<Duration> {
     }
     if let Some(v) = header(headers, "retry-after") {
         let v = v.trim();
-        if let Ok(secs) = v.parse::<u64>() {
-            return Some(Duration::from_secs(secs));
+        if let Some(secs) = seconds(v) {
+            return Some(secs);
         }
         if let Some(at) = http_date_unix_ms(v) {
             return Some(Duration::from_millis(at.saturating_sub(now_unix_ms)));
+        }
+    }
+    if let Some(v) = header(headers, "x-ratelimit-reset").and_then(|v| seconds(v.trim())) {
+        const THIRTY_DAYS: Duration = Duration::from_secs(30 * 86_400);
+        if v < THIRTY_DAYS {
+            return Some(v);
+        }
+        let at = u64::try_from(v.as_millis()).unwrap_or(u64::MAX);
+        return Some(Duration::from_millis(at.saturating_sub(now_unix_ms)));
+    }
+    for name in ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"] {
+        if let Some(d) = header(headers, name).and_then(|v| go_duration(v.trim())) {
+            return Some(d);
         }
     }
     // Anthropic: the earliest reset among the limits that are exhausted is when to come back;
@@ -41,6 +57,37 @@ pub fn from_headers(headers: &HeaderMap, now_unix_ms: u64) -> Option<Duration> {
         }
     }
     latest.map(|at| Duration::from_millis(at.saturating_sub(now_unix_ms)))
+}
+
+/// A non-negative number of seconds, fractions allowed.
+fn seconds(text: &str) -> Option<Duration> {
+    let secs: f64 = text.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+/// OpenAI's reset durations: `1s`, `6m0s`, `20ms`, `1.5s`, `2h3m`.
+fn go_duration(text: &str) -> Option<Duration> {
+    let mut total = 0.0f64;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let number: f64 = rest.get(..num_len)?.parse().ok()?;
+        rest = rest.get(num_len..)?;
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let scale = match rest.get(..unit_len)? {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += number * scale;
+        rest = rest.get(unit_len..)?;
+    }
+    total.is_finite().then(|| Duration::from_secs_f64(total))
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

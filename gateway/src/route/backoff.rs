@@ -8,70 +8,12 @@ use rand::Rng;
 /// Upper bound on any hint: a provider asking for more than this is treated as "give up now".
 const MAX_HINT: Duration = Duration::from_secs(24 * 3600);
 
-/// Reads how long an upstream asks us to wait, in order: `retry-after-ms`, `Retry-After`
-/// (seconds or HTTP date), `x-ratelimit-reset` (seconds, or an epoch when over 30 days),
-/// `x-ratelimit-reset-requests`, `x-ratelimit-reset-tokens` (durations such as `6m0s`).
+/// Reads how long an upstream asks us to wait: the hints of every protocol, read by
+/// `sluice_providers::retry::from_headers` (`retry-after-ms`, `Retry-After` in seconds or
+/// as an HTTP date, `x-ratelimit-reset*`, `anthropic-ratelimit-*-reset`, …), capped.
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
-    {
-        return Some(Duration::from_secs_f64(ms / 1000.0).min(MAX_HINT));
-    }
-    if let Some(v) = text("retry-after") {
-        if let Ok(secs) = v.parse::<f64>()
-            && secs.is_finite()
-            && secs >= 0.0
-        {
-            return Some(Duration::from_secs_f64(secs).min(MAX_HINT));
-        }
-        if let Ok(at) = httpdate::parse_http_date(v) {
-            return Some(at.duration_since(now).unwrap_or_default().min(MAX_HINT));
-        }
-    }
-    if let Some(v) = text("x-ratelimit-reset").and_then(|v| v.parse::<f64>().ok())
-        && v.is_finite()
-        && v >= 0.0
-    {
-        const THIRTY_DAYS: f64 = 30.0 * 86_400.0;
-        if v < THIRTY_DAYS {
-            return Some(Duration::from_secs_f64(v));
-        }
-        let at = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(v);
-        return Some(at.duration_since(now).unwrap_or_default().min(MAX_HINT));
-    }
-    for name in ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"] {
-        if let Some(d) = text(name).and_then(parse_go_duration) {
-            return Some(d.min(MAX_HINT));
-        }
-    }
-    None
-}
-
-/// Parses OpenAI's reset durations: `1s`, `6m0s`, `20ms`, `1.5s`, `2h3m`.
-fn parse_go_duration(text: &str) -> Option<Duration> {
-    let mut total = 0.0f64;
-    let mut rest = text;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let number: f64 = rest.get(..num_len)?.parse().ok()?;
-        rest = rest.get(num_len..)?;
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let scale = match rest.get(..unit_len)? {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += number * scale;
-        rest = rest.get(unit_len..)?;
-    }
-    Some(Duration::from_secs_f64(total))
+    let now_ms = sluice_providers::retry::unix_ms(now);
+    sluice_providers::retry::from_headers(headers, now_ms).map(|d| d.min(MAX_HINT))
 }
 
 /// Full jitter: a random wait in `[0, base × 2^walk]`.
