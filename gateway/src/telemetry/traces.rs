@@ -83,8 +83,10 @@ pub fn provider_name(protocol: Protocol) -> &'static str {
     }
 }
 
-/// The span of one client request; empty when tracing is off.
-#[derive(Default)]
+/// The span of one client request; empty when tracing is off. It ends when the last
+/// clone is dropped: whatever makes attempts for the request after the dispatch (a
+/// stream's resume) holds a clone to parent them.
+#[derive(Default, Clone)]
 pub struct RequestTrace {
     span: Option<Span>,
     content: bool,
