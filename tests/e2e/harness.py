@@ -182,30 +182,65 @@ class Artifacts:
 # ---------------------------------------------------------------- the quickstart
 
 QUICKSTART = REPO / "examples" / "quickstart"
-#: The quickstart's Upstreams and the placeholder base URLs they point at.
+#: The quickstart's Upstreams and the placeholder `scheme://host:port` their base URLs
+#: (and the Vertex service-account key's token_uri) point at.
 QUICKSTART_UPSTREAMS = {
-    "anthropic-us-east-1": "http://127.0.0.1:9101",
-    "anthropic-eu-west-1": "http://127.0.0.1:9102",
-    "openai-us": "http://127.0.0.1:9103",
+    "anthropic": "http://127.0.0.1:9101",
+    "vertex-us-east5": "http://127.0.0.1:9102",
+    "openai": "http://127.0.0.1:9103",
+    "azure-eastus": "http://127.0.0.1:9104",
+    "gemini": "http://127.0.0.1:9105",
+}
+#: The Secret holding each Upstream's credentials (Vertex: a service-account key).
+QUICKSTART_CREDENTIALS = {
+    "anthropic": "anthropic-key/apiKey",
+    "vertex-us-east5": "vertex-sa/key.json",
+    "openai": "openai-key/apiKey",
+    "azure-eastus": "azure-key/apiKey",
+    "gemini": "gemini-key/apiKey",
 }
 
 
-def quickstart_upstreams(urls: dict[str, str]) -> str:
-    """examples/quickstart/upstreams.yaml with each Upstream's baseUrl pointed at `urls[name]`."""
-    text = (QUICKSTART / "upstreams.yaml").read_text()
+def start_quickstart_chaos(logdir: Path, prefix: str = "") -> dict[str, Chaos]:
+    """One chaos upstream per quickstart Upstream (process `chaos-PREFIXNAME`), each
+    checking the credentials the quickstart's secrets hold, as its provider would: the
+    API key, or Google tokens it issued for the service-account key (whose token_uri the
+    gateway gets rewritten to this upstream's `/token`; the chaos upstream accepts it)."""
+    chaos = {}
+    for name, secret in QUICKSTART_CREDENTIALS.items():
+        path = QUICKSTART / "secrets" / secret
+        flags = ["--gcp-service-account", str(path)] if secret.endswith(".json") else ["--api-key", path.read_text()]
+        chaos[name] = start_chaos(prefix + name, logdir, args=flags)
+    return chaos
+
+
+def _substitute(text: str, urls: dict[str, str]) -> str:
     for name, placeholder in QUICKSTART_UPSTREAMS.items():
-        assert text.count(placeholder + "/v1") == 1, f"{placeholder} not found once in upstreams.yaml"
-        text = text.replace(placeholder + "/v1", urls[name] + "/v1")
+        text = text.replace(placeholder, urls[name])
     return text
 
 
-def quickstart_secrets(fake: "KubeFake", namespace: str = "default") -> dict[str, str]:
-    """`kubectl create secret generic` for the quickstart's two keys (from its files)."""
+def quickstart_upstreams(urls: dict[str, str]) -> str:
+    """examples/quickstart/upstreams.yaml with each Upstream's baseUrl pointed at `urls[name]`
+    (`scheme://host:port`, the path stays)."""
+    text = (QUICKSTART / "upstreams.yaml").read_text()
+    for placeholder in QUICKSTART_UPSTREAMS.values():
+        assert text.count(f"baseUrl: {placeholder}/") == 1, f"{placeholder} not found once in upstreams.yaml"
+    return _substitute(text, urls)
+
+
+def quickstart_secrets(fake: "KubeFake", urls: dict[str, str], namespace: str = "default") -> dict[str, str]:
+    """`kubectl create secret generic` for every Secret of the quickstart (from its
+    files), the placeholders in them (the service-account key's token_uri) pointed at
+    `urls`; returns `secret/key` → value."""
     values = {}
-    for d in sorted((QUICKSTART / "secrets").iterdir()):
-        for f in d.iterdir():
-            fake.kubectl("create", "secret", "generic", d.name, f"--from-file={f.name}={f}", "-n", namespace)
-            values[f"{d.name}/{f.name}"] = f.read_text()
+    for d in sorted(p for p in (QUICKSTART / "secrets").iterdir() if p.is_dir()):
+        literals = []
+        for f in sorted(d.iterdir()):
+            values[f"{d.name}/{f.name}"] = _substitute(f.read_text(), urls)
+            literals.append(f"--from-literal={f.name}={values[f'{d.name}/{f.name}']}")
+        fake.kubectl("create", "secret", "generic", d.name, *literals, "-n", namespace)
+    assert set(QUICKSTART_CREDENTIALS.values()) <= set(values), values
     return values
 
 

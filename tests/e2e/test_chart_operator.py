@@ -18,7 +18,7 @@ import yaml
 
 import chart
 from conftest import DIAGNOSTICS
-from harness import (QUICKSTART, REPO, KubeFake, LedgerSchema, binary, condition, quickstart_secrets, quickstart_upstreams, start_chaos, table,
+from harness import (QUICKSTART, REPO, KubeFake, LedgerSchema, binary, condition, quickstart_secrets, quickstart_upstreams, start_quickstart_chaos, table,
                      wait_for)
 from kubelet import MiniKubelet
 
@@ -41,8 +41,7 @@ def install(request, workdir, artifacts):
         values["operator"] = {"leaderElection": {"enabled": True}}
     objs = chart.render(values)
     artifacts.save(f"{request.param}-rendered.yaml", chart.to_yaml(objs))
-    chaos = {name: start_chaos(f"{request.param}-{name}", workdir)
-             for name in ("anthropic-us-east-1", "anthropic-eu-west-1", "openai-us")}
+    chaos = start_quickstart_chaos(workdir, prefix=f"{request.param}-")
     kubelet = MiniKubelet(fake, workdir / f"node-{request.param}", {
         "sluice-gateway": binary("sluice-gateway"),
         "sluice-operator": binary("sluice-operator"),
@@ -103,8 +102,9 @@ def test_the_chart_operator_pod_runs_with_exactly_the_rendered_args_and_env(inst
 
 def test_the_chart_operator_reconciles_the_quickstart_into_a_serving_gateway(install):
     fake, kubelet = install["fake"], install["kubelet"]
-    quickstart_secrets(fake)
-    fake.kubectl("apply", "-f", "-", input=quickstart_upstreams({n: c.url for n, c in install["chaos"].items()}))
+    urls = {n: c.url for n, c in install["chaos"].items()}
+    quickstart_secrets(fake, urls)
+    fake.kubectl("apply", "-f", "-", input=quickstart_upstreams(urls))
     fake.kubectl("apply", "-f", str(QUICKSTART / "routes.yaml"), "-f", str(QUICKSTART / "budgets.yaml"))
 
     gw = kubelet.wait_ready("default", GATEWAY, timeout=60)
@@ -134,7 +134,13 @@ def test_the_chart_operator_reconciles_the_quickstart_into_a_serving_gateway(ins
                            http_client=openai.DefaultHttpxClient(trust_env=False))
     raw = client.chat.completions.with_raw_response.create(
         model="claude-opus-4", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
-    assert raw.status_code == 200 and raw.headers["x-sluice-upstream"] == "anthropic-us-east-1"
+    assert raw.status_code == 200 and raw.headers["x-sluice-upstream"] == "anthropic"
+    # The backup authenticates with the service-account key the operator mounted.
+    install["chaos"]["anthropic"].script(status=529)
+    raw = client.chat.completions.with_raw_response.create(
+        model="claude-opus-4", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    assert raw.status_code == 200 and raw.headers["x-sluice-upstream"] == "vertex-us-east5", raw.headers
+    install["chaos"]["anthropic"].reset()
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-sluice-wrong", max_retries=0,
                       http_client=openai.DefaultHttpxClient(trust_env=False)).chat.completions.create(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .net import http_json
 from .paths import binary
@@ -45,7 +45,9 @@ class Chaos:
 
 
 def start_chaos(name: str, logdir: Path, gateway: Optional[Path] = None,
-                env: Optional[dict[str, str]] = None) -> Chaos:
-    """Starts `sluice-gateway chaos` on 127.0.0.1 (process `chaos-NAME`)."""
+                env: Optional[dict[str, str]] = None, args: Sequence[str] = ()) -> Chaos:
+    """Starts `sluice-gateway chaos` on 127.0.0.1 (process `chaos-NAME`); `args` are more
+    flags, such as the credentials it checks (`--api-key K`, `--gcp-service-account FILE`)."""
     exe = gateway or binary("sluice-gateway")
-    return Chaos(name, start(f"chaos-{name}", [str(exe), "chaos", "--listen", "127.0.0.1:0"], logdir, env))
+    argv = [str(exe), "chaos", "--listen", "127.0.0.1:0", *args]
+    return Chaos(name, start(f"chaos-{name}", argv, logdir, env))
