@@ -13,6 +13,9 @@ import pytest
 
 from conftest import CHART, REPO, objects, render, require, yaml
 
+#: The placeholder ports of the quickstart's five Upstreams, one chaos container each.
+CHAOS_PORTS = (9101, 9102, 9103, 9104, 9105)
+
 kv = require("kubernetes_validate")
 
 
@@ -154,7 +157,7 @@ def test_tiltfile_inline_manifests_are_valid():
         kv.validate(d, "1.33.0", strict=True)
     chaos = next(d for d in docs if d["kind"] == "Deployment")
     ports = [c["args"] for c in chaos["spec"]["template"]["spec"]["containers"]]
-    assert ports == [["chaos", "--listen", f"0.0.0.0:{p}"] for p in (9101, 9102, 9103)]
+    assert ports == [["chaos", "--listen", f"0.0.0.0:{p}"] for p in CHAOS_PORTS]
 
 
 def test_tiltfile_quickstart_runs_after_the_operator_and_points_at_the_chaos_upstreams():
@@ -164,9 +167,15 @@ def test_tiltfile_quickstart_runs_after_the_operator_and_points_at_the_chaos_ups
     assert "examples/quickstart/routes.yaml" in quickstart["cmd"]
     # Every baseUrl of the quickstart is rewritten to the chaos Service.
     upstreams = (REPO / "examples/quickstart/upstreams.yaml").read_text()
-    for port in re.findall(r"baseUrl: http://127\.0\.0\.1:(\d+)/v1", upstreams):
-        assert int(port) in (9101, 9102, 9103)
+    ports = [int(p) for p in re.findall(r"baseUrl: http://127\.0\.0\.1:(\d+)/", upstreams)]
+    assert sorted(ports) == list(CHAOS_PORTS), ports
     assert "sed 's#http://127.0.0.1:#http://sluice-chaos.default.svc:#'" in quickstart["cmd"]
+    # Every Secret the quickstart references is created, the service-account key (whose
+    # token_uri names a placeholder too) through the same rewrite.
+    secrets = sorted(d.name for d in (REPO / "examples/quickstart/secrets").iterdir() if d.is_dir())
+    for s in secrets:
+        assert s in quickstart["cmd"], s
+    assert "examples/quickstart/secrets/vertex-sa/key.json" in quickstart["cmd"]
     assert "service/sluice-gateway-default 8080:80" in tilt.local["gateway-port-forward"]["serve_cmd"]
 
 
@@ -184,5 +193,5 @@ def test_dockerfiles_are_multi_stage_non_root_and_run_the_binary(binary):
 def test_dockerignore_keeps_build_outputs_and_git_out_of_the_context():
     lines = (REPO / ".dockerignore").read_text().splitlines()
     assert "target/" in lines and ".git" in lines
-    # `sluice-gateway demo` embeds the quickstart manifests at compile time.
-    assert not any(line.startswith("examples") and "secrets" not in line for line in lines)
+    # `sluice-gateway demo` embeds the quickstart manifests and secrets at compile time.
+    assert not any(line.startswith("examples") for line in lines)
