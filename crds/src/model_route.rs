@@ -130,6 +130,29 @@ pub struct FailoverSpec {
     /// What a first-byte timeout does: `failover` (default) or `hedge`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_first_byte_timeout: Option<FirstByteAction>,
+    /// What a stream that breaks after content reached the client does: `error`
+    /// (default; it ends with an error event) or `resume` (it is continued on the next
+    /// candidate, docs/design.md §4.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mid_stream: Option<MidStreamAction>,
+}
+
+/// Action on a stream that breaks after content reached the client.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MidStreamAction {
+    /// End the stream with the `upstream_stream_broken` error event.
+    #[default]
+    Error,
+    /// Continue it on the next candidate that can.
+    Resume,
+}
+
+impl MidStreamAction {
+    /// The default, `error`.
+    pub fn is_error(&self) -> bool {
+        *self == MidStreamAction::Error
+    }
 }
 
 /// Action on a first-byte timeout.

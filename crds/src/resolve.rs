@@ -297,6 +297,7 @@ fn resolve_routes(
             candidates,
             retry_on: failover.retry_on.unwrap_or_else(|| defaults::RETRY_ON.to_vec()),
             on_first_byte_timeout: failover.on_first_byte_timeout.unwrap_or_default(),
+            mid_stream: failover.mid_stream.unwrap_or_default(),
             max_walks: backoff.max_attempts.unwrap_or(defaults::MAX_WALKS),
             backoff_base_ms: ms(backoff.base.as_deref(), defaults::BACKOFF_BASE_MS),
             backoff_max_total_ms: ms(backoff.max_total.as_deref(), defaults::BACKOFF_MAX_TOTAL_MS),

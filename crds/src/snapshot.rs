@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error_budget::BudgetMethod;
-use crate::model_route::{FirstByteAction, Selection};
+use crate::model_route::{FirstByteAction, MidStreamAction, Selection};
 pub use crate::upstream::Protocol;
 use crate::upstream::AWS_SECRET_KEYS;
 
@@ -212,6 +212,9 @@ pub struct RouteConfig {
     pub retry_on: Vec<u16>,
     /// First-byte timeout action.
     pub on_first_byte_timeout: FirstByteAction,
+    /// Mid-stream break action; snapshots without it read as `error`.
+    #[serde(default, skip_serializing_if = "MidStreamAction::is_error")]
+    pub mid_stream: MidStreamAction,
     /// Walks over the candidates at most.
     pub max_walks: u32,
     /// First backoff step.

@@ -38,7 +38,6 @@ fn upstream(name: &str, protocol: Protocol, base_url: &str, region: Option<&str>
         first_byte: FirstByte::Auto,
         idle_timeout_ms: 60 * S,
         idle_auto: false,
-        idle_auto: false,
         max_concurrent_requests: None,
         circuit_breaker: CircuitBreakerConfig {
             failure_rate_percent: 50,
@@ -116,6 +115,7 @@ fn expected_quickstart() -> Snapshot {
         ],
         retry_on: vec![408, 429, 500, 502, 503, 504],
         on_first_byte_timeout: FirstByteAction::Failover,
+        mid_stream: Default::default(),
         max_walks: 3,
         backoff_base_ms: 250,
         backoff_max_total_ms: 10 * S,

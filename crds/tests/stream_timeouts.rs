@@ -50,3 +50,41 @@ fn idle_auto_survives_the_snapshot_round_trip_and_is_absent_otherwise() {
     let back: sluice_crds::Snapshot = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back, resolved.snapshot);
 }
+
+const ROUTES: &str = r#"---
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {name: only}
+spec: {baseUrl: "http://127.0.0.1:9101/v1"}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata: {name: resumes}
+spec:
+  model: a
+  candidates: [{upstream: only}]
+  failover: {midStream: resume}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata: {name: plain}
+spec:
+  model: b
+  candidates: [{upstream: only}]
+"#;
+
+#[test]
+fn mid_stream_defaults_to_error_and_resume_is_kept() {
+    use sluice_crds::model_route::MidStreamAction;
+    let resolved = resolve_text(ROUTES);
+    assert_eq!(problems(&resolved), Vec::<String>::new());
+    let route = |name: &str| resolved.snapshot.routes.iter().find(|r| r.name == name).map(|r| r.mid_stream);
+    assert_eq!(route("resumes"), Some(MidStreamAction::Resume));
+    assert_eq!(route("plain"), Some(MidStreamAction::Error));
+    let json = serde_json::to_value(&resolved.snapshot).unwrap_or_default();
+    let routes = json["routes"].as_array().cloned().unwrap_or_default();
+    let modes: Vec<&serde_json::Value> = routes.iter().map(|r| &r["midStream"]).collect();
+    // The default is left out of the snapshot, so older snapshots read the same.
+    assert!(modes.contains(&&serde_json::Value::from("resume")));
+    assert!(modes.contains(&&serde_json::Value::Null));
+}

@@ -8,6 +8,7 @@ use std::time::Instant;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
+use sluice_crds::model_route::MidStreamAction;
 
 use crate::attempt::outcome::Outcome;
 use crate::billing::{Held, settle};
@@ -38,6 +39,9 @@ pub struct Ending {
     pub candidate: Option<usize>,
     /// Tokens used, to count and to charge.
     pub usage: Option<Usage>,
+    /// The continuations of a resumed stream: each candidate and what it used, charged
+    /// at its price besides `usage` (docs/design.md §4.5).
+    pub resumed: Vec<(usize, Usage)>,
 }
 
 /// The end of every request, whatever its answer: counts it (status and duration), its
@@ -57,13 +61,14 @@ pub fn conclude(
     if let Some(bad) = end.slo_bad {
         gw.sli.request(&route.cfg.key, bad, end.latency_ms, u64::from(end.attempts.saturating_sub(1)));
     }
-    if let Some(u) = end.usage {
+    for u in end.usage.iter().chain(end.resumed.iter().map(|(_, u)| u)) {
         route.metrics.input_tokens.inc_by(u.prompt_tokens);
         route.metrics.output_tokens.inc_by(u.completion_tokens);
     }
+    let charges: Vec<(usize, Usage)> = end.candidate.zip(end.usage).into_iter().chain(end.resumed).collect();
     let route = route.clone();
     async move {
-        settle(&route, end.candidate, reservation, end.usage).await;
+        settle(&route, &charges, reservation).await;
         drop(trace);
     }
 }
@@ -106,7 +111,7 @@ pub async fn answer(
     let usage = serde_json::from_slice::<UsagePeek>(&s.first).ok().and_then(|p| p.usage);
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
     let latency_ms = started.elapsed().as_millis() as u64;
-    let end = Ending { status: s.status, slo_bad: Some(false), latency_ms, attempts, candidate: Some(candidate), usage };
+    let end = Ending { status: s.status, slo_bad: Some(false), latency_ms, attempts, candidate: Some(candidate), usage, resumed: Vec::new() };
     conclude(gw, route, started, end, reservation, trace).await;
     let mut response = (s.status, s.first).into_response();
     let headers = response.headers_mut();
@@ -135,6 +140,8 @@ pub fn stream_answer(
     let status = s.status;
     let (gw2, route2) = (gw.clone(), route.clone());
     let input_bound = req.input_bound;
+    let resumer = (route.cfg.mid_stream == MidStreamAction::Resume)
+        .then(|| relay::resume::Resumer::new(gw.clone(), route.clone(), req, candidate, started));
     let on_end = move |end: StreamEnd| {
         // A client that went away says nothing about the upstream.
         let outcome = if end.client_gone { Outcome::Ok } else { end.outcome };
@@ -149,8 +156,10 @@ pub fn stream_answer(
         let usage = end.usage.or_else(|| {
             (end.content_events > 0).then_some(Usage::plain(input_bound, end.content_events))
         });
-        let bad = outcome != Outcome::Ok;
-        let end = Ending { status, slo_bad: Some(bad), latency_ms: first_byte_ms, attempts, candidate: Some(candidate), usage };
+        // A stream resumed to its end is a good answer, whatever broke on the way.
+        let bad = outcome != Outcome::Ok && !end.healed;
+        let resumed = end.resumed.iter().map(|r| (r.candidate, r.usage)).collect();
+        let end = Ending { status, slo_bad: Some(bad), latency_ms: first_byte_ms, attempts, candidate: Some(candidate), usage, resumed };
         // The relay awaits this before the last event, so a client that saw `[DONE]` was
         // billed even if the process dies right after. A slow ledger holds `[DONE]` back
         // at most SETTLE_WAIT; the settlement then goes on in the background.
@@ -160,9 +169,9 @@ pub fn stream_answer(
         }
     };
     let body = match s.rest {
-        Some(rest) => relay::relay(s.first, rest, req.wants_usage, idle, on_end),
+        Some(rest) => relay::relay(s.first, rest, req.wants_usage, idle, resumer, on_end),
         None => {
-            tokio::spawn(on_end(StreamEnd { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0 }));
+            tokio::spawn(on_end(StreamEnd::default()));
             axum::body::Body::empty()
         }
     };
@@ -182,7 +191,7 @@ pub async fn failure(gw: &Gateway, route: &Arc<Route>, f: Failed, reservation: O
     // throttled is bad.
     let counts = !status.is_client_error() || matches!(f.error, ApiError::RateLimited { .. });
     let latency_ms = started.elapsed().as_millis() as u64;
-    let end = Ending { status, slo_bad: counts.then(|| f.error.is_bad()), latency_ms, attempts: f.attempts, candidate: None, usage: None };
+    let end = Ending { status, slo_bad: counts.then(|| f.error.is_bad()), latency_ms, attempts: f.attempts, candidate: None, usage: None, resumed: Vec::new() };
     conclude(gw, route, started, end, reservation, trace).await;
     let mut response = f.error.into_response();
     sluice_headers(response.headers_mut(), None, f.attempts, &f.failovers);

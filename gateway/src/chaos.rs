@@ -38,6 +38,7 @@
 //! | `x-chaos-fail-rate` | this fraction of requests fails with the status (or 503) |
 //! | `x-chaos-error-after-chunks` | after N content chunks (0: before any), the in-stream error: OpenAI `data: {"error"}`, Anthropic `event: error` (`overloaded_error`), Gemini an error object (`UNAVAILABLE`), Bedrock an exception frame (`serviceUnavailableException`) |
 //! | `x-chaos-tool-call` | when the request declares this tool, call it: Anthropic `tool_use` with `input_json_delta` pieces, Gemini `functionCall`, Bedrock `toolUse`; `{"query": …}` arguments, one piece per chunk (0 chunks: no arguments) |
+//! | `x-chaos-refuse-prefill` | refuse a trailing assistant message (Anthropic, Bedrock) with the protocol's 400; without it such a turn is continued where it stops (the words it holds are skipped) |
 //! | `x-chaos-cache-read-tokens` / `x-chaos-cache-write-tokens` | prompt-cache usage: Anthropic `cache_read_input_tokens` / `cache_creation_input_tokens`, Bedrock `cacheRead/WriteInputTokens`, Gemini `cachedContentTokenCount` |
 //!
 //! `GET /models` ignores the script (a probe cannot see a model outage) and is

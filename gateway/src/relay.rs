@@ -20,39 +20,62 @@ use crate::attempt::BodyStream;
 use crate::attempt::outcome::Outcome;
 
 pub mod idle;
+pub mod resume;
 pub mod sse;
 
 pub use idle::IdleWatch;
 use sse::{Event, Splitter, Usage};
 
 /// How a relayed stream ended.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct StreamEnd {
-    /// `Ok` for a complete answer; `IdleTimeout` or `Reset` for a broken one.
+    /// How the first attempt ended: `Ok` for a complete answer; `IdleTimeout` or `Reset`
+    /// for a broken one (then resumed, or not).
     pub outcome: Outcome,
-    /// Usage reported by the upstream, if any.
+    /// Usage reported by the first attempt, if any.
     pub usage: Option<Usage>,
-    /// Content events forwarded (an output estimate when usage is missing).
+    /// Content events the first attempt forwarded (an output estimate when usage is missing).
     pub content_events: u64,
     /// The client went away before the end.
     pub client_gone: bool,
     /// Malformed events dropped.
     pub dropped: u64,
+    /// The continuations of a resumed stream, each finished already (docs/design.md §4.5).
+    pub resumed: Vec<resume::Resumed>,
+    /// The stream broke, was resumed and ended complete.
+    pub healed: bool,
+}
+
+impl Default for StreamEnd {
+    fn default() -> Self {
+        Self { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0, resumed: Vec::new(), healed: false }
+    }
 }
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// Starts relaying; returns the client body stream. `on_end` runs exactly once, when the
 /// upstream stream is finished or abandoned, even if the client went away; the future it
-/// returns is awaited before the last event is sent.
-pub fn relay<F, Fut>(first: Bytes, rest: BodyStream, wants_usage: bool, idle: IdleWatch, on_end: F) -> axum::body::Body
+/// returns is awaited before the last event is sent. With a [`resume::Resumer`], a break
+/// is continued on another candidate (`failover.midStream: resume`).
+pub fn relay<F, Fut>(
+    first: Bytes,
+    rest: BodyStream,
+    wants_usage: bool,
+    idle: IdleWatch,
+    resumer: Option<resume::Resumer>,
+    on_end: F,
+) -> axum::body::Body
 where
     F: FnOnce(StreamEnd) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
-        let (end, last) = pump(first, rest, wants_usage, idle, &tx).await;
+        let (end, last) = match resumer {
+            None => pump(first, rest, wants_usage, idle, &tx).await,
+            Some(r) => resume::pump(first, rest, wants_usage, idle, r, &tx).await,
+        };
         on_end(end).await;
         if let Some(last) = last {
             let _ = tx.send(Ok(last)).await;
@@ -70,7 +93,7 @@ async fn pump(
     idle: IdleWatch,
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
 ) -> (StreamEnd, Option<Bytes>) {
-    let mut end = StreamEnd { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0 };
+    let mut end = StreamEnd::default();
     let mut splitter = Splitter::default();
     let mut finished = false;
     let mut chunk = Some(first);

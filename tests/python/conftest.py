@@ -146,7 +146,10 @@ PRIMARY_INSTRUCT, BACKUP_INSTRUCT = "instruct-primary-v1", "instruct-backup-v1"
 PRICE = '{input: "1.00", output: "2.00"}'
 
 
-def manifests(primary_url: str, backup_url: str) -> str:
+def manifests(primary_url: str, backup_url: str, protocol: str = "openai",
+              mid_stream: str = "error") -> str:
+    """The upstreams speak `protocol`; the routes break streams as `mid_stream` says."""
+
     def route(name: str, model: str, p_id: str, b_id: str) -> str:
         return f"""\
 apiVersion: sluice.dev/v1alpha1
@@ -161,6 +164,7 @@ spec:
   - {{upstream: backup, model: {b_id}, weight: 50, price: {PRICE}}}
   failover:
     retryOn: [408, 429, 500, 502, 503, 504]
+    midStream: {mid_stream}
   backoff: {{maxAttempts: 2, base: 10ms, maxTotal: 100ms}}
   defaultMaxTokens: 256
 """
@@ -171,7 +175,7 @@ apiVersion: sluice.dev/v1alpha1
 kind: Upstream
 metadata: {{name: {name}}}
 spec:
-  protocol: openai
+  protocol: {protocol}
   baseUrl: {url}/v1
   timeouts: {{connect: 2s, firstByte: 1s, idle: 2s}}
 """
@@ -218,16 +222,19 @@ class Gateway:
 
 @pytest.fixture
 def start_gateway(chaos, tmp_path):
-    """Factory: `start_gateway(auth="none"|"keys", accounts={name: "USD"}, extra_args=[...])`."""
+    """Factory: `start_gateway(auth="none"|"keys", accounts={name: "USD"}, extra_args=[...],
+    protocol="openai", mid_stream="error")`."""
     started: list[Gateway] = []
 
     def _start(auth: str = "none", accounts: Optional[dict[str, str]] = None,
-               extra_args: Optional[list[str]] = None) -> Gateway:
+               extra_args: Optional[list[str]] = None, protocol: str = "openai",
+               mid_stream: str = "error") -> Gateway:
         n = len(started)
         root = tmp_path / f"gw{n}"
         mdir = root / "manifests"
         mdir.mkdir(parents=True)
-        (mdir / "sluice.yaml").write_text(manifests(chaos["primary"].url, chaos["backup"].url))
+        (mdir / "sluice.yaml").write_text(
+            manifests(chaos["primary"].url, chaos["backup"].url, protocol, mid_stream))
         ledger = f"sqlite://{root / 'l.db'}"
         keys: dict[str, str] = {}
         for name, usd in (accounts or {}).items():

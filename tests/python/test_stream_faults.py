@@ -136,3 +136,25 @@ def test_body_over_the_limit_is_413(start_gateway, primary):
     assert e.status_code == 413
     assert e.code == "request_too_large"
     assert primary.requests() == before
+
+
+def test_a_cut_stream_is_resumed_on_the_backup_as_one_complete_stream(start_gateway, primary, backup):
+    # docs/design.md §4.5: Anthropic upstreams can continue a trailing assistant message.
+    gw = start_gateway(protocol="anthropic", mid_stream="resume")
+    client = gw.client(max_retries=0)
+    primary.script(chunks=8)
+    whole = "".join(_content(list(client.chat.completions.create(model=CHAT_MODEL, messages=MESSAGES, stream=True))))
+    assert whole.startswith("The upstream said ")
+
+    primary.script(chunks=8, reset_after_chunks=3)
+    backup.script(chunks=8)
+    b_before = backup.requests()
+    chunks = list(client.chat.completions.create(
+        model=CHAT_MODEL, messages=MESSAGES, stream=True, stream_options={"include_usage": True}))
+
+    # No error: the SDK read one stream, with the exact text an unbroken one has.
+    assert "".join(_content(chunks)) == whole
+    assert {c.id for c in chunks} == {chunks[0].id}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8, chunks[-1]
+    assert backup.requests() == b_before + 1

@@ -55,6 +55,8 @@ mod resilience_stream;
 mod resilience_transport;
 #[path = "scenarios/soak.rs"]
 mod soak;
+#[path = "scenarios/resume.rs"]
+mod resume;
 #[path = "scenarios/stream_break.rs"]
 mod stream_break;
 #[path = "scenarios/throttle.rs"]

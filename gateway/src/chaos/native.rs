@@ -171,6 +171,12 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
         Ok(req) => req,
         Err(invalid) => return refuse(errors::invalid(protocol, &invalid.0)),
     };
+    if plan.refuse_prefill && req.prefill.is_some() {
+        return refuse(errors::invalid(
+            protocol,
+            "This model does not support assistant message prefill. The conversation must end with a user message.",
+        ));
+    }
 
     let failure = plan.failure();
     let streaming = req.stream && failure.is_none();
@@ -213,7 +219,14 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
         .as_ref()
         .filter(|name| req.tools.iter().any(|t| t == *name))
         .cloned();
-    let words = (0..chunks).map(|i| wire::word(i).to_owned());
+    // A trailing assistant message is continued where it stops, as a model does: the
+    // words it already holds are skipped and the next one starts with the space that
+    // a prefill (trailing whitespace trimmed) lacks.
+    let from = req.prefill.as_deref().map_or(0, |p| continued_from(p, chunks));
+    let words = (from..chunks).map(|i| {
+        let word = wire::word(i);
+        if i == from && from > 0 { format!(" {word}") } else { word.to_owned() }
+    });
     let pieces: Vec<String> = match (&tool, call.protocol.family()) {
         (None, _) => words.collect(),
         (Some(_), _) if chunks == 0 => Vec::new(),
@@ -248,13 +261,31 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
         finish,
         usage: NativeUsage {
             prompt: req.prompt_tokens,
-            completion: u64::from(chunks),
+            completion: u64::from(chunks - from),
             cache_read: plan.cache_read,
             cache_write: plan.cache_write,
         },
         sse,
         error_name: plan.error_code.clone(),
     }
+}
+
+/// How many of the answer's words a prefill already holds: the most whose text, trailing
+/// whitespace trimmed, is the prefill's (0 when it holds none of them).
+fn continued_from(prefill: &str, chunks: u32) -> u32 {
+    let prefill = prefill.trim_end();
+    let mut text = String::new();
+    let mut held = 0;
+    for i in 0..chunks {
+        text.push_str(wire::word(i));
+        if text.trim_end() == prefill {
+            held = i + 1;
+        }
+        if text.len() > prefill.len() + 1 {
+            break;
+        }
+    }
+    held
 }
 
 /// `{"query": "<words>"}`.

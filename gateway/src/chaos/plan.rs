@@ -44,6 +44,8 @@ pub(crate) struct Plan {
     pub(crate) error_code: Option<String>,
     /// Answer with a call to this tool when the request declares it.
     pub(crate) tool_call: Option<String>,
+    /// Refuse a trailing assistant message with a 400.
+    pub(crate) refuse_prefill: bool,
     pub(crate) cache_read: u64,
     pub(crate) cache_write: u64,
     /// The answer text for `chunks` words.
@@ -104,6 +106,7 @@ impl Plan {
             error_after: script.error_after_chunks,
             error_code: script.error_code.clone(),
             tool_call: script.tool_call.clone(),
+            refuse_prefill: script.refuse_prefill.unwrap_or(false),
             cache_read: script.cache_read_tokens.unwrap_or(0),
             cache_write: script.cache_write_tokens.unwrap_or(0),
             content: wire::content(chunks),

@@ -101,6 +101,9 @@ script! {
     error_after_chunks: u32,
     /// When the request declares a tool of this name, answer with a call to it.
     tool_call: String,
+    /// Refuse a trailing assistant message (a prefill to continue) with the
+    /// protocol's 400, as a model that cannot continue a turn does.
+    refuse_prefill: bool,
     /// Prompt tokens reported as read from the provider's prompt cache.
     cache_read_tokens: u64,
     /// Prompt tokens reported as written to the provider's prompt cache.

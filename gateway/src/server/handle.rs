@@ -53,7 +53,7 @@ async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body:
             Ok(r) => r,
             Err(e) => {
                 // The route is known: a refused request (402) is one of its answers.
-                let end = answer::Ending { status: e.status(), slo_bad: None, latency_ms: 0, attempts: 0, candidate: None, usage: None };
+                let end = answer::Ending { status: e.status(), slo_bad: None, latency_ms: 0, attempts: 0, candidate: None, usage: None, resumed: Vec::new() };
                 answer::conclude(gw, &route, started, end, None, trace).await;
                 return Err(e);
             }

@@ -99,6 +99,46 @@ impl EncodeLabelValue for ReloadResult {
     }
 }
 
+/// Why a stream was resumed (docs/design.md §4.5): a bounded set.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ResumeReason {
+    /// The connection broke.
+    Reset,
+    /// The stream ended without a finish reason.
+    Cut,
+    /// Nothing arrived within the idle limit.
+    IdleTimeout,
+    /// The upstream sent an error event.
+    ErrorEvent,
+}
+
+impl ResumeReason {
+    /// The label text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumeReason::Reset => "reset",
+            ResumeReason::Cut => "cut",
+            ResumeReason::IdleTimeout => "idle_timeout",
+            ResumeReason::ErrorEvent => "error_event",
+        }
+    }
+}
+
+impl EncodeLabelValue for ResumeReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
+/// `{route, reason}` of a resume.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteResume {
+    /// Route name.
+    pub route: String,
+    /// Why.
+    pub reason: ResumeReason,
+}
+
 /// `{result}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabel {
@@ -125,6 +165,8 @@ pub struct Metrics {
     pub first_byte: Hist<UpstreamLabel>,
     /// `sluice_failovers_total{route,reason}`.
     pub failovers: Family<RouteReason, Counter>,
+    /// `sluice_stream_resumes_total{route,reason}`.
+    pub stream_resumes: Family<RouteResume, Counter>,
     /// `sluice_upstream_effective_weight{upstream}`.
     pub effective_weight: Family<UpstreamLabel, Gauge<f64, AtomicU64>>,
     /// `sluice_circuit_state{upstream}`.
@@ -156,6 +198,7 @@ impl Metrics {
         let attempts = Family::<UpstreamOutcome, Counter>::default();
         let first_byte: Hist<UpstreamLabel> = Family::new_with_constructor(latency_histogram);
         let failovers = Family::<RouteReason, Counter>::default();
+        let stream_resumes = Family::<RouteResume, Counter>::default();
         let effective_weight = Family::<UpstreamLabel, Gauge<f64, AtomicU64>>::default();
         let circuit_state = Family::<UpstreamLabel, Gauge>::default();
         let tokens = Family::<RouteTokens, Counter>::default();
@@ -168,6 +211,7 @@ impl Metrics {
         registry.register("upstream_attempts", "Upstream attempts by outcome", attempts.clone());
         registry.register("upstream_first_byte_seconds", "Time to the first body byte of an upstream", first_byte.clone());
         registry.register("failovers", "Attempts that moved on to another candidate, by reason", failovers.clone());
+        registry.register("stream_resumes", "Broken streams continued on another candidate, by reason", stream_resumes.clone());
         registry.register("upstream_effective_weight", "Configured weight times recent success ratio", effective_weight.clone());
         registry.register("circuit_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open", circuit_state.clone());
         registry.register("tokens", "Tokens served, by kind", tokens.clone());
@@ -185,6 +229,7 @@ impl Metrics {
             attempts,
             first_byte,
             failovers,
+            stream_resumes,
             effective_weight,
             circuit_state,
             tokens,

@@ -20,6 +20,8 @@ pub(crate) struct NativeRequest {
     pub(crate) prompt_tokens: u64,
     /// Names of the tools the request declares.
     pub(crate) tools: Vec<String>,
+    /// The text of a trailing assistant message (Anthropic): a turn to continue.
+    pub(crate) prefill: Option<String>,
 }
 
 /// A request the provider refuses with a 400, in its words.
@@ -156,7 +158,21 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
         max_tokens: Some(max_tokens),
         prompt_tokens: tokens(&[map.get("system"), map.get("messages"), map.get("tools")]),
         tools,
+        prefill: prefill(map.get("messages")),
     })
+}
+
+/// The text of the last message when it is the assistant's: a string, or its text blocks.
+fn prefill(messages: Option<&Value>) -> Option<String> {
+    let last = messages?.as_array()?.last()?;
+    if last.get("role").and_then(Value::as_str) != Some("assistant") {
+        return None;
+    }
+    match last.get("content")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => Some(blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect()),
+        _ => None,
+    }
 }
 
 fn gemini(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
@@ -203,6 +219,7 @@ fn gemini(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invali
         max_tokens,
         prompt_tokens: tokens(&[system, map.get("contents"), map.get("tools")]),
         tools,
+        prefill: None,
     })
 }
 
@@ -242,6 +259,7 @@ fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inval
             map.get("toolConfig"),
         ]),
         tools,
+        prefill: prefill(map.get("messages")),
     })
 }
 
