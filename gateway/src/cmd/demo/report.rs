@@ -165,31 +165,36 @@ impl Report {
         let ok = self.all.iter().filter(|s| s.ok).count();
         writeln!(out)?;
         writeln!(out, "{}", style.bold("Summary"))?;
-        writeln!(
-            out,
-            "  {:<16} {:>8} {:>8} {:>11}  {:<34} {:>7} {:>7} {:>7}",
-            "model", "requests", "ok", "failed over", "served by", "p50", "p99", "max"
-        )?;
+        let mut rows = Vec::new();
         for model in MODELS {
-            let rows: Vec<&Sample> = self.all.iter().filter(|s| s.model == model).collect();
-            let mut lat: Vec<Duration> = rows.iter().filter(|s| s.ok).map(|s| s.latency).collect();
+            let answers: Vec<&Sample> = self.all.iter().filter(|s| s.model == model).collect();
+            let mut lat: Vec<Duration> = answers.iter().filter(|s| s.ok).map(|s| s.latency).collect();
             lat.sort();
             let served: Vec<String> = self
                 .cast
                 .iter()
                 .filter_map(|m| {
-                    let n = rows.iter().filter(|s| s.ok && s.upstream.as_deref() == Some(m.name)).count();
+                    let n = answers.iter().filter(|s| s.ok && s.upstream.as_deref() == Some(m.name)).count();
                     (n > 0).then(|| format!("{} {n}", m.name))
                 })
                 .collect();
+            rows.push((model, answers, served.join(", "), lat));
+        }
+        let w = rows.iter().map(|(_, _, served, _)| served.len()).max().unwrap_or(0).max("served by".len());
+        writeln!(
+            out,
+            "  {:<16} {:>8} {:>8} {:>11}  {:<w$} {:>7} {:>7} {:>7}",
+            "model", "requests", "ok", "failed over", "served by", "p50", "p99", "max"
+        )?;
+        for (model, answers, served, lat) in rows {
             writeln!(
                 out,
-                "  {:<16} {:>8} {:>8} {:>11}  {:<34} {:>7} {:>7} {:>7}",
+                "  {:<16} {:>8} {:>8} {:>11}  {:<w$} {:>7} {:>7} {:>7}",
                 model,
-                rows.len(),
-                rows.iter().filter(|s| s.ok).count(),
-                rows.iter().filter(|s| !s.failovers.is_empty()).count(),
-                served.join(", "),
+                answers.len(),
+                answers.iter().filter(|s| s.ok).count(),
+                answers.iter().filter(|s| !s.failovers.is_empty()).count(),
+                served,
                 ms(percentile(&lat, 0.5)),
                 ms(percentile(&lat, 0.99)),
                 ms(lat.last().copied()),
