@@ -22,6 +22,8 @@ mod fixture;
 mod gcp;
 #[path = "providers/gemini.rs"]
 mod gemini;
+#[path = "providers/malformed.rs"]
+mod malformed;
 #[path = "providers/openai.rs"]
 mod openai;
 #[path = "providers/regressions.rs"]
