@@ -23,6 +23,8 @@ class System:
     path: str = "/v1/chat/completions"
     headers: dict = field(default_factory=dict)
     services: list[Service] = field(default_factory=list)
+    # The request body; None sends the common BODY.
+    body: str | None = None
     ledger_cpu: bool = False
 
     def pids(self) -> list[int]:
@@ -88,7 +90,7 @@ def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns:
     url = f"http://127.0.0.1:{system.port}{system.path}"
     cmd = ["taskset", "-c", LOAD_CPU, OHA, "-z", f"{duration}s", "-q", str(rate), "--latency-correction",
            "--no-tui", "--output-format", "json", "--worker-threads", "1", "-c", str(conns), "-t", "10s",
-           "-m", "POST", "-H", "content-type: application/json", "-d", BODY]
+           "-m", "POST", "-H", "content-type: application/json", "-d", system.body or BODY]
     for k, v in system.headers.items():
         cmd += ["-H", f"{k}: {v}"]
     cmd.append(url)

@@ -22,7 +22,7 @@ from .host import machine, scan_logs, versions
 from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
 from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
-from .settings import BODY, FULL, LOAD_CPU, QUICK, ROOT, free_port, log
+from .settings import ANTHROPIC_BODY, BODY, FULL, LOAD_CPU, QUICK, ROOT, free_port, log
 from .systems import (
     billing_key,
     chaos,
@@ -95,6 +95,8 @@ def main() -> int:
         systems = [System("direct", "direct (mock)", mock_port, services=[mock])]
         s_off, p_off = start_sluice("sluice-off", work, man, f"sqlite://{work}/off.db", "none")
         systems.append(System("sluice", "sluice, billing off", p_off, services=[s_off]))
+        systems.append(System("sluice-anthropic", "sluice, billing off, Anthropic protocol (translated)", p_off, services=[s_off],
+                              body=ANTHROPIC_BODY))
         led = f"sqlite://{work}/billing.db"
         key = billing_key(led)
         s_sq, p_sq = start_sluice("sluice-sqlite", work, man, led, "keys")
@@ -124,7 +126,7 @@ def main() -> int:
 
         # sanity: every system answers the body with 200 before any timing
         for s in systems:
-            status, _, body = post_json(s.port, s.path, json.loads(BODY), s.headers)
+            status, _, body = post_json(s.port, s.path, json.loads(s.body or BODY), s.headers)
             if status != 200:
                 raise RuntimeError(f"{s.key} answered {status}: {body[:300]!r}")
 

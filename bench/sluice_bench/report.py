@@ -369,6 +369,13 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
             ok = (s[p] is not None and n[p] is not None and s[p] <= k * max(n[p], 0))
             rows.append((f"sluice added {p} ≤ {k}× nginx added {p} at {rate} req/s (billing off)",
                          f"{us(s[p])} µs vs {us(n[p])} µs ({f(r, 2) + '×' if r is not None else 'nginx added ≤ 0'})", ok))
+    for rate in TARGET_RATES[:1]:
+        if by(runs, "sluice", rate) and by(runs, "sluice-anthropic", rate):
+            s, a = added_by_round(runs, "sluice", rate), added_by_round(runs, "sluice-anthropic", rate)
+            if s["p50"] is not None and a["p50"] is not None:
+                extra = a["p50"] - s["p50"]
+                rows.append((f"Anthropic-protocol translation adds ≤ 30 µs p50 over the OpenAI passthrough at {rate} req/s",
+                             f"{us(a['p50'])} µs vs {us(s['p50'])} µs added ({us(extra)} µs)", extra <= 30))
     tr = results.get("tracing")
     if tr and tr.get("runs"):
         rate = tr["rate"]

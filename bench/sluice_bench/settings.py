@@ -29,6 +29,10 @@ BODY = json.dumps(
     },
     separators=(",", ":"),
 )
+# The same request for the route whose upstream speaks the Anthropic protocol: the
+# gateway translates it to a Messages request and the answer back.
+ANTHROPIC_MODEL = "bench-claude"
+ANTHROPIC_BODY = BODY.replace(f'"model":"{MODEL}"', f'"model":"{ANTHROPIC_MODEL}"')
 P99_BOUND_MS = 5.0
 PERCENTILES = ["p50", "p90", "p99", "p99.9"]
 # Cores: the load generator (and this script) on one, the systems under test and the

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .procs import Service
-from .settings import BIN, MODEL, PG_ADMIN_URL, PG_DB, log
+from .settings import ANTHROPIC_MODEL, BIN, MODEL, PG_ADMIN_URL, PG_DB, log
 
 
 def wait_http(port: int, path: str, timeout: float = 90, method: str = "GET") -> None:
@@ -102,6 +102,31 @@ spec:
   candidates:
   - upstream: mock
     model: {MODEL}
+    price: {{input: "1.00", output: "2.00"}}
+---
+# The same mock spoken to in the Anthropic Messages protocol: the request is translated
+# to /v1/messages and the answer back to a chat.completion (docs/providers.md).
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata:
+  name: mock-anthropic
+spec:
+  protocol: anthropic
+  baseUrl: http://127.0.0.1:{mock_port}/v1
+  timeouts:
+    connect: 2s
+    firstByte: 5s
+---
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata:
+  name: bench-claude
+spec:
+  model: {ANTHROPIC_MODEL}
+  deadline: 30s
+  candidates:
+  - upstream: mock-anthropic
+    model: {ANTHROPIC_MODEL}
     price: {{input: "1.00", output: "2.00"}}
 """
 
