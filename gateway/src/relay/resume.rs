@@ -26,6 +26,7 @@ use crate::attempt::{self, BodyStream, Committed, StreamError};
 use crate::config::Route;
 use crate::headers::RequestId;
 use crate::request::ClientRequest;
+use crate::route::health::Circuit;
 use crate::server::Gateway;
 use crate::telemetry::metrics::{ResumeReason, RouteResume};
 
@@ -78,18 +79,19 @@ impl Resumer {
         Self { gw, route, req: req.clone(), deadline, used, resumes: 0, request_id: RequestId::new() }
     }
 
-    /// Starts the next continuation, trying the unused candidates in order.
+    /// Starts the next continuation, trying the unused candidates in spec order, those
+    /// with an open circuit last.
     async fn next(&mut self, delivered: &Delivered, reason: ResumeReason, broken_upstream: &str) -> Option<Continuation> {
         if self.resumes >= MAX_RESUMES {
             return None;
         }
         let (prefill, tail) = delivered.prefill();
-        for idx in 0..self.route.candidates.len() {
+        let now = Instant::now();
+        let mut order: Vec<usize> = (0..self.route.candidates.len()).filter(|i| self.used.get(*i) == Some(&false)).collect();
+        order.sort_by_key(|i| self.route.candidates.get(*i).is_some_and(|c| c.upstream.health.circuit(now) == Circuit::Open));
+        for idx in order {
             if Instant::now() >= self.deadline {
                 return None;
-            }
-            if self.used.get(idx).copied().unwrap_or(true) {
-                continue;
             }
             if let Some(u) = self.used.get_mut(idx) {
                 *u = true;

@@ -381,4 +381,18 @@ mod tests {
         .unwrap();
         assert_eq!((r.max_tokens, r.tools), (Some(9), vec!["t".to_owned()]));
     }
+
+    #[test]
+    fn a_trailing_assistant_message_is_a_prefill() {
+        let anthropic = call(Protocol::Anthropic, None, true);
+        let body = br#"{"model":"c","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"},
+            {"role":"assistant","content":[{"type":"text","text":"The upstream"}]}]}"#;
+        let r = NativeRequest::parse(&anthropic, body).unwrap();
+        assert_eq!(r.prefill.as_deref(), Some("The upstream"));
+        let body = br#"{"model":"c","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(NativeRequest::parse(&anthropic, body).unwrap().prefill, None);
+        let bedrock = call(Protocol::Bedrock, Some("b"), false);
+        let body = br#"{"messages":[{"role":"user","content":[{"text":"hi"}]},{"role":"assistant","content":[{"text":"So"}]}]}"#;
+        assert_eq!(NativeRequest::parse(&bedrock, body).unwrap().prefill.as_deref(), Some("So"));
+    }
 }
