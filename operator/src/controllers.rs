@@ -3,9 +3,14 @@
 //!
 //! | controller  | main stream (filter)                | also triggered by                                           |
 //! |-------------|-------------------------------------|-------------------------------------------------------------|
-//! | ModelRoute  | generation, finalizers, deletion    | Upstreams and ErrorBudgets (generation, deletes) mapped to the routes that name them; owned ConfigMaps (any change) and Deployments (generation, availability) mapped to their owners |
+//! | ModelRoute  | generation, finalizers, deletion    | Upstreams and ErrorBudgets (generation, deletes) mapped to the routes that name them; owned ConfigMaps (any change), Deployments (generation, availability), Services and PodDisruptionBudgets (spec, deletes) mapped to their owners; the managed ledger Secret (any change, deletes) mapped to the routes of its namespace |
 //! | Upstream    | generation                          | Secrets (key set, deletes) mapped to the Upstreams using them; every status interval |
 //! | ErrorBudget | generation                          | ModelRoutes (generation, deletion, deletes) mapped to the budgets naming them; every status interval |
+//!
+//! Every kind the operator renders is watched, so that drift is repaired within a
+//! debounce: a deleted or edited gateway object triggers its routes, whose reconcile
+//! applies it again. The filters keep status writes (a Deployment's replica counts
+//! aside) from triggering anything.
 //!
 //! Route statuses are refreshed every status interval by [`route::refresh_statuses`],
 //! which writes status without applying anything.
@@ -15,8 +20,9 @@
 //! &timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=<rv>`:
 //! `/apis/sluice.dev/v1alpha1/modelroutes` (twice), `…/upstreams` (twice),
 //! `…/errorbudgets` (twice), `/api/v1/secrets`, and, with
-//! `labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsluice-operator`, `/api/v1/configmaps`
-//! and `/apis/apps/v1/deployments`.
+//! `labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsluice-operator`, `/api/v1/configmaps`,
+//! `/apis/apps/v1/deployments`, `/api/v1/services`,
+//! `/apis/policy/v1/poddisruptionbudgets` and `/api/v1/secrets`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,7 +30,8 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -38,7 +45,7 @@ use crate::config::Config;
 use crate::metrics::{Kind, Metrics};
 use crate::reconcile::{Context, Stores, budget, error_policy, route, upstream};
 use crate::render::MANAGED_SELECTOR;
-use crate::triggers::{changes, deployment_availability, generation, resource_version, secret_keys, spec_or_lifecycle};
+use crate::triggers::{changes, deployment_availability, generation, resource_version, secret_keys, spec, spec_or_lifecycle};
 
 /// Reconciles of one object closer together than this are merged.
 const DEBOUNCE: Duration = Duration::from_millis(500);
@@ -127,6 +134,13 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
     })
     .owns_stream(changes(events(api::<ConfigMap>(&client, ns), managed()).reflect(configmaps_w), resource_version, true))
     .owns_stream(changes(events(api::<Deployment>(&client, ns), managed()).reflect(deployments_w), deployment_availability, true))
+    .owns_stream(changes(events(api::<Service>(&client, ns), managed()), spec::<Service>, true))
+    .owns_stream(changes(events(api::<PodDisruptionBudget>(&client, ns), managed()), spec::<PodDisruptionBudget>, true))
+    // The ledger Secret has no owner (every group of the namespace shares it).
+    .watches_stream(changes(events(api::<Secret>(&client, ns), managed()), resource_version, true), {
+        let routes = routes.clone();
+        move |s: Secret| routes_in_namespace_of(&routes, &s)
+    })
     .with_config(controller_config.clone())
     .graceful_shutdown_on(stopped(&token))
     .run(route::reconcile, error_policy(Kind::ModelRoute), ctx.clone())
@@ -198,6 +212,12 @@ pub fn routes_naming_upstream(routes: &Store<ModelRoute>, upstream: &Upstream) -
         .filter(|r| r.namespace() == ns && r.spec.candidates.iter().any(|c| c.upstream == name))
         .map(|r| ObjectRef::from_obj(&**r))
         .collect()
+}
+
+/// Routes (cached) in the object's namespace.
+pub fn routes_in_namespace_of<K: Resource>(routes: &Store<ModelRoute>, obj: &K) -> Vec<ObjectRef<ModelRoute>> {
+    let ns = obj.namespace();
+    routes.state().iter().filter(|r| r.namespace() == ns).map(|r| ObjectRef::from_obj(&**r)).collect()
 }
 
 /// Routes (cached) that the ErrorBudget names.

@@ -14,6 +14,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
 use kube::runtime::watcher;
+use serde::Serialize;
+use serde_json::Value;
 
 /// Objects from `events` whose `predicate` value changed since last seen, and (with
 /// `deletes`) deleted objects.
@@ -63,6 +65,13 @@ pub fn generation<K: Resource>(obj: &K) -> u64 {
 /// Any change (owned ConfigMaps: someone edited or replaced what we rendered).
 pub fn resource_version<K: Resource>(obj: &K) -> u64 {
     hash(&obj.meta().resource_version)
+}
+
+/// The spec as stored (owned Services and PodDisruptionBudgets: someone edited it).
+/// Services carry no `generation`, so the spec itself is hashed; status writes (a load
+/// balancer's address, a budget's allowed disruptions) leave it alone.
+pub fn spec<K: Serialize>(obj: &K) -> u64 {
+    hash(&serde_json::to_value(obj).ok().and_then(|v| v.get("spec").map(Value::to_string)))
 }
 
 /// Which keys a Secret has (values do not matter: the kubelet projects them).
@@ -117,6 +126,18 @@ mod tests {
         ];
         assert_eq!(names(events.clone(), true).await, ["a", "a", "a", "a"]);
         assert_eq!(names(events, false).await, ["a", "a", "a"]);
+    }
+
+    #[test]
+    fn spec_predicate_ignores_status_and_metadata() {
+        use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
+        let mut svc = Service { spec: Some(ServiceSpec { type_: Some("ClusterIP".into()), ..ServiceSpec::default() }), ..Service::default() };
+        let before = spec(&svc);
+        svc.metadata.resource_version = Some("7".into());
+        svc.status = Some(ServiceStatus::default());
+        assert_eq!(spec(&svc), before);
+        svc.spec = Some(ServiceSpec { type_: Some("NodePort".into()), ..ServiceSpec::default() });
+        assert_ne!(spec(&svc), before);
     }
 
     #[test]

@@ -20,14 +20,13 @@ CLUSTER_NEEDS = {
     ("events.k8s.io", "events", "patch", None),
     *{("", "secrets", v, None) for v in ("get", "list", "watch")},
     *{("", "secrets", v, "sluice-ledger") for v in ("create", "patch", "delete")},
+    # Rendered per gateway group: applied, deleted, and watched so that drift is
+    # repaired (operator/src/controllers.rs).
     *{
         (g, r, v, None)
-        for g, r in (("", "configmaps"), ("apps", "deployments"))
+        for g, r in (("", "configmaps"), ("apps", "deployments"), ("", "services"), ("policy", "poddisruptionbudgets"))
         for v in ("get", "list", "watch", "create", "patch", "delete")
     },
-    # Applied and deleted, never watched (operator/src/controllers.rs owns ConfigMaps
-    # and Deployments only).
-    *{(g, r, v, None) for g, r in (("", "services"), ("policy", "poddisruptionbudgets")) for v in ("create", "patch", "delete")},
 }
 LEASE_NEEDS = {
     ("coordination.k8s.io", "leases", "create", None),

@@ -26,6 +26,8 @@ fn list_kind(path: &str) -> (&'static str, &'static str) {
         "secrets" => ("v1", "SecretList"),
         "configmaps" => ("v1", "ConfigMapList"),
         "deployments" => ("apps/v1", "DeploymentList"),
+        "services" => ("v1", "ServiceList"),
+        "poddisruptionbudgets" => ("policy/v1", "PodDisruptionBudgetList"),
         _ => ("v1", "List"),
     }
 }
@@ -93,8 +95,9 @@ async fn the_operator_lists_and_watches_everything_reconciles_and_stops_cleanly(
         assert_eq!(lists, 2, "{crd} is watched twice (own controller and a trigger): {calls:#?}");
     }
     let selector = "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsluice-operator";
-    assert!(has(&format!("GET /api/v1/configmaps?&{selector}&limit=500")), "{calls:#?}");
-    assert!(has(&format!("GET /apis/apps/v1/deployments?&{selector}&limit=500")), "{calls:#?}");
+    for owned in ["/api/v1/configmaps", "/apis/apps/v1/deployments", "/api/v1/services", "/apis/policy/v1/poddisruptionbudgets", "/api/v1/secrets"] {
+        assert!(has(&format!("GET {owned}?&{selector}&limit=500")), "{owned} is watched for drift: {calls:#?}");
+    }
     assert!(has("GET /api/v1/secrets?&limit=500"), "{calls:#?}");
     assert!(calls.iter().any(|c| c.starts_with("GET /api/v1/secrets?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true")), "{calls:#?}");
 }
