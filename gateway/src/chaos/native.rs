@@ -106,12 +106,13 @@ pub(crate) async fn vertex(State(state): State<ChaosState>, request: Request) ->
     inference(state, protocol::vertex(&rest), request).await
 }
 
-/// `POST /v1beta/models/…` (Gemini on AI Studio).
+/// `POST /v1beta/models/…` or `/v1/models/…` (Gemini on AI Studio, beta and
+/// stable API versions).
 pub(crate) async fn gemini(State(state): State<ChaosState>, request: Request) -> Response {
-    let tail = request
-        .uri()
-        .path()
+    let path = request.uri().path();
+    let tail = path
         .strip_prefix("/v1beta/models/")
+        .or_else(|| path.strip_prefix("/v1/models/"))
         .unwrap_or_default()
         .to_owned();
     inference(state, protocol::gemini(&tail), request).await

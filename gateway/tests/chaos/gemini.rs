@@ -54,7 +54,13 @@ async fn generate_content_answers_in_gemini_shape() {
         .call_json(&format!("{MODEL}:generateContent"), &short, &[])
         .await;
     assert_eq!(v["candidates"][0]["finishReason"], "MAX_TOKENS");
-    assert_eq!(c.state.requests_for(Protocol::Gemini), 2);
+    // The stable API version (google-genai's default) answers the same way.
+    let (status, v) = c
+        .call_json("/v1/models/gemini-2.5-pro:generateContent", &body(), &[])
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(c.state.requests_for(Protocol::Gemini), 3);
 }
 
 #[tokio::test]
