@@ -3,6 +3,9 @@
 Processes:
 - two chaos upstreams (`sluice-gateway chaos`), started once per session and
   scripted per test through `POST /_chaos` (reset to `{}` around every test);
+- chaos upstreams that check credentials as the providers do
+  (`start_credentialed_chaos`, `CHAOS_CREDENTIALS`), started by the suites of the
+  native protocols and their official clients (test_protocols, test_official_clients);
 - one gateway (`sluice-gateway serve`) per test, with its own manifests dir and
   SQLite ledger, so that health, circuit and cooldown state never leaks from
   one test into the next.
@@ -128,6 +131,33 @@ def primary(chaos) -> Chaos:
 @pytest.fixture
 def backup(chaos) -> Chaos:
     return chaos["backup"]
+
+
+# ---------------------------------------------------------------- credentialed chaos
+
+#: The credentials a chaos upstream started with `CHAOS_CREDENTIALS` checks, as the real
+#: providers do: one API key for every API-key protocol, SigV4 by one AWS key pair for
+#: Bedrock, and for Vertex AI tokens it issued for the test-only service-account key
+#: (it belongs to no Google project).
+API_KEY = "sk-chaos-test-key"
+AWS_KEY_ID, AWS_SECRET = "AKIDSLUICETEST", "sluice/test/secret+key"
+AWS_REGION = "us-east-1"
+SA_KEY = REPO / "providers" / "tests" / "fixtures" / "gcp" / "service-account.json"
+GCP_PROJECT, GCP_LOCATION = "sluice-test", "us-east5"
+CHAOS_CREDENTIALS = ["--api-key", API_KEY, "--aws-access-key-id", AWS_KEY_ID,
+                     "--aws-secret-access-key", AWS_SECRET, "--gcp-service-account", str(SA_KEY)]
+
+
+def sa_key_for(chaos_url: str) -> dict:
+    """The test-only service-account key with its `token_uri` at `chaos_url`'s `/token`."""
+    key = json.loads(SA_KEY.read_text())
+    key["token_uri"] = f"{chaos_url}/token"
+    return key
+
+
+def start_credentialed_chaos(name: str, logdir: Path) -> Chaos:
+    """A chaos upstream that checks `CHAOS_CREDENTIALS` on every protocol."""
+    return start_chaos(name, logdir, gateway_bin(), _env(), CHAOS_CREDENTIALS)
 
 
 # ---------------------------------------------------------------- manifests

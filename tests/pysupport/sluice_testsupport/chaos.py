@@ -34,6 +34,10 @@ class Chaos:
         """Back to a healthy, instant upstream."""
         self.script()
 
+    def expire_tokens(self) -> None:
+        """Every access token issued so far expires now (`POST /_chaos/expire-tokens`)."""
+        http_json("POST", f"{self.url}/_chaos/expire-tokens")
+
     def counters(self) -> dict:
         return http_json("GET", f"{self.url}/_chaos")["counters"]
 
