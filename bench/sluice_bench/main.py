@@ -51,8 +51,11 @@ def main() -> int:
 
     if args.render:
         results = json.loads(args.render.read_text())
-        if "log_findings" not in results and Path(results.get("workdir", "/nonexistent")).is_dir():
-            results["log_findings"] = scan_logs(Path(results["workdir"]))
+        # `workdir` is relative to the repo (older results hold an absolute path, which
+        # the join keeps).
+        workdir = ROOT / results["workdir"] if "workdir" in results else None
+        if "log_findings" not in results and workdir is not None and workdir.is_dir():
+            results["log_findings"] = scan_logs(workdir)
             args.render.write_text(json.dumps(results, indent=1))
         default = ROOT if args.render.resolve().parent == (ROOT / "bench" / "results").resolve() else args.render.parent
         out = args.out or default
@@ -74,7 +77,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     started = time.time()
     results: dict = {"mode": mode.__dict__, "foreign_limit_pct": FOREIGN_LIMIT_PCT, "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                     "load_start": os.getloadavg(), "workdir": str(work)}
+                     "load_start": os.getloadavg(), "workdir": str(work.relative_to(ROOT))}
     pg_created = False
     try:
         results["machine"] = machine()
@@ -116,7 +119,7 @@ def main() -> int:
         nginx_port = free_port()
         (work / "nginx-tmp").mkdir(exist_ok=True)
         conf = work / "nginx.conf"
-        conf.write_text(nginx_conf(work, nginx_port, mock_port))
+        conf.write_text(nginx_conf(nginx_port, mock_port))
         results["configs"]["nginx.conf"] = conf.read_text()
         ngx = Service("nginx", [shutil.which("nginx") or "/usr/sbin/nginx", "-e", str(work / "nginx-error.log"), "-p", str(work),
                                 "-c", str(conf), "-g", "daemon off;"], work)

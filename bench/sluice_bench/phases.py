@@ -41,7 +41,7 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
         if name == "nginx":
             port = free_port()
             conf = work / "nginx-callgrind.conf"
-            conf.write_text(nginx_conf(work, port, mock_port))
+            conf.write_text(nginx_conf(port, mock_port))
             svc = Service("callgrind-nginx", vg + [shutil.which("nginx") or "/usr/sbin/nginx", "-e", str(work / "nginx-error.log"),
                                                    "-p", str(work), "-c", str(conf), "-g", "daemon off; master_process off;"], work)
             wait_http(port, "/v1/models", timeout=180)

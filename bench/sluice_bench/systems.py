@@ -163,20 +163,22 @@ spec:
     return "# Failover routes: a failing primary, then a healthy zero-delay backup.\n" + "---\n".join(docs)
 
 
-def nginx_conf(workdir: Path, listen: int, mock_port: int) -> str:
+def nginx_conf(listen: int, mock_port: int) -> str:
+    """nginx runs with `-p <run dir>`: its pid, error log and temp paths are relative to
+    that prefix, so the configuration (kept in results.json) names no machine path."""
     return f"""# A plain reverse proxy: proxy_pass to the mock, upstream keep-alive (as any
 # production nginx in front of an HTTP API), no caching, no access log.
 worker_processes 1;
-pid {workdir}/nginx.pid;
-error_log {workdir}/nginx-error.log warn;
+pid nginx.pid;
+error_log nginx-error.log warn;
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
-    client_body_temp_path {workdir}/nginx-tmp/body;
-    proxy_temp_path {workdir}/nginx-tmp/proxy;
-    fastcgi_temp_path {workdir}/nginx-tmp/fastcgi;
-    uwsgi_temp_path {workdir}/nginx-tmp/uwsgi;
-    scgi_temp_path {workdir}/nginx-tmp/scgi;
+    client_body_temp_path nginx-tmp/body;
+    proxy_temp_path nginx-tmp/proxy;
+    fastcgi_temp_path nginx-tmp/fastcgi;
+    uwsgi_temp_path nginx-tmp/uwsgi;
+    scgi_temp_path nginx-tmp/scgi;
     upstream mock {{
         server 127.0.0.1:{mock_port};
         keepalive 64;

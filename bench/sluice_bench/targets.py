@@ -1,0 +1,67 @@
+"""The targets BENCHMARKS.md checks, each with what was measured and PASS/FAIL (or
+`None` for a row given as context)."""
+
+from __future__ import annotations
+
+from .stats import added_by_round, by, capacity, ceiling, combine, f, litellm_ceiling, ratio, us
+
+TARGET_RATES = (1000, 5000)
+
+
+def targets(results: dict) -> list[tuple[str, str, bool | None]]:
+    runs = results.get("runs", [])
+    rows = []
+    for rate in TARGET_RATES:
+        if not by(runs, "sluice", rate) or not by(runs, "nginx", rate):
+            continue
+        s, n = added_by_round(runs, "sluice", rate), added_by_round(runs, "nginx", rate)
+        for p, k in (("p50", 1.5), ("p99", 2.0)):
+            r = ratio(s[p], n[p])
+            ok = (s[p] is not None and n[p] is not None and s[p] <= k * max(n[p], 0))
+            rows.append((f"sluice added {p} ≤ {k}× nginx added {p} at {rate} req/s (billing off)",
+                         f"{us(s[p])} µs vs {us(n[p])} µs ({f(r, 2) + '×' if r is not None else 'nginx added ≤ 0'})", ok))
+    for rate in TARGET_RATES[:1]:
+        if by(runs, "sluice", rate) and by(runs, "sluice-anthropic", rate):
+            s, a = added_by_round(runs, "sluice", rate), added_by_round(runs, "sluice-anthropic", rate)
+            if s["p50"] is not None and a["p50"] is not None:
+                extra = a["p50"] - s["p50"]
+                rows.append((f"Anthropic-protocol translation adds ≤ 30 µs p50 over the OpenAI passthrough at {rate} req/s",
+                             f"{us(a['p50'])} µs vs {us(s['p50'])} µs added ({us(extra)} µs)", extra <= 30))
+    tr = results.get("tracing")
+    if tr and tr.get("runs"):
+        rate = tr["rate"]
+        off, on = added_by_round(tr["runs"], "sluice", rate), added_by_round(tr["runs"], "sluice-traced", rate)
+        if off["p50"] is not None and on["p50"] is not None:
+            ok = on["p50"] <= 1.2 * max(off["p50"], 0) and tr["exports"] > 0
+            r = ratio(on["p50"], off["p50"])
+            rows.append((f"traces on (sampling 1.0) add ≤ 20 % to sluice's added p50 at {rate} req/s",
+                         f"{us(on['p50'])} µs on vs {us(off['p50'])} µs off ({f(r, 2) + '×' if r is not None else 'off ≤ 0'}), "
+                         f"{tr['exports']} OTLP exports", ok))
+    c = combine(by(runs, "sluice", 5000))
+    if c:
+        ok = c["success"] >= 1.0 and c["non2xx"] == 0 and c["errors"] == 0 and c["rss_mb"] < 100 and c["achieved_rps"] >= 4750
+        rows.append(("5k req/s on 2 cores, 100 % success, RSS < 100 MB (billing off)",
+                     f"{c['success'] * 100:.3f} % ok, {c['achieved_rps']:.0f} req/s answered, peak RSS {c['rss_mb']:.1f} MB, "
+                     f"p99 {f(c['lat_ms']['p99'])} ms", ok))
+    best, _ = ceiling(results, "sluice")
+    lc = litellm_ceiling(results)
+    allruns = results.get("runs", []) + results.get("ceiling_runs", [])
+    scap = capacity(allruns, "sluice")
+    lcap = capacity([r for r in results.get("litellm_runs", []) if r["system"] == "litellm"], "litellm")
+    if scap and lcap:
+        rows.append(("(context) highest rate answered in full, any latency: sluice ÷ LiteLLM",
+                     f"{scap} ÷ {lcap} req/s = {scap / lcap:.0f}× (sluice's figure is the highest rate tried that it kept up with)",
+                     None))
+    if results.get("litellm_runs"):
+        if lc:
+            ok = best is not None and best >= 20 * lc
+            rows.append(("≥ 20× the rate LiteLLM sustains under the same p99 bound",
+                         f"sluice {best or 0} req/s vs LiteLLM {lc} req/s ({(best or 0) / lc:.0f}×)", ok))
+        else:
+            lr = [r for r in results["litellm_runs"] if r["system"] == "litellm"]
+            lowest = min((r["rate"] for r in lr), default=None)
+            rows.append(("≥ 20× the rate LiteLLM sustains under the same p99 bound",
+                         f"sluice {best or 0} req/s; LiteLLM sustained none of the rates tried (lowest {lowest} req/s), "
+                         f"so the ratio is above {(best or 0) / lowest:.0f}×" if lowest else "LiteLLM not measured",
+                         bool(best and lowest and best >= 20 * lowest)))
+    return rows
