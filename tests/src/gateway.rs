@@ -90,9 +90,7 @@ impl TestGateway {
     /// Serves `manifests` (YAML text) with `opts`.
     pub async fn start_with(manifests: &str, opts: GatewayOptions) -> anyhow::Result<Self> {
         crate::init_logging();
-        let dir = tempfile::tempdir().context("making a tempdir")?;
-        let path = dir.path().join("manifests.yaml");
-        std::fs::write(&path, manifests).context("writing manifests")?;
+        let (dir, path) = crate::manifests_file(manifests)?;
         let ledger = opts.ledger.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("ledger.db").display()));
         let mut args = serve_args(&path, &ledger, &opts)?;
         if !opts.secrets.is_empty() {

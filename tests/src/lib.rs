@@ -42,7 +42,7 @@ use std::time::Duration;
 
 pub use client::{Client, Reply, SseEvent, SseReply};
 pub use gateway::{GatewayOptions, TestGateway};
-pub use manifest::{Doc, error_budget, route, upstream_doc, yaml};
+pub use manifest::{Doc, error_budget, manifests_file, route, upstream_doc, yaml};
 pub use rollups::Rollups;
 pub use upstream::{ChaosUpstream, refused_url};
 

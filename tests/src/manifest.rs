@@ -1,7 +1,11 @@
 //! Manifests for a test: Upstream and ModelRoute documents built as JSON values and
 //! written as multi-document YAML, as a user would write them (docs/design.md §2).
 
+use std::path::PathBuf;
+
+use anyhow::Context as _;
 use serde_json::{Map, Value, json};
+use tempfile::TempDir;
 
 /// One manifest document.
 #[derive(Clone, Debug)]
@@ -80,6 +84,15 @@ pub fn yaml(docs: &[Doc]) -> String {
         .map(|d| serde_yaml::to_string(&d.0).unwrap_or_default())
         .collect::<Vec<_>>()
         .join("---\n")
+}
+
+/// `text` written to `manifests.yaml` in a new temporary directory (kept while the
+/// returned `TempDir` lives; put the gateway's other files, e.g. its ledger, next to it).
+pub fn manifests_file(text: &str) -> anyhow::Result<(TempDir, PathBuf)> {
+    let dir = tempfile::tempdir().context("making a tempdir")?;
+    let path = dir.path().join("manifests.yaml");
+    std::fs::write(&path, text).context("writing manifests")?;
+    Ok((dir, path))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use sluice_providers::auth::aws::AwsCredentials;
 use sluice_providers::auth::gcp::ServiceAccountKey;
 use sluice_providers::auth::sigv4;
 
+use super::native::aws_error_type;
 use super::{Chaos, start};
 
 const KEY: &str = "sk-chaos-test";
@@ -184,10 +185,7 @@ async fn api_keys_go_in_each_providers_header() {
     let (status, resp) = c.call(BEDROCK, &converse, &[]).await;
     assert_eq!(status, 403);
     assert!(
-        resp.headers()["x-amzn-errortype"]
-            .to_str()
-            .unwrap()
-            .starts_with("MissingAuthenticationTokenException")
+        aws_error_type(&resp).starts_with("MissingAuthenticationTokenException")
     );
 }
 
@@ -233,10 +231,7 @@ async fn sigv4_is_checked_against_the_given_keys() {
     let (status, resp) = c.call(BEDROCK, &json!({"messages": []}), &[]).await;
     assert_eq!(status, 403);
     assert!(
-        resp.headers()["x-amzn-errortype"]
-            .to_str()
-            .unwrap()
-            .starts_with("MissingAuthenticationTokenException")
+        aws_error_type(&resp).starts_with("MissingAuthenticationTokenException")
     );
 }
 

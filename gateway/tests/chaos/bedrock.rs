@@ -6,7 +6,7 @@ use sluice_gateway::chaos::Protocol;
 
 use std::time::Instant;
 
-use super::native::{decode_frames, read_body, timed_frames};
+use super::native::{aws_error_type, decode_frames, read_body, timed_frames};
 use super::{Headers, MS, start};
 
 const MODEL: &str = "/model/anthropic.claude-3-5-sonnet-20241022-v2%3A0";
@@ -154,10 +154,7 @@ async fn errors_carry_the_exception_name() {
         )
         .await;
     assert_eq!(status, 429);
-    let kind = resp.headers()["x-amzn-errortype"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let kind = aws_error_type(&resp).to_owned();
     assert!(kind.starts_with("ThrottlingException:"), "{kind}");
     let v: Value = resp.json().await.unwrap();
     assert_eq!(
@@ -174,10 +171,7 @@ async fn errors_carry_the_exception_name() {
         .await;
     assert_eq!(status, 400);
     assert!(
-        resp.headers()["x-amzn-errortype"]
-            .to_str()
-            .unwrap()
-            .starts_with("ThrottlingException:")
+        aws_error_type(&resp).starts_with("ThrottlingException:")
     );
 
     for (after, content) in [("0", 0), ("1", 1)] {
@@ -200,10 +194,7 @@ async fn errors_carry_the_exception_name() {
     let (status, resp) = c.call(&format!("{MODEL}/converse"), &extra, &[]).await;
     assert_eq!(status, 400);
     assert!(
-        resp.headers()["x-amzn-errortype"]
-            .to_str()
-            .unwrap()
-            .starts_with("ValidationException:")
+        aws_error_type(&resp).starts_with("ValidationException:")
     );
 }
 
@@ -223,10 +214,7 @@ async fn model_ids_are_one_percent_encoded_segment() {
         .await;
     assert_eq!(status, 404);
     assert!(
-        resp.headers()["x-amzn-errortype"]
-            .to_str()
-            .unwrap()
-            .starts_with("UnknownOperationException")
+        aws_error_type(&resp).starts_with("UnknownOperationException")
     );
 }
 

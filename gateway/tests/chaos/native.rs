@@ -45,6 +45,11 @@ impl Chaos {
     }
 }
 
+/// The `x-amzn-errortype` header of an AWS-shaped error answer (Bedrock).
+pub(crate) fn aws_error_type(resp: &Response) -> &str {
+    resp.headers()["x-amzn-errortype"].to_str().unwrap()
+}
+
 pub(crate) async fn read_body(mut resp: Response) -> Body {
     let mut bytes = Vec::new();
     let end = loop {

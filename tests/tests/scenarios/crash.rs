@@ -14,7 +14,7 @@ use sluice_ledger::testing::{TestDb, eventually};
 use sluice_tests::billing::{Price, usage_of};
 use sluice_tests::client::chat_body;
 use sluice_tests::process::GatewayProcess;
-use sluice_tests::{ChaosUpstream, route, serial, yaml};
+use sluice_tests::{ChaosUpstream, manifests_file, route, serial, yaml};
 use tempfile::TempDir;
 
 const PRICE: Price = Price { input: "3.00", output: "15.00" };
@@ -43,9 +43,7 @@ async fn setup() -> anyhow::Result<Setup> {
         route("quick", "quick-model", &[("fast", 100)]).candidate(0, "price", PRICE.json()),
         route("slow", "slow-model", &[("slow", 100)]).candidate(0, "price", PRICE.json()),
     ];
-    let dir = tempfile::tempdir()?;
-    let manifests = dir.path().join("manifests.yaml");
-    std::fs::write(&manifests, yaml(&docs))?;
+    let (dir, manifests) = manifests_file(&yaml(&docs))?;
     Ok(Setup { fast, slow, manifests, _dir: dir })
 }
 

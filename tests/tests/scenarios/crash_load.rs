@@ -18,7 +18,7 @@ use sluice_tests::billing::{Price, usage_of};
 use sluice_tests::client::chat_body;
 use sluice_tests::load::{Shot, open_loop};
 use sluice_tests::process::GatewayProcess;
-use sluice_tests::{ChaosUpstream, Client, route, serial, yaml};
+use sluice_tests::{ChaosUpstream, Client, manifests_file, route, serial, yaml};
 
 const PRICE: Price = Price { input: "3.00", output: "15.00" };
 const OPENING: i64 = 1_000_000_000_000;
@@ -66,9 +66,7 @@ async fn a_kill_under_load_loses_and_doubles_no_settlement() -> anyhow::Result<(
         route("stream", "stream-model", &[("streamy", 100)]).candidate(0, "price", PRICE.json()),
         route("whole", "whole-model", &[("whole", 100)]).candidate(0, "price", PRICE.json()),
     ];
-    let dir = tempfile::tempdir()?;
-    let manifests = dir.path().join("manifests.yaml");
-    std::fs::write(&manifests, yaml(&docs))?;
+    let (_dir, manifests) = manifests_file(&yaml(&docs))?;
     let ledger = db.connect().await?;
     ledger.create_account("acme", OPENING).await?;
     let key = ledger.create_key("acme").await?;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sluice_ledger::testing::eventually;
 use sluice_tests::process::GatewayProcess;
-use sluice_tests::{ChaosUpstream, route, serial, yaml};
+use sluice_tests::{ChaosUpstream, manifests_file, route, serial, yaml};
 
 /// `--shutdown-delay`: long enough that the requests below fit in it on a busy machine.
 const DELAY: Duration = Duration::from_secs(2);
@@ -21,9 +21,7 @@ async fn sigterm_drains_then_finishes_streams_in_flight() -> anyhow::Result<()> 
     // 30 chunks 100 ms apart: a stream that outlives the shutdown delay.
     slow.script(json!({"chunks": 30, "chunk_ms": 100}))?;
     let docs = [slow.doc(), quick.doc(), route("slow", "slow-model", &[("slow", 100)]), route("quick", "quick-model", &[("quick", 100)])];
-    let dir = tempfile::tempdir()?;
-    let manifests = dir.path().join("manifests.yaml");
-    std::fs::write(&manifests, yaml(&docs))?;
+    let (dir, manifests) = manifests_file(&yaml(&docs))?;
     let ledger = format!("sqlite://{}", dir.path().join("ledger.db").display());
     let delay = format!("{}ms", DELAY.as_millis());
     let args: Vec<String> = ["--manifests", &manifests.display().to_string(), "--ledger", &ledger, "--auth", "none", "--shutdown-delay", &delay]

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use anyhow::Context as _;
 use serde_json::json;
 use sluice_tests::process::GatewayProcess;
-use sluice_tests::{ChaosUpstream, route, serial, upstream_doc, yaml};
+use sluice_tests::{ChaosUpstream, manifests_file, route, serial, upstream_doc, yaml};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -147,9 +147,7 @@ struct Setup {
 }
 
 fn setup(docs: &str) -> anyhow::Result<Setup> {
-    let dir = tempfile::tempdir()?;
-    let manifests = dir.path().join("manifests.yaml");
-    std::fs::write(&manifests, docs)?;
+    let (dir, manifests) = manifests_file(docs)?;
     let ledger = format!("sqlite://{}", dir.path().join("ledger.db").display());
     let args = vec!["--manifests".into(), manifests.display().to_string(), "--ledger".into(), ledger, "--auth".into(), "none".into()];
     Ok(Setup { dir, args })
