@@ -7,8 +7,9 @@
 //! as a trailing assistant message; one without it (or one refusing the prefill with a
 //! 400) gets the original request again, and its replay is held back while it matches
 //! what the client has. At most [`MAX_RESUMES`] per request, within the route's deadline;
-//! never once a tool call was sent. Every attempt is billed: [`StreamEnd::resumed`] lists
-//! the continuations with their usage.
+//! never inside a tool call's arguments, and after a complete tool call by replay only
+//! (a turn holding a tool call cannot be a prefill). Every attempt is billed:
+//! [`StreamEnd::resumed`] lists the continuations with their usage.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -98,10 +99,11 @@ impl Resumer {
             }
             let Some(c) = self.route.candidates.get(idx) else { continue };
             let mut modes = Vec::new();
-            if c.upstream.cfg.assistant_prefill && !prefill.is_empty() {
+            // A turn that holds a tool call cannot be continued as a prefill: it is replayed.
+            if c.upstream.cfg.assistant_prefill && !prefill.is_empty() && !delivered.has_tool_calls() {
                 modes.push(Mode::Prefill { tail: tail.to_string() });
             }
-            modes.push(Mode::Replay { verified: 0, target: delivered.text.len() });
+            modes.push(Mode::replay(delivered));
             for mode in modes {
                 let body = match &mode {
                     Mode::Prefill { .. } => match with_prefill(&self.req, prefill) {
@@ -319,7 +321,8 @@ pub(super) async fn pump(
         tracing::warn!(route = %resumer.route.cfg.name, upstream = %upstream_name, detail = %detail, "stream broke after bytes reached the client");
         let first_detail = first_break.get_or_insert((outcome, detail)).clone();
         end_attempt(&mut end, &mut cur, outcome, &resumer, &mut earlier);
-        let next = if delivered.tool_call || delivered.text.trim().is_empty() || finished {
+        // Never inside a tool call's arguments; after a complete one, by replay.
+        let next = if delivered.inside_tool_call() || delivered.nothing() || finished {
             None
         } else {
             resumer.next(&delivered, reason, &upstream_name).await

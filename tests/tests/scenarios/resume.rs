@@ -149,6 +149,27 @@ async fn a_cut_inside_a_tool_calls_arguments_is_not_resumed() -> anyhow::Result<
 }
 
 #[tokio::test]
+async fn a_cut_after_a_complete_tool_call_is_resumed_by_replay() -> anyhow::Result<()> {
+    let (primary, backup, gw) = pair(("anthropic", "anthropic"), Some("resume"), &[]).await?;
+    // Four argument pieces, all sent, then the cut before the call's finish.
+    primary.script(json!({"chunks": 4, "tool_call": "lookup", "reset_after_chunks": 4}))?;
+    backup.script(json!({"chunks": 4, "tool_call": "lookup"}))?;
+    let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
+    let s = gw.client()?.chat_stream("chat-model", json!({"tools": tools})).await?;
+    assert_one_whole_stream(&s);
+    let calls: Vec<Value> = s.events.iter().filter_map(|e| e.json()["choices"][0]["delta"]["tool_calls"].as_array().cloned()).flatten().collect();
+    let names: Vec<&str> = calls.iter().filter_map(|c| c["function"]["name"].as_str()).collect();
+    let args: String = calls.iter().filter_map(|c| c["function"]["arguments"].as_str()).collect();
+    assert_eq!(names, ["lookup"], "the call is sent once: {:?}", s.datas());
+    assert_eq!(serde_json::from_str::<Value>(&args)?, json!({"query": "The upstream said hello "}));
+    let finishes: Vec<String> = s.events.iter().filter_map(|e| e.json()["choices"][0]["finish_reason"].as_str().map(str::to_string)).collect();
+    assert_eq!(finishes, ["tool_calls"]);
+    assert_eq!(backup.requests(), 1, "a replay, not a prefill");
+    assert_eq!(gw.count("sluice_stream_resumes_total", &[("route", "chat"), ("reason", "reset")]), 1.0);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_stall_is_resumed_within_the_idle_bound() -> anyhow::Result<()> {
     let _serial = serial().await;
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;

@@ -17,8 +17,43 @@ pub struct Delivered {
     id: Option<Value>,
     created: Option<Value>,
     index: Option<Value>,
-    /// A tool call was sent (a resume never cuts into one, so none follows it).
-    pub tool_call: bool,
+    /// The tool calls sent, by index.
+    tools: Vec<ToolCall>,
+}
+
+/// A tool call as streamed so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolCall {
+    name: String,
+    arguments: String,
+}
+
+impl ToolCall {
+    /// Its arguments are a whole JSON object: nothing can follow in the same call.
+    fn complete(&self) -> bool {
+        serde_json::from_str::<Value>(&self.arguments).is_ok_and(|v| v.is_object())
+    }
+
+    /// Adds a streamed piece (`{"index", "id", "function": {"name", "arguments"}}`).
+    fn push(list: &mut Vec<ToolCall>, item: &Value) {
+        let at = item.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok()).unwrap_or(0);
+        if list.len() <= at {
+            list.resize(at + 1, ToolCall::default());
+        }
+        let Some(call) = list.get_mut(at) else { return };
+        let function = item.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+            call.name.push_str(name);
+        }
+        if let Some(args) = function.and_then(|f| f.get("arguments")).and_then(Value::as_str) {
+            call.arguments.push_str(args);
+        }
+    }
+
+    /// `so_far` can still become `self`.
+    fn leads_to(&self, so_far: &ToolCall) -> bool {
+        self.name.starts_with(&so_far.name) && self.arguments.starts_with(&so_far.arguments)
+    }
 }
 
 /// How a continuation's content is spliced in.
@@ -30,8 +65,16 @@ pub enum Mode {
     /// prefill left out, skipped again at the start of the continuation.
     Prefill { tail: String },
     /// The upstream answers again from the start: held back while it matches the first
-    /// `target` bytes the client has (`verified` so far), relayed after.
-    Replay { verified: usize, target: usize },
+    /// `target` bytes of text and the first `tools` tool calls the client has
+    /// (`verified` bytes and `replayed` calls so far), relayed after.
+    Replay { verified: usize, target: usize, tools: usize, replayed: Vec<ToolCall> },
+}
+
+impl Mode {
+    /// Replay-and-verify against everything `delivered` holds.
+    pub fn replay(delivered: &Delivered) -> Self {
+        Mode::Replay { verified: 0, target: delivered.text.len(), tools: delivered.tools.len(), replayed: Vec::new() }
+    }
 }
 
 /// What one chunk of a continuation becomes.
@@ -70,9 +113,24 @@ impl Delivered {
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             self.text.push_str(text);
         }
-        if delta.get("tool_calls").is_some_and(|t| !t.is_null()) {
-            self.tool_call = true;
+        for item in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+            ToolCall::push(&mut self.tools, item);
         }
+    }
+
+    /// Nothing of an answer was sent yet (no text but whitespace, no tool call).
+    pub fn nothing(&self) -> bool {
+        self.text.trim().is_empty() && self.tools.is_empty()
+    }
+
+    /// A tool call was sent.
+    pub fn has_tool_calls(&self) -> bool {
+        !self.tools.is_empty()
+    }
+
+    /// A tool call was cut inside its arguments: no resume may start there.
+    pub fn inside_tool_call(&self) -> bool {
+        self.tools.iter().any(|t| !t.complete())
     }
 
     /// The prefill for a continuation (trailing whitespace trimmed) and the trimmed tail.
@@ -131,21 +189,57 @@ impl Delivered {
                     delta.insert("content".into(), Value::String(new));
                 }
             }
-            if delta.get("tool_calls").is_some_and(|t| !t.is_null()) {
-                if let Mode::Replay { verified, target } = mode
-                    && verified < target
-                {
-                    return None;
+            if let Some(Value::Array(items)) = delta.remove("tool_calls") {
+                let kept = self.splice_tools(items, mode)?;
+                if !kept.is_empty() {
+                    delta.insert("tool_calls".into(), Value::Array(kept));
                 }
-                self.tool_call = true;
             }
         }
         // A replay that finishes before it reached what the client has diverged.
-        if finished && let Mode::Replay { verified, target } = mode && verified < target {
-            return None;
+        if finished && let Mode::Replay { verified, target, tools, replayed } = mode {
+            let all_tools = replayed.len() >= *tools && replayed.iter().zip(&self.tools).all(|(r, d)| r == d);
+            if verified < target || !all_tools {
+                return None;
+            }
         }
         let empty = c.get("delta").and_then(Value::as_object).is_none_or(Map::is_empty);
         Some(finished || !empty || c.get("logprobs").is_some_and(|l| !l.is_null()))
+    }
+}
+
+impl Delivered {
+    /// The pieces of tool calls that are new to the client (a replay holds back those of
+    /// calls the client has, while they match); `None` when a replay diverged.
+    fn splice_tools(&mut self, items: Vec<Value>, mode: &mut Mode) -> Option<Vec<Value>> {
+        let mut kept = Vec::new();
+        for item in items {
+            let Mode::Replay { verified, target, tools, replayed } = mode else {
+                ToolCall::push(&mut self.tools, &item);
+                kept.push(item);
+                continue;
+            };
+            // A call before the delivered text was caught up with differs from it.
+            if verified < target {
+                return None;
+            }
+            ToolCall::push(replayed, &item);
+            let index = item.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok()).unwrap_or(0);
+            if index < *tools {
+                let (Some(have), Some(got)) = (self.tools.get(index), replayed.get(index)) else { return None };
+                if !have.leads_to(got) {
+                    return None;
+                }
+                continue;
+            }
+            // A new call: every call the client has must have been replayed whole.
+            if replayed.iter().take(*tools).zip(&self.tools).any(|(r, d)| r != d) {
+                return None;
+            }
+            ToolCall::push(&mut self.tools, &item);
+            kept.push(item);
+        }
+        Some(kept)
     }
 }
 
@@ -167,7 +261,7 @@ fn splice_text(delivered: &str, text: &str, mode: &mut Mode) -> Option<String> {
             *tail = if stop { String::new() } else { tail[skip..].to_string() };
             Some(text[skip..].to_string())
         }
-        Mode::Replay { verified, target } => {
+        Mode::Replay { verified, target, .. } => {
             let want = delivered.get(*verified..*target).unwrap_or("");
             if want.is_empty() {
                 return Some(text.to_string());
@@ -212,82 +306,4 @@ pub fn add(a: Usage, b: Usage) -> Usage {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn chunk(id: &str, created: u64, text: Option<&str>, role: bool) -> String {
-        let mut delta = serde_json::json!({});
-        if role {
-            delta["role"] = "assistant".into();
-        }
-        if let Some(t) = text {
-            delta["content"] = t.into();
-        }
-        serde_json::json!({"id": id, "object": "chat.completion.chunk", "created": created,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
-        .to_string()
-    }
-
-    fn sent(s: Spliced) -> Value {
-        match s {
-            Spliced::Send(e) => serde_json::from_str(e.trim_start_matches("data: ").trim()).unwrap_or_default(),
-            other => panic!("expected an event, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_prefill_continuation_keeps_the_first_ids_drops_its_role_and_the_repeated_space() {
-        let mut d = Delivered::default();
-        d.observe(&chunk("chatcmpl-a", 100, Some("The "), true));
-        d.observe(&chunk("chatcmpl-a", 100, Some("upstream "), false));
-        assert_eq!(d.prefill(), ("The upstream", " "));
-        let mut mode = Mode::Prefill { tail: " ".into() };
-        // The role-only chunk of the new attempt is dropped.
-        assert_eq!(d.splice(&chunk("chatcmpl-b", 200, None, true), &mut mode, None), Spliced::Skip);
-        let e = sent(d.splice(&chunk("chatcmpl-b", 200, Some(" said "), true), &mut mode, None));
-        assert_eq!((e["id"].as_str(), e["created"].as_u64()), (Some("chatcmpl-a"), Some(100)));
-        assert_eq!(e["choices"][0]["delta"], serde_json::json!({"content": "said "}));
-        // Only the first piece loses its repeated whitespace.
-        let e = sent(d.splice(&chunk("chatcmpl-b", 200, Some(" hello"), false), &mut mode, None));
-        assert_eq!(e["choices"][0]["delta"]["content"], " hello");
-        assert_eq!(d.text, "The upstream said  hello");
-    }
-
-    #[test]
-    fn a_replay_is_held_back_while_it_matches_and_relayed_after() {
-        let mut d = Delivered::default();
-        d.observe(&chunk("x", 1, Some("The upstream "), true));
-        let mut mode = Mode::Replay { verified: 0, target: d.text.len() };
-        assert_eq!(d.splice(&chunk("y", 2, Some("The "), true), &mut mode, None), Spliced::Skip);
-        let e = sent(d.splice(&chunk("y", 2, Some("upstream said "), false), &mut mode, None));
-        assert_eq!(e["choices"][0]["delta"]["content"], "said ");
-        let e = sent(d.splice(&chunk("y", 2, Some("hello "), false), &mut mode, None));
-        assert_eq!(e["choices"][0]["delta"]["content"], "hello ");
-        assert_eq!(d.text, "The upstream said hello ");
-    }
-
-    #[test]
-    fn a_replay_that_differs_or_ends_early_diverges() {
-        let mut d = Delivered::default();
-        d.observe(&chunk("x", 1, Some("The upstream "), true));
-        let mut mode = Mode::Replay { verified: 0, target: d.text.len() };
-        assert_eq!(d.splice(&chunk("y", 2, Some("A different "), true), &mut mode, None), Spliced::Diverged);
-        let mut mode = Mode::Replay { verified: 0, target: d.text.len() };
-        assert_eq!(d.splice(&chunk("y", 2, Some("The "), true), &mut mode, None), Spliced::Skip);
-        let stop = r#"{"id":"y","created":2,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-        assert_eq!(d.splice(stop, &mut mode, None), Spliced::Diverged);
-    }
-
-    #[test]
-    fn the_usage_chunk_reports_the_sum_and_tool_calls_are_noticed() {
-        let mut d = Delivered::default();
-        d.observe(r#"{"id":"x","created":1,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}"#);
-        assert!(d.tool_call);
-        let mut mode = Mode::Prefill { tail: String::new() };
-        let usage = r#"{"id":"y","created":2,"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#;
-        let sum = add(Usage::plain(7, 3), Usage::plain(5, 2));
-        let e = sent(d.splice(usage, &mut mode, Some(sum)));
-        assert_eq!((e["usage"]["prompt_tokens"].as_u64(), e["usage"]["completion_tokens"].as_u64()), (Some(12), Some(5)));
-        assert_eq!(e["id"], "x");
-    }
-}
+mod tests;
