@@ -14,7 +14,7 @@
 //! | `azure-openai` | `/openai/deployments/{deployment}/chat/completions?api-version=…` (also without `/openai`; no `api-version`: Azure's 404) |
 //! | `anthropic` | `/v1/messages`, `/messages` (`anthropic-version` header and `max_tokens` required) |
 //! | `vertex-anthropic` | `/v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict` (body `anthropic_version: vertex-2023-10-16`, no `model`) |
-//! | `vertex-gemini` | `/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` |
+//! | `vertex-gemini` | `/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (both Vertex protocols also under `/v1beta1/`, which `google-genai` calls) |
 //! | `gemini` | `/v1beta/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (also `/v1/models/…`, the stable version `google-genai` calls by default) |
 //! | `bedrock` | `/model/{percent-encoded id}/converse`, `/converse-stream` (event-stream frames) |
 //! | Google auth | `POST /token` (JWT-bearer grant), `GET /computeMetadata/v1/instance/service-accounts/default/token` |
@@ -289,6 +289,7 @@ pub fn router(state: ChaosState) -> Router {
         .route("/v1/messages", post(native::messages))
         .route("/messages", post(native::messages))
         .route("/v1/projects/{*rest}", post(native::vertex))
+        .route("/v1beta1/projects/{*rest}", post(native::vertex))
         .route("/v1beta/models/{*rest}", post(native::gemini))
         .route("/v1/models/{*rest}", post(native::gemini))
         .route("/model/{*rest}", post(native::bedrock))

@@ -278,10 +278,13 @@ def test_openai_azure_client_plain_streamed_and_refused(upstream):
 # ---------------------------------------------------------------- Gemini
 
 
+def http_options(upstream: Chaos) -> genai_types.HttpOptions:
+    return genai_types.HttpOptions(base_url=upstream.url, timeout=20_000,
+                                   retry_options=genai_types.HttpRetryOptions(attempts=1))
+
+
 def gemini(upstream: Chaos, api_key: str = API_KEY) -> genai.Client:
-    return genai.Client(api_key=api_key, http_options=genai_types.HttpOptions(
-        base_url=upstream.url, timeout=20_000,
-        retry_options=genai_types.HttpRetryOptions(attempts=1)))
+    return genai.Client(api_key=api_key, http_options=http_options(upstream))
 
 
 def test_google_genai_plain_streamed_tool_and_refused(upstream):
@@ -315,3 +318,25 @@ def test_google_genai_plain_streamed_tool_and_refused(upstream):
     with pytest.raises(genai_errors.ServerError) as unavailable:
         client.models.generate_content(model="gemini-2.5-pro", contents="Hi")
     assert unavailable.value.code == 503 and unavailable.value.status == "UNAVAILABLE"
+
+
+def test_google_genai_on_vertex_with_service_account_credentials(upstream):
+    # google-genai refreshes the service-account credentials itself, at chaos's /token.
+    creds = service_account.Credentials.from_service_account_info(
+        sa_key_for(upstream.url), scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    client = genai.Client(vertexai=True, project=GCP_PROJECT, location=GCP_LOCATION, credentials=creds,
+                          http_options=http_options(upstream))
+    issued = upstream.counters()["tokens_issued"]
+    answer = client.models.generate_content(model="gemini-2.5-pro", contents="Say hello.")
+    assert answer.text
+    assert answer.candidates[0].finish_reason == genai_types.FinishReason.STOP
+    pieces = list(client.models.generate_content_stream(model="gemini-2.5-pro", contents="Say hello."))
+    assert "".join(p.text or "" for p in pieces) == answer.text
+    assert upstream.counters()["tokens_issued"] == issued + 1
+    assert upstream.counters()["by_protocol"]["vertex-gemini"] >= 2
+
+    # Expired on the server before the client thinks so: Vertex's 401, as Google answers.
+    upstream.expire_tokens()
+    with pytest.raises(genai_errors.ClientError) as expired:
+        client.models.generate_content(model="gemini-2.5-pro", contents="Say hello.")
+    assert expired.value.code == 401 and expired.value.status == "UNAUTHENTICATED"

@@ -95,12 +95,13 @@ pub(crate) async fn messages(State(state): State<ChaosState>, request: Request) 
     inference(state, Ok(call), request).await
 }
 
-/// `POST /v1/projects/…` (Vertex AI).
+/// `POST /v1/projects/…` or `/v1beta1/projects/…` (Vertex AI, stable and
+/// beta API versions).
 pub(crate) async fn vertex(State(state): State<ChaosState>, request: Request) -> Response {
-    let rest = request
-        .uri()
-        .path()
+    let path = request.uri().path();
+    let rest = path
         .strip_prefix("/v1/")
+        .or_else(|| path.strip_prefix("/v1beta1/"))
         .unwrap_or_default()
         .to_owned();
     inference(state, protocol::vertex(&rest), request).await

@@ -203,7 +203,14 @@ async fn vertex_gemini_uses_the_same_format() {
         .map(|e| e.data)
         .collect();
     assert_eq!(text_of(&chunks), "The upstream said hello and ");
-    assert_eq!(c.state.requests_for(Protocol::VertexGemini), 2);
+    // The beta API version (google-genai's default on Vertex AI) answers the same way.
+    let beta = VERTEX.replacen("/v1/", "/v1beta1/", 1);
+    let (status, v) = c
+        .call_json(&format!("{beta}:generateContent"), &body(), &[])
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(c.state.requests_for(Protocol::VertexGemini), 3);
     let counters = c.get("/_chaos").await["counters"].clone();
-    assert_eq!(counters["by_protocol"], json!({"vertex-gemini": 2}));
+    assert_eq!(counters["by_protocol"], json!({"vertex-gemini": 3}));
 }
