@@ -12,6 +12,7 @@ import anthropic
 import boto3
 import botocore.config
 import botocore.exceptions
+import google.auth.exceptions
 import google.auth.transport.requests
 import openai
 import pytest
