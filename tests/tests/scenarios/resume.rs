@@ -170,6 +170,42 @@ async fn a_cut_after_a_complete_tool_call_is_resumed_by_replay() -> anyhow::Resu
 }
 
 #[tokio::test]
+async fn at_most_two_resumes_per_request() -> anyhow::Result<()> {
+    for third_breaks in [false, true] {
+        let [p, b1, b2, b3] = ChaosUpstream::start_all(["p", "b1", "b2", "b3"]).await?;
+        let docs = [
+            p.native_doc("anthropic"),
+            b1.native_doc("anthropic"),
+            b2.native_doc("anthropic"),
+            b3.native_doc("anthropic"),
+            route("chat", "chat-model", &[("p", 100), ("b1", 90), ("b2", 80), ("b3", 70)]).with("spec.failover.midStream", "resume"),
+        ];
+        let gw = TestGateway::start(&yaml(&docs)).await?;
+        let whole = unbroken(&gw, &p).await?;
+        // Each continues the last and breaks two words later.
+        p.script(json!({"chunks": WORDS, "reset_after_chunks": 2}))?;
+        b1.script(json!({"chunks": WORDS, "reset_after_chunks": 2}))?;
+        if third_breaks {
+            b2.script(json!({"chunks": WORDS, "reset_after_chunks": 2}))?;
+        } else {
+            b2.script(json!({"chunks": WORDS}))?;
+        }
+        let before = b3.requests();
+        let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
+        assert_eq!(gw.count("sluice_stream_resumes_total", &[("route", "chat"), ("reason", "reset")]), 2.0);
+        assert_eq!(b3.requests(), before, "no third resume");
+        if third_breaks {
+            assert_broken(&s);
+            assert_eq!(text(&s), whole.split_inclusive(' ').take(6).collect::<String>());
+        } else {
+            assert_one_whole_stream(&s);
+            assert_eq!(text(&s), whole);
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_stall_is_resumed_within_the_idle_bound() -> anyhow::Result<()> {
     let _serial = serial().await;
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
