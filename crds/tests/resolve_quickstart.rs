@@ -84,8 +84,12 @@ fn expected_quickstart() -> Snapshot {
     anthropic.first_byte = FirstByte::FixedMs(2 * S);
     anthropic.idle_timeout_ms = 30 * S;
     anthropic.circuit_breaker.open_for_ms = 10 * S;
+    // Protocol defaults: Anthropic can continue an assistant turn and is sent its API version.
+    anthropic.assistant_prefill = true;
+    anthropic.anthropic_version = Some("2023-06-01".into());
     let mut vertex = upstream("vertex-us-east5", Protocol::VertexAnthropic, "http://127.0.0.1:9102/v1", Some("us-east5"));
     vertex.first_byte = FirstByte::FixedMs(2 * S);
+    vertex.assistant_prefill = true;
     vertex.gcp = Some(GcpConfig {
         project: "sluice-demo".into(),
         location: "us-east5".into(),
@@ -166,7 +170,7 @@ fn expected_quickstart() -> Snapshot {
         latency: Some(LatencyConfig { threshold_ms: 10 * S, percentile: 99 }),
         ..availability.clone()
     };
-    Snapshot { format: SNAPSHOT_FORMAT, upstreams, routes: vec![claude, gpt, gemini], budgets: vec![availability, timeslices] }
+    Snapshot { format: SNAPSHOT_FORMAT, upstreams, routes: vec![claude, gemini, gpt], budgets: vec![availability, timeslices] }
 }
 
 #[test]
