@@ -13,29 +13,8 @@ What it does, every `period` (0.3 s), for every Deployment in every namespace:
   `terminationGracePeriodSeconds` (default 30, at most 20 here), so that a gateway's
   drain delay holds up neither the loop nor other pods. A process that exits on its own
   is restarted after 1 s (`restarts`).
-- **Volumes**, laid out under `<root>/<namespace>/<pod>/volumes/<volume>/`:
-  `configMap` (keys or `items` → files), `secret` (`secretName`, keys or `items`),
-  `projected` (its `secret` and `configMap` sources, `items` key → path), `emptyDir`.
-  A missing ConfigMap/Secret/key that is not `optional` keeps the pod from starting
-  (retried every period), as on a real node. The files are re-synced every period
-  (atomic rename), so ConfigMap and Secret edits reach the running process without a
-  restart; a real kubelet does the same, only slower (its sync period is ~1 min).
-- **Container.** Exactly one container per pod. Its image's repository name (the last
-  path segment without tag, e.g. `ghcr.io/sluice-dev/sluice-gateway:0.1.0` →
-  `sluice-gateway`) selects the local binary that stands for the image's ENTRYPOINT
-  (`images`); `command`, if set, must name that entrypoint. The process gets exactly
-  the container's `args` and `env`, resolved: `value`, `valueFrom.secretKeyRef`,
-  `configMapKeyRef`, `fieldRef` (`metadata.name`, `metadata.namespace`,
-  `spec.serviceAccountName`, `spec.nodeName`, `status.podIP`). Only two rewrites
-  happen, in args and env values alike:
-    * a path under a `volumeMounts[].mountPath` → the same path under that volume's
-      directory (nothing may be written to /etc on the test machine);
-    * `0.0.0.0:<containerPort>` → `127.0.0.1:0` (every pod shares the host's ports);
-      the real address is read from the process's `… on http://ADDR` log line.
-  Besides the container's env the process sees only PATH, HOME (the pod dir),
-  HOSTNAME (the pod name), NO_COLOR, RUST_LOG and, unless the pod spec sets
-  `automountServiceAccountToken: false`, KUBECONFIG pointing at the fake API server:
-  the stand-in for the mounted service-account token and KUBERNETES_SERVICE_HOST.
+- **Volumes and the container**: see `pod.py` (files of `configMap`, `secret`,
+  `projected` and `emptyDir` volumes; one container, its args and env resolved).
 - **Readiness and status.** The container's `readinessProbe.httpGet` (a `startupProbe`
   is not modelled) is polled on the discovered address every period; without a probe
   a running process is ready. The Deployment's status (`observedGeneration`,
@@ -49,69 +28,22 @@ log tells them from the operator's.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
-import re
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from harness import LISTENING, KubeFake, Proc, http, spawn
+from harness import LISTENING, KubeFake, http, spawn
+from pod import Pod, PodError, container_env, rewrite, volume_files
 
 PROBE_TIMEOUT = 1.0
 # Most a stopped pod is given before SIGKILL, whatever its terminationGracePeriodSeconds.
 STOP_GRACE_MAX = 20.0
 RESTART_DELAY = 1.0
-ANY_IP = re.compile(r"^0\.0\.0\.0:(\d+)$")
-
-
-class PodError(Exception):
-    """Why a pod cannot start yet (missing Secret, unknown image, …)."""
-
-
-@dataclass
-class Pod:
-    namespace: str
-    deployment: str
-    name: str
-    template_hash: str
-    dir: Path
-    template: dict
-    binary: str = ""
-    argv: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    mounts: dict[str, Path] = field(default_factory=dict)
-    proc: Optional[Proc] = None
-    addr: str = ""
-    ready: bool = False
-    restarts: int = 0
-    exited_at: float = 0.0
-    stopped: bool = False
-    last_error: str = ""
-    volume_files: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def pid(self) -> Optional[int]:
-        return self.proc.pid if self.proc else None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}"
-
-    @property
-    def container(self) -> dict:
-        return self.template["spec"]["containers"][0]
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.alive()
-
-    def log_text(self) -> str:
-        return self.proc.log_text() if self.proc else ""
 
 
 class MiniKubelet:
@@ -318,7 +250,7 @@ class MiniKubelet:
         spec = pod.template["spec"]
         vol_root = pod.dir / "volumes"
         for vol in spec.get("volumes") or []:
-            files = self._volume_files(pod.namespace, vol, configmaps, secrets)
+            files = volume_files(pod.namespace, vol, configmaps, secrets)
             self._write_dir(pod, vol_root / vol["name"], files)
         if not pod.mounts:
             containers = spec.get("containers") or []
@@ -331,54 +263,6 @@ class MiniKubelet:
                 if m.get("subPath"):
                     raise PodError("subPath mounts are not modelled")
                 pod.mounts[m["mountPath"].rstrip("/")] = vol_root / m["name"]
-
-    def _volume_files(self, ns: str, vol: dict, configmaps: dict, secrets: dict) -> dict[str, bytes]:
-        if "configMap" in vol:
-            src = vol["configMap"]
-            return self._source_files("ConfigMap", configmaps.get((ns, src["name"])), src, False)
-        if "secret" in vol:
-            src = vol["secret"]
-            return self._source_files("Secret", secrets.get((ns, src["secretName"])), src, True)
-        if "projected" in vol:
-            files: dict[str, bytes] = {}
-            for source in vol["projected"].get("sources") or []:
-                if "secret" in source:
-                    s = source["secret"]
-                    files.update(self._source_files("Secret", secrets.get((ns, s["name"])), s, True))
-                elif "configMap" in source:
-                    s = source["configMap"]
-                    files.update(self._source_files("ConfigMap", configmaps.get((ns, s["name"])), s, False))
-                else:
-                    raise PodError(f"projected source {sorted(source)} is not modelled")
-            return files
-        if "emptyDir" in vol:
-            return {}
-        raise PodError(f"volume {vol['name']}: kind {sorted(k for k in vol if k != 'name')} is not modelled")
-
-    @staticmethod
-    def _source_files(kind: str, obj: Optional[dict], src: dict, secret: bool) -> dict[str, bytes]:
-        name = src.get("name") or src.get("secretName")
-        optional = bool(src.get("optional"))
-        if obj is None:
-            if optional:
-                return {}
-            raise PodError(f"{kind} {name} not found")
-        data: dict[str, bytes] = {}
-        if secret:
-            data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
-        else:
-            data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
-            data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
-        items = src.get("items")
-        if items is None:
-            return data
-        files = {}
-        for item in items:
-            if item["key"] in data:
-                files[item["path"]] = data[item["key"]]
-            elif not optional:
-                raise PodError(f"{kind} {name} has no key {item['key']}")
-        return files
 
     def _write_dir(self, pod: Pod, root: Path, files: dict[str, bytes]) -> None:
         root.mkdir(parents=True, exist_ok=True)
@@ -407,19 +291,6 @@ class MiniKubelet:
 
     # ------------------------------------------------------------ the process
 
-    def _rewrite(self, pod: Pod, value: str) -> str:
-        if "=" in value and value.startswith("--"):
-            flag, _, rest = value.partition("=")
-            return f"{flag}={self._rewrite(pod, rest)}"
-        for mount in sorted(pod.mounts, key=len, reverse=True):
-            if value == mount or value.startswith(mount + "/"):
-                return str(pod.mounts[mount]) + value[len(mount):]
-        m = ANY_IP.match(value)
-        ports = {p["containerPort"] for p in pod.container.get("ports") or []}
-        if m and int(m.group(1)) in ports:
-            return "127.0.0.1:0"
-        return value
-
     def _env(self, pod: Pod, secrets: dict, configmaps: dict) -> dict[str, str]:
         spec = pod.template["spec"]
         env = {
@@ -431,38 +302,7 @@ class MiniKubelet:
         }
         if spec.get("automountServiceAccountToken") is not False:
             env["KUBECONFIG"] = str(self.fake.kubeconfig)
-        fields = {
-            "metadata.name": pod.name,
-            "metadata.namespace": pod.namespace,
-            "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
-            "spec.nodeName": "mini-kubelet",
-            "status.podIP": "127.0.0.1",
-        }
-        for var in pod.container.get("env") or []:
-            name = var["name"]
-            if "value" in var:
-                env[name] = self._rewrite(pod, var["value"])
-                continue
-            src = var.get("valueFrom") or {}
-            if "fieldRef" in src:
-                path = src["fieldRef"]["fieldPath"]
-                if path not in fields:
-                    raise PodError(f"env {name}: fieldRef {path} is not modelled")
-                env[name] = fields[path]
-            elif "secretKeyRef" in src or "configMapKeyRef" in src:
-                secret = "secretKeyRef" in src
-                ref = src["secretKeyRef" if secret else "configMapKeyRef"]
-                obj = (secrets if secret else configmaps).get((pod.namespace, ref["name"]))
-                data = (obj or {}).get("data") or {}
-                if ref["key"] not in data:
-                    if ref.get("optional"):
-                        continue
-                    what = "Secret" if secret else "ConfigMap"
-                    raise PodError(f"env {name}: {what} {ref['name']} key {ref['key']} not found")
-                raw = data[ref["key"]]
-                env[name] = self._rewrite(pod, base64.b64decode(raw).decode() if secret else raw)
-            else:
-                raise PodError(f"env {name}: valueFrom {sorted(src)} is not modelled")
+        env.update(container_env(pod, secrets, configmaps))
         return env
 
     def _start(self, pod: Pod, secrets: dict, configmaps: dict) -> None:
@@ -476,7 +316,7 @@ class MiniKubelet:
         if command and Path(command[0]).name != repo:
             raise PodError(f"command {command[0]!r} is not the entrypoint of {image}")
         env = self._env(pod, secrets, configmaps)
-        argv = [binary, *[self._rewrite(pod, a) for a in command[1:]], *[self._rewrite(pod, a) for a in c.get("args") or []]]
+        argv = [binary, *[rewrite(pod, a) for a in command[1:]], *[rewrite(pod, a) for a in c.get("args") or []]]
         pod.dir.mkdir(parents=True, exist_ok=True)
         pod.binary, pod.argv, pod.env = binary, argv, env
         pod.addr, pod.ready, pod.last_error = "", False, ""

@@ -2,6 +2,11 @@
 the mini-kubelet running the gateway Deployment it renders + the OpenAI SDK, all on
 one Postgres ledger schema. One scenario, run in file order (see README.md).
 
+Why one file of over 400 lines: the steps share the module-scoped `env` (one fake
+cluster, operator, ledger and gateway pod) and each starts from the state the one
+before left. Split over files, pytest would build that environment once per file and
+the steps would no longer be one scenario.
+
 The quickstart is the founding example: claude-opus-4 on Anthropic with Claude on
 Vertex AI behind it, gpt-4o on OpenAI with Azure OpenAI behind it, and Gemini; each
 chaos upstream speaks its provider's protocol and checks its credentials (the Vertex
