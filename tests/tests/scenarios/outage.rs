@@ -155,7 +155,9 @@ async fn budgets_show_a_two_minute_outage() -> anyhow::Result<()> {
     let (good, bad) = events(&chat);
     let (other_good, other_bad) = events(&other);
     let total = good + bad;
-    assert!(bad >= 400 && good >= 60, "the outage did not happen as scripted: {good} good, {bad} bad");
+    // 12 s of 503 at 40 req/s is ~480 bad events; a busy machine sends fewer, and what
+    // follows compares the budget with the counts the clients saw, whatever they are.
+    assert!(bad >= 240 && good >= 60, "the outage did not happen as scripted: {good} good, {bad} bad");
     assert_eq!(other_bad, 0);
 
     // The flush loop writes the rollups: wait until the CLI sees every request.
