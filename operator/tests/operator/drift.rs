@@ -1,5 +1,7 @@
 //! Drift repair: the operator with its real controllers against the stateful fake API
-//! server. Every object it rendered for a route is deleted in turn, and comes back.
+//! server. Every object it rendered for a route is deleted in turn, once the operator
+//! is quiet (so that a reconcile already on its way cannot be what brings it back),
+//! and comes back.
 
 #![expect(clippy::unwrap_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
 
@@ -23,6 +25,20 @@ const NS: &str = "default";
 const GROUP_OBJECT: &str = "sluice-gateway-default";
 /// Repairs take one debounce (500 ms) and a reconcile; this is ample on a busy machine.
 const REPAIR: Duration = Duration::from_secs(20);
+/// How long no write may reach the API server for the operator to count as quiet (two
+/// debounces).
+const QUIET: Duration = Duration::from_secs(1);
+
+/// Waits until the operator is quiet: its watches do not trigger on its own writes.
+async fn settled(fake: &FakeApiServer) {
+    let quiet = eventually(REPAIR, async || {
+        fake.clear_requests();
+        tokio::time::sleep(QUIET).await;
+        !fake.requests().iter().any(|r| matches!(r.verb.as_str(), "create" | "patch" | "delete"))
+    })
+    .await;
+    assert!(quiet, "the operator kept writing: {:#?}", fake.requests());
+}
 
 async fn uid<K>(api: &Api<K>, name: &str) -> Option<String>
 where
@@ -32,10 +48,11 @@ where
 }
 
 /// Deletes `name` and waits until the operator has created it anew (a new uid).
-async fn deleted_comes_back<K>(client: &Client, name: &str)
+async fn deleted_comes_back<K>(fake: &FakeApiServer, client: &Client, name: &str)
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
+    settled(fake).await;
     let api: Api<K> = Api::namespaced(client.clone(), NS);
     let kind = K::kind(&());
     let before = uid(&api, name).await.unwrap_or_else(|| panic!("no {kind} {name} to delete"));
@@ -75,11 +92,11 @@ async fn every_deleted_gateway_object_comes_back() {
     .await;
     assert!(rendered, "the route's gateway group was never rendered");
 
-    deleted_comes_back::<Service>(&client, GROUP_OBJECT).await;
-    deleted_comes_back::<PodDisruptionBudget>(&client, GROUP_OBJECT).await;
-    deleted_comes_back::<ConfigMap>(&client, GROUP_OBJECT).await;
-    deleted_comes_back::<Deployment>(&client, GROUP_OBJECT).await;
-    deleted_comes_back::<Secret>(&client, "sluice-ledger").await;
+    deleted_comes_back::<Service>(&fake, &client, GROUP_OBJECT).await;
+    deleted_comes_back::<PodDisruptionBudget>(&fake, &client, GROUP_OBJECT).await;
+    deleted_comes_back::<ConfigMap>(&fake, &client, GROUP_OBJECT).await;
+    deleted_comes_back::<Deployment>(&fake, &client, GROUP_OBJECT).await;
+    deleted_comes_back::<Secret>(&fake, &client, "sluice-ledger").await;
 
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), operator).await.expect("shutdown hung").unwrap().unwrap();
