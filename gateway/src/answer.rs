@@ -156,6 +156,7 @@ pub fn stream_answer(
         let usage = end.usage.or_else(|| {
             (end.content_events > 0).then_some(Usage::plain(input_bound, end.content_events))
         });
+        trace.stream_finished(end.finish_reason.map(|r| r.as_str()));
         // A stream resumed to its end is a good answer, whatever broke on the way.
         let bad = outcome != Outcome::Ok && !end.healed;
         let resumed = end.resumed.iter().map(|r| (r.candidate, r.usage)).collect();

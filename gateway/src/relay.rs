@@ -24,7 +24,7 @@ pub mod resume;
 pub mod sse;
 
 pub use idle::IdleWatch;
-use sse::{Event, Splitter, Usage};
+use sse::{Event, FinishReason, Splitter, Usage};
 
 /// How a relayed stream ended.
 #[derive(Debug, Clone)]
@@ -44,11 +44,13 @@ pub struct StreamEnd {
     pub resumed: Vec<resume::Resumed>,
     /// The stream broke, was resumed and ended complete.
     pub healed: bool,
+    /// The last finish reason the client was sent.
+    pub finish_reason: Option<FinishReason>,
 }
 
 impl Default for StreamEnd {
     fn default() -> Self {
-        Self { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0, resumed: Vec::new(), healed: false }
+        Self { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0, resumed: Vec::new(), healed: false, finish_reason: None }
     }
 }
 
@@ -103,7 +105,10 @@ async fn pump(
                 let out = match event {
                     Event::Done => return (end, Some(Bytes::from_static(DONE))),
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
-                        finished |= f;
+                        if f.is_some() {
+                            finished = true;
+                            end.finish_reason = f;
+                        }
                         if usage.is_some() {
                             end.usage = usage;
                         }

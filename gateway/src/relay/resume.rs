@@ -245,7 +245,10 @@ pub(super) async fn pump(
                             broke = Some((Outcome::Reset, ResumeReason::ErrorEvent, format!("the upstream sent an error: {data}")));
                             break;
                         }
-                        finished |= f;
+                        if f.is_some() {
+                            finished = true;
+                            end.finish_reason = f;
+                        }
                         if usage.is_some() {
                             cur.usage = usage;
                         }

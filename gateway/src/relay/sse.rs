@@ -52,6 +52,38 @@ fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'d
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// A chunk's `finish_reason`: OpenAI's four values, and whatever else an
+/// OpenAI-compatible upstream may send (it still ends the choice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// `stop`.
+    Stop,
+    /// `length`.
+    Length,
+    /// `tool_calls` (or the deprecated `function_call`).
+    #[serde(alias = "function_call")]
+    ToolCalls,
+    /// `content_filter`.
+    ContentFilter,
+    /// Any other value.
+    #[serde(other)]
+    Other,
+}
+
+impl FinishReason {
+    /// The value as OpenAI writes it (`other` for the rest).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Other => "other",
+        }
+    }
+}
+
 /// The fields of a chunk the gateway reads; everything else is skipped unparsed.
 #[derive(Deserialize)]
 struct ChunkPeek {
@@ -64,7 +96,7 @@ struct ChunkPeek {
 #[derive(Deserialize)]
 struct ChoicePeek {
     #[serde(default)]
-    finish_reason: Option<serde::de::IgnoredAny>,
+    finish_reason: Option<FinishReason>,
     #[serde(default)]
     delta: Option<DeltaPeek>,
 }
@@ -87,7 +119,7 @@ pub enum Event {
         /// Usage, if the chunk carries it.
         usage: Option<Usage>,
         /// A choice carries a finish reason.
-        finished: bool,
+        finished: Option<FinishReason>,
         /// A usage-only chunk (empty choices), as sent for `include_usage`.
         usage_only: bool,
         /// A choice carries content.
@@ -157,7 +189,7 @@ fn classify(raw: Bytes) -> Event {
         Ok(peek) => {
             let choices = peek.choices.unwrap_or_default();
             Event::Chunk {
-                finished: choices.iter().any(|c| c.finish_reason.is_some()),
+                finished: choices.iter().find_map(|c| c.finish_reason),
                 content: choices.iter().any(|c| c.delta.as_ref().is_some_and(|d| d.content.is_some())),
                 usage_only: choices.is_empty() && peek.usage.is_some(),
                 usage: peek.usage,
@@ -178,7 +210,7 @@ mod tests {
         assert!(s.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}").is_empty());
         let events = s.push(b"\n\ndata: [DONE]\n\n");
         assert_eq!(events.len(), 2);
-        assert!(matches!(events[0], Event::Chunk { content: true, finished: false, .. }));
+        assert!(matches!(events[0], Event::Chunk { content: true, finished: None, .. }));
         assert_eq!(events[1], Event::Done);
         assert_eq!(s.pending(), 0);
     }
@@ -191,7 +223,7 @@ mod tests {
               data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}\n\n\
               data: {not json\n\n: keep-alive\n\n",
         );
-        assert!(matches!(events[0], Event::Chunk { finished: true, usage: None, .. }));
+        assert!(matches!(events[0], Event::Chunk { finished: Some(FinishReason::Stop), usage: None, .. }));
         assert!(matches!(
             events[1],
             Event::Chunk { usage_only: true, usage: Some(Usage { prompt_tokens: 3, completion_tokens: 5, .. }), .. }
@@ -204,6 +236,6 @@ mod tests {
     fn null_finish_reason_is_not_a_finish() {
         let mut s = Splitter::default();
         let events = s.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}],\"usage\":null}\n\n");
-        assert!(matches!(events[0], Event::Chunk { finished: false, usage: None, usage_only: false, .. }));
+        assert!(matches!(events[0], Event::Chunk { finished: None, usage: None, usage_only: false, .. }));
     }
 }

@@ -162,6 +162,13 @@ impl RequestTrace {
         }
     }
 
+    /// Records the finish reason the client saw at the end of a stream (none when it broke).
+    pub fn stream_finished(&self, reason: Option<&str>) {
+        let (Some(span), Some(reason)) = (&self.span, reason) else { return };
+        let reasons = vec![StringValue::from(reason.to_string())];
+        span.set_attribute("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons)));
+    }
+
     /// Records how the request ended; the span ends when this trace is dropped.
     pub fn end(&self, route: &Route, status: u16, candidate: Option<usize>, usage: Option<&Usage>) {
         let Some(span) = &self.span else { return };

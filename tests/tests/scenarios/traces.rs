@@ -255,3 +255,21 @@ async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result
     assert_eq!(backup_seen.all(), vec![format!("00-{client_trace}-{}-01", hex(&second.span_id))]);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_streamed_answer_records_the_finish_reason_the_client_saw() -> anyhow::Result<()> {
+    let (otlp, spans, _receiver) = receiver().await?;
+    let only = sluice_tests::ChaosUpstream::start("only").await?;
+    let manifests = yaml(&[only.doc(), route("chat", "chat-model", &[("only", 100)])]);
+    let traces = TraceArgs { otlp_endpoint: Some(otlp), ..TraceArgs::default() };
+    let gw = TestGateway::start_with(&manifests, GatewayOptions { traces: Some(traces), ..GatewayOptions::default() }).await?;
+    let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
+    assert!(s.events.last().is_some_and(|e| e.is_done()), "{}", s.body);
+    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    let server = async || spans.all().iter().any(|s| s.kind == SpanKind::Server as i32);
+    assert!(eventually(Duration::from_secs(10), server).await, "no request span arrived");
+    let all = spans.all();
+    let request = all.iter().find(|s| s.kind == SpanKind::Server as i32).context("the request span")?;
+    assert_eq!(attributes(request)["gen_ai.response.finish_reasons"], json!(["stop"]));
+    Ok(())
+}
