@@ -22,7 +22,7 @@ from .host import machine, scan_logs, versions
 from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
 from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
-from .settings import ANTHROPIC_BODY, BODY, FULL, LOAD_CPU, QUICK, ROOT, free_port, log
+from .settings import ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, FULL, LOAD_CPU, QUICK, ROOT, free_port, log
 from .systems import (
     billing_key,
     chaos,
@@ -95,7 +95,9 @@ def main() -> int:
         man = work / "sluice.yaml"
         man.write_text(sluice_manifests(mock_port))
         results["configs"] = {"sluice.yaml": man.read_text()}
-        systems = [System("direct", "direct (mock)", mock_port, services=[mock])]
+        systems = [System("direct", "direct (mock)", mock_port, services=[mock]),
+                   System("direct-anthropic", "direct (mock), Anthropic protocol", mock_port, path="/v1/messages",
+                          headers={"anthropic-version": "2023-06-01"}, services=[mock], body=ANTHROPIC_DIRECT_BODY)]
         s_off, p_off = start_sluice("sluice-off", work, man, f"sqlite://{work}/off.db", "none")
         systems.append(System("sluice", "sluice, billing off", p_off, services=[s_off]))
         systems.append(System("sluice-anthropic", "sluice, billing off, Anthropic protocol (translated)", p_off, services=[s_off],

@@ -33,6 +33,16 @@ BODY = json.dumps(
 # gateway translates it to a Messages request and the answer back.
 ANTHROPIC_MODEL = "bench-claude"
 ANTHROPIC_BODY = BODY.replace(f'"model":"{MODEL}"', f'"model":"{ANTHROPIC_MODEL}"')
+# The same request in the Messages protocol, sent straight to the mock: the baseline of
+# the translated route (the mock's Anthropic path is not its OpenAI path).
+ANTHROPIC_DIRECT_BODY = json.dumps(
+    {
+        "model": ANTHROPIC_MODEL,
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
+    },
+    separators=(",", ":"),
+)
 P99_BOUND_MS = 5.0
 PERCENTILES = ["p50", "p90", "p99", "p99.9"]
 # Cores: the load generator (and this script) on one, the systems under test and the

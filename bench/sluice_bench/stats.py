@@ -48,11 +48,17 @@ def combine(rounds: list[dict]) -> dict | None:
     return out
 
 
+# The direct run a system's added latency is measured against, when it is not `direct`:
+# the translated route is compared with the same request sent to the mock natively.
+BASELINES = {"sluice-anthropic": "direct-anthropic"}
+
+
 def added_by_round(runs: list[dict], system: str, rate: int) -> dict:
     """via − direct per percentile (µs), per round (same round, same machine state), then the median."""
     per: dict[str, list[float]] = {p: [] for p in PERCENTILES}
+    baseline = BASELINES.get(system, "direct")
     for r in by(runs, system, rate):
-        d = [x for x in by(runs, "direct", rate) if x.get("round") == r.get("round")]
+        d = [x for x in by(runs, baseline, rate) if x.get("round") == r.get("round")]
         if not d:
             continue
         for p in PERCENTILES:
