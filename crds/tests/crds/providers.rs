@@ -3,7 +3,7 @@
 //! reads, and cache-aware prices.
 #![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

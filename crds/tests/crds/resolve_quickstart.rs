@@ -2,7 +2,7 @@
 //! in milliseconds and nanodollars, defaults filled in; and the defaults of minimal
 //! manifests.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //! nothing panics, and the Snapshot keeps its invariants (routes have candidates that
 //! point at upstreams, models are unique, budgets count only served routes).
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -6,7 +6,7 @@
 //! Fixtures: `testdata/cel/<kind>/{valid,invalid}/*.yaml`; see `testdata/cel/README.md`.
 #![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //!   its Rust mirror shows up here even where no fixture probes it.
 #![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 //! and the problems that name a file and document.
 #![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! `resolve()` on broken manifests: what is kept, what is left out, and the exact
 //! messages (`Problem`'s Display), all reported at once.
 
-mod common;
+use crate::common;
 
 use sluice_crds::{Manifests, resolve};
 

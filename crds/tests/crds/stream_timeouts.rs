@@ -1,7 +1,7 @@
 //! `timeouts.idle: auto` and `failover.midStream` resolve to what the gateway reads
 //! (docs/design.md §2, §4.4, §4.5).
 
-mod common;
+use crate::common;
 
 use sluice_crds::resolve::defaults;
 

@@ -4,7 +4,7 @@
 //! cannot drift apart.
 #![expect(clippy::expect_used, reason = "helpers outside #[test] fns too: a panic is how a test reports")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

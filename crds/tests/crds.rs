@@ -1,0 +1,30 @@
+//! The integration tests of sluice-crds, one binary of modules (one link, one process):
+//! CEL rules and their Rust mirror (`cel`, `bounds`, `providers`, `stream_timeouts`),
+//! `resolve()` (`resolve_quickstart`, `resolve_problems`, `load`, `plausible`,
+//! `never_panics`), the printer-column contract and the drift of the generated CRD YAML.
+//! Shared helpers are in `common`.
+
+mod common;
+
+#[path = "crds/bounds.rs"]
+mod bounds;
+#[path = "crds/cel.rs"]
+mod cel;
+#[path = "crds/contract.rs"]
+mod contract;
+#[path = "crds/drift.rs"]
+mod drift;
+#[path = "crds/load.rs"]
+mod load;
+#[path = "crds/never_panics.rs"]
+mod never_panics;
+#[path = "crds/plausible.rs"]
+mod plausible;
+#[path = "crds/providers.rs"]
+mod providers;
+#[path = "crds/resolve_problems.rs"]
+mod resolve_problems;
+#[path = "crds/resolve_quickstart.rs"]
+mod resolve_quickstart;
+#[path = "crds/stream_timeouts.rs"]
+mod stream_timeouts;
