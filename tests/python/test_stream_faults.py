@@ -158,3 +158,52 @@ def test_a_cut_stream_is_resumed_on_the_backup_as_one_complete_stream(start_gate
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8, chunks[-1]
     assert backup.requests() == b_before + 1
+
+
+def _unbroken_text(client):
+    return "".join(_content(list(client.chat.completions.create(model=CHAT_MODEL, messages=MESSAGES, stream=True))))
+
+
+def test_a_backup_refusing_the_prefill_is_replayed_and_verified(start_gateway, primary, backup):
+    # §4.5: a backup that answers the prefill with a 400 is not the error the client
+    # sees; the request is replayed there, what the client has is held back, the rest relayed.
+    gw = start_gateway(protocol="anthropic", mid_stream="resume")
+    client = gw.client(max_retries=0)
+    primary.script(chunks=8)
+    whole = _unbroken_text(client)
+    primary.script(chunks=8, reset_after_chunks=3)
+    backup.script(chunks=8, refuse_prefill=True)
+    b_before = backup.requests()
+    chunks = list(client.chat.completions.create(model=CHAT_MODEL, messages=MESSAGES, stream=True))
+    assert "".join(_content(chunks)) == whole
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert backup.requests() == b_before + 2, "the refused prefill, then the replay"
+
+
+def test_a_replay_that_diverges_ends_with_the_error_event_naming_the_break(start_gateway, primary, backup):
+    gw = start_gateway(protocol="anthropic", mid_stream="resume")
+    client = gw.client(max_retries=0)
+    primary.script(chunks=8, reset_after_chunks=3)
+    # The backup refuses the prefill, and its replay stops short of what the client has.
+    backup.script(chunks=2, refuse_prefill=True)
+    received = []
+    with pytest.raises(openai.APIError) as err:
+        for chunk in client.chat.completions.create(model=CHAT_MODEL, messages=MESSAGES, stream=True):
+            received.append(chunk)
+    e = err.value
+    assert e.code == "upstream_stream_broken"
+    assert "refus" not in str(e.message).lower(), "the error names the original break, not the prefill refusal"
+    assert _content(received) == ["The ", "upstream ", "said "], "nothing of the replay reached the client"
+
+
+def test_a_cut_inside_a_tool_calls_arguments_is_not_resumed(start_gateway, primary, backup):
+    gw = start_gateway(protocol="anthropic", mid_stream="resume")
+    client = gw.client(max_retries=0)
+    primary.script(chunks=8, tool_call="lookup", reset_after_chunks=3)
+    b_before = backup.requests()
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.APIError) as err:
+        for _ in client.chat.completions.create(model=CHAT_MODEL, messages=MESSAGES, stream=True, tools=tools):
+            pass
+    assert err.value.code == "upstream_stream_broken"
+    assert backup.requests() == b_before, "never resumed inside a tool call's arguments"
