@@ -1,6 +1,9 @@
 //! The real `kubectl` (and kube-rs through a kubeconfig) against the `kube-fake` binary
 //! served on 127.0.0.1. Without `kubectl` on the PATH these tests fail when `CI` is set
 //! and are skipped (with a message) otherwise.
+//!
+//! (Just over ~400 lines: one scenario per kubectl verb against one shared fake server
+//! process; splitting it would start a server per file.)
 #![expect(clippy::expect_used, clippy::unwrap_used, reason = "tests: a panic is how a test reports")]
 
 use std::io::{BufRead, BufReader};
