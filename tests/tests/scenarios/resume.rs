@@ -295,3 +295,49 @@ async fn every_attempt_of_a_resumed_stream_is_billed_at_its_candidates_price() -
     assert_eq!(usage_of(&s.events.iter().find(|e| e.has_usage()).map(|e| e.json()["usage"].clone()).unwrap_or_default()), Some((input, output)));
     Ok(())
 }
+
+/// The three scenarios of the public failoverbench catalogue that no gateway on its
+/// scorecard rescues, with the catalogue's parameters: S08, a stream cut after 40
+/// tokens; S09, a stream that stalls after 20 tokens (for 30 s: here for good, which
+/// is no easier); S14, a cut whose backup rejects the assistant prefill. With
+/// `midStream: resume` each must pass (the complete canonical answer, one clean stream,
+/// bounded time); with the default `error` each must stay safe (the error event, never
+/// a truncated success).
+#[tokio::test]
+async fn failoverbench_s08_s09_s14_pass_with_resume_and_stay_safe_without() -> anyhow::Result<()> {
+    const TOKENS: u32 = 60;
+    let _serial = serial().await;
+    for mid_stream in ["resume", "error"] {
+        for (id, primary_fault, backup_script) in [
+            ("S08", json!({"chunks": TOKENS, "reset_after_chunks": 40}), json!({"chunks": TOKENS})),
+            ("S09", json!({"chunks": TOKENS, "chunk_ms": 5, "hang_after_chunks": 20}), json!({"chunks": TOKENS})),
+            ("S14", json!({"chunks": TOKENS, "reset_after_chunks": 40}), json!({"chunks": TOKENS, "refuse_prefill": true})),
+        ] {
+            let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
+            let docs = [
+                // idle: auto learns the primary's rhythm (5 ms gaps) from the canonical run.
+                primary.native_doc("anthropic").with("spec.timeouts.idle", "auto"),
+                backup.native_doc("anthropic"),
+                route("chat", "chat-model", &[("primary", 100), ("backup", 50)]).with("spec.failover.midStream", mid_stream),
+            ];
+            let gw = TestGateway::start(&yaml(&docs)).await?;
+            primary.script(json!({"chunks": TOKENS, "chunk_ms": 5}))?;
+            let canonical = gw.client()?.chat_stream("chat-model", json!({})).await?;
+            assert!(canonical.complete(), "{id}: {:?}", canonical.datas());
+            primary.script(primary_fault)?;
+            backup.script(backup_script)?;
+            let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
+            if mid_stream == "resume" {
+                assert_one_whole_stream(&s);
+                assert_eq!(text(&s), text(&canonical), "{id}: the complete canonical answer");
+                // A stall is noticed within max(1 s, 10 × p99 gap) = 1 s, not at 30 s.
+                assert!(s.ended_at < Duration::from_secs(5), "{id}: took {:?}", s.ended_at);
+            } else {
+                assert_broken(&s);
+                assert!(text(&canonical).starts_with(&text(&s)), "{id}: what was delivered is a prefix, never a truncated success");
+                assert!(s.ended_at < Duration::from_secs(5), "{id}: took {:?}", s.ended_at);
+            }
+        }
+    }
+    Ok(())
+}
