@@ -76,7 +76,9 @@ fn go_duration(text: &str) -> Option<Duration> {
         let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         let number: f64 = rest.get(..num_len)?.parse().ok()?;
         rest = rest.get(num_len..)?;
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let scale = match rest.get(..unit_len)? {
             "ms" => 0.001,
             "s" => 1.0,
@@ -161,6 +163,43 @@ mod tests {
             from_headers(&headers(&[("retry-after", "soon")]), now),
             None
         );
+    }
+
+    #[test]
+    fn reads_openai_reset_headers_and_takes_the_most_precise_hint_first() {
+        let now = 1_800_000_000_000;
+        let at = |pairs: &[(&'static str, &'static str)]| from_headers(&headers(pairs), now);
+        assert_eq!(
+            at(&[("retry-after", "2"), ("retry-after-ms", "1500")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            at(&[("retry-after", "0.5")]),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            at(&[("x-ratelimit-reset", "3")]),
+            Some(Duration::from_secs(3))
+        );
+        // Over 30 days, a reset is a Unix time.
+        assert_eq!(
+            at(&[("x-ratelimit-reset", "1800000005")]),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            at(&[("x-ratelimit-reset-requests", "6m0s")]),
+            Some(Duration::from_secs(360))
+        );
+        assert_eq!(
+            at(&[("x-ratelimit-reset-tokens", "20ms")]),
+            Some(Duration::from_millis(20))
+        );
+        assert_eq!(
+            at(&[("x-ratelimit-reset-tokens", "1h2m")]),
+            Some(Duration::from_secs(3720))
+        );
+        assert_eq!(at(&[("x-ratelimit-reset-tokens", "6 minutes")]), None);
+        assert_eq!(at(&[]), None);
     }
 
     #[test]
