@@ -60,6 +60,24 @@ pub struct ModelRouteSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10_000_000))]
     pub default_max_tokens: Option<u32>,
+    /// Synthetic checks: a minimal real completion sent to each candidate every
+    /// `interval` (docs/design.md §10); off unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthetic: Option<SyntheticSpec>,
+}
+
+/// A route's synthetic checks (docs/design.md §10).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SyntheticSpec {
+    /// Time between two checks of one candidate, at least `1s`; default `90s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::schema::SYNTHETIC_INTERVAL_RULE).message(crate::schema::msg::SYNTHETIC_INTERVAL))]
+    pub interval: Option<String>,
+    /// `max_tokens` of each check, 1..4096; default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub max_tokens: Option<u32>,
 }
 
 /// How the first candidate is picked.

@@ -15,7 +15,8 @@ use crate::model_route::{ModelRoute, Price};
 use crate::problem::{Problem, Severity};
 use crate::snapshot::{
     AlertConfig, AuthConfig, AwsConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, GcpConfig,
-    LatencyConfig, PriceConfig, ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, Snapshot, UpstreamConfig,
+    LatencyConfig, PriceConfig, ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, Snapshot, SyntheticConfig,
+    UpstreamConfig,
 };
 use crate::upstream::{ANTHROPIC_VERSION, AWS_SECRET_KEYS, Protocol, Upstream, UpstreamSpec};
 use crate::{duration, validate};
@@ -40,6 +41,10 @@ pub mod defaults {
     pub const BACKOFF_MAX_TOTAL_MS: u64 = 30_000;
     /// Reservation `max_tokens`.
     pub const MAX_TOKENS: u32 = 4_096;
+    /// Time between two synthetic checks of one candidate.
+    pub const SYNTHETIC_INTERVAL_MS: u64 = 90_000;
+    /// `max_tokens` of a synthetic check.
+    pub const SYNTHETIC_MAX_TOKENS: u32 = 1;
     /// Gateway group.
     pub const GATEWAY: &str = "default";
     /// Namespace of a manifest without one.
@@ -305,6 +310,10 @@ fn resolve_routes(
             backoff_base_ms: ms(backoff.base.as_deref(), defaults::BACKOFF_BASE_MS),
             backoff_max_total_ms: ms(backoff.max_total.as_deref(), defaults::BACKOFF_MAX_TOTAL_MS),
             default_max_tokens: spec.default_max_tokens.unwrap_or(defaults::MAX_TOKENS),
+            synthetic: spec.synthetic.as_ref().map(|s| SyntheticConfig {
+                interval_ms: ms(s.interval.as_deref(), defaults::SYNTHETIC_INTERVAL_MS),
+                max_tokens: s.max_tokens.unwrap_or(defaults::SYNTHETIC_MAX_TOKENS),
+            }),
         });
     }
     out

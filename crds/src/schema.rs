@@ -10,6 +10,9 @@ pub const DURATION_MESSAGE: &str = "must be a positive duration such as 50ms, 2s
 /// [`DURATION_RULE`] or the word `auto`.
 pub const DURATION_OR_AUTO_RULE: &str =
     "self == 'auto' || (self.matches('^([0-9]+(ms|s|m|h))+$') && !self.matches('^(0+(ms|s|m|h))+$'))";
+/// A [`DURATION_RULE`] duration of at least one second (a synthetic check's interval);
+/// CEL's `duration()` reads the same `<int><unit>` groups.
+pub const SYNTHETIC_INTERVAL_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) >= duration('1s')";
 /// A non-negative USD amount with at most 9 decimals.
 pub const MONEY_RULE: &str = "self.matches('^[0-9]{1,7}(\\\\.[0-9]{1,9})?$')";
 /// Message for [`MONEY_RULE`].
@@ -64,6 +67,7 @@ pub mod msg {
     pub const UPSTREAM_NAME: &str = "upstream must be the name of an Upstream (a DNS subdomain)";
     pub const RETRY_ON: &str =
         "retryOn may only list 408, 429 and 5xx statuses: other 4xx are client errors and are passed through";
+    pub const SYNTHETIC_INTERVAL: &str = "synthetic.interval must be a duration of at least 1s, e.g. 90s";
     pub const TIMESLICE_REQUIRED: &str = "timeslice is required when method is timeslices";
     pub const ROUTES_UNIQUE: &str = "routes must not repeat a route";
     pub const OBJECTIVE: &str = "objective must be a decimal string strictly between 50 and 100, e.g. \"99.95\"";

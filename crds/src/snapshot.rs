@@ -223,6 +223,19 @@ pub struct RouteConfig {
     pub backoff_max_total_ms: u64,
     /// `max_tokens` for reservations when a request sets none.
     pub default_max_tokens: u32,
+    /// Synthetic checks of every candidate (docs/design.md §10); `None`: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthetic: Option<SyntheticConfig>,
+}
+
+/// A route's synthetic checks, resolved.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SyntheticConfig {
+    /// Time between two checks of one candidate, at least 1000.
+    pub interval_ms: u64,
+    /// `max_tokens` of each check.
+    pub max_tokens: u32,
 }
 
 /// A resolved candidate.

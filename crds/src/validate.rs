@@ -96,6 +96,12 @@ pub fn is_schema_duration(text: &str) -> bool {
     matches(&DURATION, text) && !matches(&ZERO_DURATION, text)
 }
 
+/// The CRD's synthetic interval rule: a duration in ms, s, m, h of at least one second.
+/// One too long for [`crate::duration::parse`] (over a century) is long enough.
+pub fn is_synthetic_interval(text: &str) -> bool {
+    matches(&DURATION, text) && crate::duration::parse(text).ok().is_none_or(|d| d >= std::time::Duration::from_secs(1))
+}
+
 /// An alert window in minutes, as the CEL rule computes it; `None` unless it matches
 /// the alert window pattern.
 fn alert_window_minutes(window: &str) -> Option<u64> {
@@ -233,6 +239,12 @@ pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
         c.duration(b.max_total.as_deref(), "spec.backoff.maxTotal");
     }
     c.range(spec.default_max_tokens, "spec.defaultMaxTokens", 1, 10_000_000);
+    if let Some(s) = &spec.synthetic {
+        if let Some(interval) = &s.interval {
+            c.rule(is_synthetic_interval(interval), "spec.synthetic.interval", msg::SYNTHETIC_INTERVAL);
+        }
+        c.range(s.max_tokens, "spec.synthetic.maxTokens", 1, 4096);
+    }
     c.0
 }
 

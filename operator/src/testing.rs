@@ -67,6 +67,7 @@ pub fn route(namespace: &str, name: &str, model: &str, gateway: Option<&str>, up
         failover: None,
         backoff: None,
         default_max_tokens: None,
+        synthetic: None,
     };
     let mut metadata = meta(namespace, name, "modelroute");
     metadata.finalizers = Some(vec![FINALIZER.into()]);

@@ -118,6 +118,7 @@ fn rows() -> Vec<Row> {
         r("ModelRoute", "spec.failover.retryOn", Items, Some(1), 16, statuses, "must list 1 to 16 statuses, got 0", "must list 1 to 16 statuses, got 17"),
         r("ModelRoute", "spec.backoff.maxAttempts", Number, Some(1), 20, number, RANGE, RANGE),
         r("ModelRoute", "spec.defaultMaxTokens", Number, Some(1), 10_000_000, number, RANGE, RANGE),
+        r("ModelRoute", "spec.synthetic.maxTokens", Number, Some(1), 4096, number, RANGE, RANGE),
         r("ErrorBudget", "spec.routes", Items, Some(1), 64, routes, "must list 1 to 64 routes, got 0", "must list 1 to 64 routes, got 65"),
         r("ErrorBudget", "spec.routes[1]", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
         r("ErrorBudget", "spec.latency.percentile", Number, Some(50), 99, number, RANGE, RANGE),

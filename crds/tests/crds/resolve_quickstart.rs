@@ -11,7 +11,7 @@ use sluice_crds::model_route::{FirstByteAction, Selection};
 use sluice_crds::resolve::{defaults, usd_to_nanos};
 use sluice_crds::snapshot::{
     AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, GcpConfig, LatencyConfig,
-    PriceConfig, ProbeConfig, Protocol, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, UpstreamConfig,
+    PriceConfig, ProbeConfig, Protocol, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, SyntheticConfig, UpstreamConfig,
 };
 use sluice_crds::{Snapshot, load_paths, resolve};
 
@@ -124,6 +124,7 @@ fn expected_quickstart() -> Snapshot {
         backoff_base_ms: 250,
         backoff_max_total_ms: 10 * S,
         default_max_tokens: 4096,
+        synthetic: Some(SyntheticConfig { interval_ms: 90 * S, max_tokens: 1 }),
     };
     let gpt = RouteConfig {
         key: "default/gpt-4o".into(),
@@ -143,6 +144,7 @@ fn expected_quickstart() -> Snapshot {
         name: "gemini-pro".into(),
         model: "gemini-2.5-pro".into(),
         candidates: vec![candidate("gemini", "gemini-2.5-pro", 100, price(125, 1000, 31, 125))],
+        synthetic: None,
         ..gpt.clone()
     };
 
@@ -288,6 +290,7 @@ fn minimal_manifests_get_the_documented_defaults() {
         (defaults::MAX_WALKS, defaults::BACKOFF_BASE_MS, defaults::BACKOFF_MAX_TOTAL_MS)
     );
     assert_eq!(route.default_max_tokens, defaults::MAX_TOKENS);
+    assert_eq!(route.synthetic, None, "synthetic checks are off unless set");
 
     let budget = &snap.budgets[0];
     assert_eq!((budget.objective_ratio, budget.window_ms, budget.method), (0.99, H, BudgetMethod::Occurrences));
@@ -308,6 +311,21 @@ fn durations_the_schema_accepts_but_too_long_to_parse_are_capped_not_defaulted()
     assert_eq!(common::problems(&resolved), Vec::<String>::new());
     assert_eq!(resolved.snapshot.routes[0].deadline_ms, century);
     assert_eq!(resolved.snapshot.budgets[0].alerts[0].long_window_ms, century);
+}
+
+#[test]
+fn synthetic_checks_resolve_with_their_defaults() {
+    let with = |synthetic: &str| {
+        let text = MINIMAL.replace("model: m\n", &format!("model: m\n  synthetic: {synthetic}\n"));
+        let resolved = common::resolve_text(&text);
+        assert_eq!(common::problems(&resolved), Vec::<String>::new(), "{synthetic}");
+        resolved.snapshot.routes[0].synthetic
+    };
+    let defaults =
+        SyntheticConfig { interval_ms: defaults::SYNTHETIC_INTERVAL_MS, max_tokens: defaults::SYNTHETIC_MAX_TOKENS };
+    assert_eq!(with("{}"), Some(defaults));
+    assert_eq!((defaults.interval_ms, defaults.max_tokens), (90 * S, 1));
+    assert_eq!(with("{interval: 1000ms, maxTokens: 16}"), Some(SyntheticConfig { interval_ms: S, max_tokens: 16 }));
 }
 
 #[test]
