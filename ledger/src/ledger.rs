@@ -44,17 +44,15 @@ enum Backend {
 #[derive(Debug)]
 struct Embedded(&'static [(i64, &'static str, &'static str)]);
 
-const SQLITE_MIGRATIONS: Embedded = Embedded(&[(
-    1,
-    "init",
-    include_str!("../migrations/sqlite/0001_init.sql"),
-)]);
+const SQLITE_MIGRATIONS: Embedded = Embedded(&[
+    (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+    (4, "synthetic", include_str!("../migrations/sqlite/0004_synthetic.sql")),
+]);
 
-const POSTGRES_MIGRATIONS: Embedded = Embedded(&[(
-    1,
-    "init",
-    include_str!("../migrations/postgres/0001_init.sql"),
-)]);
+const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
+    (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+    (4, "synthetic", include_str!("../migrations/postgres/0004_synthetic.sql")),
+]);
 
 /// Connections in the Postgres pool (shared by readers and writers).
 const POSTGRES_POOL_SIZE: u32 = 16;

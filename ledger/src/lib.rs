@@ -34,6 +34,7 @@ mod ledger;
 mod money;
 mod reservation;
 mod rollup;
+mod synthetic;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
@@ -44,6 +45,7 @@ pub use journal::JournalCheck;
 pub use ledger::Ledger;
 pub use money::{NANOS_PER_USD, UsdError, format_usd, parse_usd};
 pub use reservation::{Reservation, SettleOutcome, Settlement, Usage};
+pub use synthetic::{SYNTHETIC_ACCOUNT, SYNTHETIC_RETENTION, SyntheticCheck};
 pub use rollup::{
     LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_MS, RouteMinute, UPSTREAM_OUTCOMES, UpstreamMinute,
     latency_bucket_index,

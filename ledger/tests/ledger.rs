@@ -25,5 +25,7 @@ mod money;
 mod overdraft;
 #[path = "ledger/rollups.rs"]
 mod rollups;
+#[path = "ledger/synthetic.rs"]
+mod synthetic;
 #[path = "ledger/tls.rs"]
 mod tls;
