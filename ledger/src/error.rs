@@ -44,6 +44,10 @@ pub enum LedgerError {
         /// The amount that did not fit.
         nanos: i64,
     },
+    /// The ledger cannot be used right now and no grant held in memory covers the
+    /// request (docs/design.md §5a; HTTP 503 `ledger_unavailable` at the gateway).
+    #[error("the ledger is unavailable: {0}")]
+    Unavailable(String),
     /// The wallet cannot cover a reservation (HTTP 402 at the gateway).
     #[error("insufficient funds: {needed_nanos} nanodollars needed, {available_nanos} available")]
     InsufficientFunds {

@@ -70,6 +70,10 @@ pub struct JournalCheck {
     pub journal_reserved_nanos: i64,
     /// Σ amounts of the account's open reservations.
     pub open_reservations_nanos: i64,
+    /// Σ amounts the account's open grants hold (docs/design.md §5a).
+    pub open_grants_nanos: i64,
+    /// Grants whose journal rows do not add up to what they hold (0 when consistent).
+    pub unexplained_grants: u64,
     /// `balance_after`/`reserved_after` of the newest journal row.
     pub last_after: Option<(i64, i64)>,
     /// Σ charges that could not be collected (actual cost above the reservation, or a
@@ -81,11 +85,13 @@ pub struct JournalCheck {
 
 impl JournalCheck {
     /// True when balance and reserved equal the journal sums and the newest row's
-    /// "after" values, reserved equals the open reservations, and balance ≥ reserved ≥ 0.
+    /// "after" values, reserved equals the open reservations plus the open grants, every
+    /// grant's journal rows explain what it holds, and balance ≥ reserved ≥ 0.
     pub fn is_consistent(&self) -> bool {
         self.balance_nanos == self.journal_balance_nanos
             && self.reserved_nanos == self.journal_reserved_nanos
-            && self.reserved_nanos == self.open_reservations_nanos
+            && self.reserved_nanos == self.open_reservations_nanos + self.open_grants_nanos
+            && self.unexplained_grants == 0
             && self.last_after == Some((self.balance_nanos, self.reserved_nanos))
             && self.reserved_nanos >= 0
             && self.balance_nanos >= self.reserved_nanos
@@ -151,8 +157,22 @@ impl Ledger {
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
+        // Grants (docs/design.md §5a): what open ones hold is in `reserved` too, and each
+        // grant's journal rows (take, settlements, return or expiry) must add up to what
+        // it holds: its amount while open, nothing once closed.
+        let grants = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(CASE WHEN g.state = 'open' THEN g.amount_nanos ELSE 0 END), 0) AS BIGINT), \
+             COUNT(CASE WHEN (CASE WHEN g.state = 'open' THEN g.amount_nanos ELSE 0 END) <> \
+               (SELECT COALESCE(SUM(j.reserved_delta), 0) FROM journal j WHERE j.grant_id = g.id) THEN 1 END) \
+             FROM grants g WHERE g.account_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
         tx.rollback().await?;
         Ok(JournalCheck {
+            open_grants_nanos: grants.try_get(0)?,
+            unexplained_grants: from_db(grants.try_get(1)?),
             account: account.to_owned(),
             balance_nanos: row.try_get(1)?,
             reserved_nanos: row.try_get(2)?,

@@ -46,11 +46,13 @@ struct Embedded(&'static [(i64, &'static str, &'static str)]);
 
 const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+    (2, "grants", include_str!("../migrations/sqlite/0002_grants.sql")),
     (4, "synthetic", include_str!("../migrations/sqlite/0004_synthetic.sql")),
 ]);
 
 const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+    (2, "grants", include_str!("../migrations/postgres/0002_grants.sql")),
     (4, "synthetic", include_str!("../migrations/postgres/0004_synthetic.sql")),
 ]);
 

@@ -9,6 +9,9 @@
 //!   [`format_usd`] convert at the edges.
 //! - Wallets: [`Ledger::create_account`], [`Ledger::topup`], [`Ledger::create_key`] and the
 //!   hot-path [`Ledger::authenticate`].
+//! - Balance grants (docs/design.md §5a): a [`Biller`] per process holds a grant per
+//!   account and serves reservations from it in memory; settlements are committed in
+//!   batches. Start at `grant.rs`.
 //! - Billing: [`Ledger::reserve`] returns a [`Reservation`] guard that must be
 //!   [settled](Reservation::settle) or [released](Reservation::release). The invariant
 //!   `balance − reserved ≥ 0` holds at every instant, on both databases, under any
@@ -28,6 +31,7 @@ mod accounts;
 pub mod budget;
 pub mod cli;
 mod error;
+pub mod grant;
 mod heartbeat;
 mod journal;
 mod ledger;
@@ -40,6 +44,7 @@ pub mod testing;
 
 pub use accounts::{Account, AccountRef};
 pub use error::LedgerError;
+pub use grant::{Billed, Biller, BillerConfig, BillerObserver, Hold, RenewalResult};
 pub use heartbeat::{Heartbeat, UpstreamHeartbeat};
 pub use journal::JournalCheck;
 pub use ledger::Ledger;

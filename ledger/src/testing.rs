@@ -10,7 +10,7 @@ mod db;
 
 use std::time::Duration;
 
-pub use db::{Backend, DEFAULT_POSTGRES_URL, JournalRow, ReservationRow, TestDb, TestDbError};
+pub use db::{Backend, DEFAULT_POSTGRES_URL, GrantRow, JournalRow, ReservationRow, TestDb, TestDbError};
 
 /// Polls `check` until it holds or `within` has passed; returns whether it held.
 ///

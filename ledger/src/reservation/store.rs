@@ -266,8 +266,9 @@ impl Ledger {
         self.close_unsettled(id, EntryKind::Release).await
     }
 
-    /// Releases every open reservation whose expiry is at or before `now` (crash safety;
-    /// the gateway runs this periodically). Returns how many it released.
+    /// Releases every open reservation, and expires every open grant, whose expiry is at
+    /// or before `now` (crash safety; the gateway runs this periodically). Returns how
+    /// many it closed.
     pub async fn reap_expired(&self, now: SystemTime) -> Result<u64, LedgerError> {
         let now_ms = unix_ms(now);
         let mut reaped = 0;
@@ -293,7 +294,8 @@ impl Ledger {
         if reaped > 0 {
             tracing::info!(reaped, "released expired reservations");
         }
-        Ok(reaped)
+        // And the grants of processes that died holding them (docs/design.md §5a).
+        Ok(reaped + self.reap_grants(now_ms).await?)
     }
 
     /// Number of open reservations (all accounts).

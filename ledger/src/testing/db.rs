@@ -108,6 +108,35 @@ pub struct JournalRow {
     pub reservation_id: Option<i64>,
     /// The request, if any.
     pub request_id: Option<String>,
+    /// The grant, if any (docs/design.md §5a).
+    pub grant_id: Option<i64>,
+    /// Prompt tokens of a grant settlement.
+    pub input_tokens: Option<i64>,
+    /// Completion tokens of a grant settlement.
+    pub output_tokens: Option<i64>,
+    /// The upstream that served a grant settlement.
+    pub upstream: Option<String>,
+}
+
+/// One row of the `grants` table (docs/design.md §5a).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantRow {
+    /// Id.
+    pub id: i64,
+    /// The account.
+    pub account_id: i64,
+    /// The process that holds it.
+    pub holder: String,
+    /// What it holds (while open).
+    pub amount: i64,
+    /// What its settlements charged.
+    pub settled: i64,
+    /// `open`, `returned` or `expired`.
+    pub state: String,
+    /// End of its validity for new requests, unix ms.
+    pub valid_until_ms: i64,
+    /// When the reaper may expire it, unix ms.
+    pub expires_at_ms: i64,
 }
 
 fn unique(prefix: &str) -> String {
@@ -222,7 +251,7 @@ impl TestDb {
     /// The whole journal, in order.
     pub async fn journal(&self) -> Result<Vec<JournalRow>, TestDbError> {
         let pool = self.pool().await?;
-        let rows = sqlx::query("SELECT kind, amount_nanos, balance_delta, reservation_id, request_id FROM journal ORDER BY id")
+        let rows = sqlx::query("SELECT kind, amount_nanos, balance_delta, reservation_id, request_id, grant_id, input_tokens, output_tokens, upstream FROM journal ORDER BY id")
             .fetch_all(&pool)
             .await;
         pool.close().await;
@@ -233,6 +262,35 @@ impl TestDb {
                 balance_delta: r.try_get(2)?,
                 reservation_id: r.try_get(3)?,
                 request_id: r.try_get(4)?,
+                grant_id: r.try_get(5)?,
+                input_tokens: r.try_get(6)?,
+                output_tokens: r.try_get(7)?,
+                upstream: r.try_get(8)?,
+            })
+        };
+        rows?.iter().map(read).collect()
+    }
+
+    /// Every grant, by id.
+    pub async fn grants(&self) -> Result<Vec<GrantRow>, TestDbError> {
+        let pool = self.pool().await?;
+        let rows = sqlx::query(
+            "SELECT id, account_id, holder, amount_nanos, settled_nanos, state, valid_until_ms, expires_at_ms \
+             FROM grants ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await;
+        pool.close().await;
+        let read = |r: &sqlx::any::AnyRow| {
+            Ok(GrantRow {
+                id: r.try_get(0)?,
+                account_id: r.try_get(1)?,
+                holder: r.try_get(2)?,
+                amount: r.try_get(3)?,
+                settled: r.try_get(4)?,
+                state: r.try_get(5)?,
+                valid_until_ms: r.try_get(6)?,
+                expires_at_ms: r.try_get(7)?,
             })
         };
         rows?.iter().map(read).collect()

@@ -3,7 +3,7 @@
 //! `sluice_ledger::testing::TestDb`.
 
 use sluice_ledger::Ledger;
-use sluice_ledger::testing::TestDb;
+use sluice_ledger::testing::{GrantRow, JournalRow, TestDb};
 
 /// Defines `mod $name { sqlite, postgres }`, each calling `$body(&Db)`.
 #[macro_export]
@@ -59,5 +59,17 @@ impl Db {
             url: db.url.clone(),
             _db: db,
         }
+    }
+}
+
+impl Db {
+    /// The whole journal, in order.
+    pub async fn journal(&self) -> Vec<JournalRow> {
+        self._db.journal().await.expect("read the journal")
+    }
+
+    /// Every grant, by id.
+    pub async fn grants(&self) -> Vec<GrantRow> {
+        self._db.grants().await.expect("read the grants")
     }
 }

@@ -1,0 +1,248 @@
+//! The grant state machine against a model of the database (docs/design.md §5a): any
+//! order of reserve, settle, release, renew, commit, expiry by a reaper, a frozen
+//! account and top-ups never overdraws, never makes `reserved` negative, never promises
+//! more than a grant holds, and accounts for every nanodollar.
+
+use proptest::prelude::*;
+
+use super::Book;
+use crate::grant::store::take_size;
+
+/// The database as the book's process sees it: one account and its grants.
+#[derive(Debug, Default)]
+struct Db {
+    balance: i64,
+    reserved: i64,
+    topups: i64,
+    charged: i64,
+    uncollected: i64,
+    /// Grant id → amount held while open.
+    open: std::collections::BTreeMap<i64, i64>,
+    next_grant: i64,
+    frozen: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Reserve(i64),
+    Settle(usize, i64),
+    Release(usize),
+    Renew(i64, i64),
+    Commit,
+    Expire,
+    Return,
+    Freeze(bool),
+    Topup(i64),
+    Tick(i64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1i64..=50).prop_map(Op::Reserve),
+        3 => (any::<usize>(), 0i64..=80).prop_map(|(i, c)| Op::Settle(i, c)),
+        1 => any::<usize>().prop_map(Op::Release),
+        3 => (0i64..=60, 0i64..=200).prop_map(|(n, t)| Op::Renew(n, t)),
+        2 => Just(Op::Commit),
+        1 => Just(Op::Expire),
+        1 => Just(Op::Return),
+        1 => any::<bool>().prop_map(Op::Freeze),
+        1 => (0i64..=100).prop_map(Op::Topup),
+        1 => (0i64..=40_000).prop_map(Op::Tick),
+    ]
+}
+
+/// A hold: grant, estimate.
+type Held = (i64, i64);
+/// A settlement queued for the writer: grant, charged.
+type Queued = (i64, i64);
+
+fn check(db: &Db, book: &Book, opening: i64) -> Result<(), TestCaseError> {
+    prop_assert!(db.balance - db.reserved >= 0, "overdraft: {db:?}");
+    prop_assert!(db.reserved >= 0, "negative reserved: {db:?}");
+    prop_assert_eq!(
+        db.reserved,
+        db.open.values().sum::<i64>(),
+        "reserved is what the open grants hold"
+    );
+    prop_assert_eq!(
+        db.balance,
+        opening + db.topups - db.charged,
+        "every nanodollar accounted for"
+    );
+    for (id, g) in book.grants() {
+        prop_assert!(g.in_flight >= 0 && g.pending >= 0, "{g:?}");
+        prop_assert!(
+            g.in_flight + g.pending <= g.held,
+            "grant {id} promised more than it holds: {g:?}"
+        );
+        if let Some(&amount) = db.open.get(&id) {
+            prop_assert_eq!(g.held, amount, "grant {} as the book knows it", id);
+        } else {
+            prop_assert!(
+                g.closed || g.held == 0,
+                "grant {id} is not open in the database: {g:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn grants_never_overdraw_and_account_for_every_nanodollar(opening in 0i64..=300, ops in prop::collection::vec(op(), 1..120)) {
+        let mut db = Db { balance: opening, ..Db::default() };
+        let mut book = Book::default();
+        let mut holds: Vec<Held> = Vec::new();
+        let mut queued: Vec<Queued> = Vec::new();
+        let mut now = 1_000_000i64;
+        for op in ops {
+            match op {
+                Op::Reserve(e) => {
+                    if let Ok(id) = book.reserve(e, now) {
+                        holds.push((id, e));
+                    }
+                }
+                Op::Settle(i, actual) if !holds.is_empty() => {
+                    let (id, e) = holds.swap_remove(i % holds.len());
+                    let charged = actual.min(e);
+                    book.settle(id, e, charged);
+                    queued.push((id, charged));
+                }
+                Op::Release(i) if !holds.is_empty() => {
+                    let (id, e) = holds.swap_remove(i % holds.len());
+                    book.release(id, e);
+                }
+                Op::Renew(need, target) => {
+                    let current = book.current().filter(|(_, g)| !g.closed).map(|(id, _)| id);
+                    let free = db.balance - db.reserved;
+                    let size = if db.frozen { None } else { take_size(free, need, target.max(need)) };
+                    match (size, current) {
+                        (Some(amount), Some(id)) if db.open.contains_key(&id) => {
+                            db.open.entry(id).and_modify(|a| *a += amount);
+                            db.reserved += amount;
+                            book.took(id, amount, now + 30_000);
+                        }
+                        // The grant to grow was expired by a reaper: the book closes it.
+                        (Some(_), Some(id)) => book.close(id),
+                        (Some(amount), None) => {
+                            db.next_grant += 1;
+                            db.open.insert(db.next_grant, amount);
+                            db.reserved += amount;
+                            book.took(db.next_grant, amount, now + 30_000);
+                        }
+                        (None, _) => {}
+                    }
+                }
+                Op::Commit => {
+                    for (id, charged) in queued.drain(..) {
+                        let applied = match db.open.get_mut(&id) {
+                            Some(amount) => {
+                                *amount -= charged;
+                                db.reserved -= charged;
+                                db.balance -= charged;
+                                db.charged += charged;
+                                true
+                            }
+                            None => {
+                                db.uncollected += charged;
+                                false
+                            }
+                        };
+                        book.committed(id, charged, applied);
+                    }
+                }
+                Op::Expire => {
+                    // A reaper, in any state of this process (e.g. it was paused).
+                    if let Some((&id, &amount)) = db.open.iter().next() {
+                        db.open.remove(&id);
+                        db.reserved -= amount;
+                    }
+                }
+                Op::Return => {
+                    if let Some(id) = book.idle(now, 0) {
+                        book.close(id);
+                        if let Some(amount) = db.open.remove(&id) {
+                            db.reserved -= amount;
+                        }
+                    }
+                }
+                Op::Freeze(f) => db.frozen = f,
+                Op::Topup(x) => {
+                    db.balance += x;
+                    db.topups += x;
+                }
+                Op::Tick(ms) => now += ms,
+                Op::Settle(..) | Op::Release(_) => {}
+            }
+            // A grant the reaper expired is noticed by the book at its next renewal;
+            // until then it must not hold more than the database did.
+            for (id, g) in book.grants() {
+                prop_assert!(g.in_flight + g.pending <= g.held, "grant {id}: {g:?}");
+            }
+            let expired: Vec<i64> = book.grants().filter(|(id, g)| !g.closed && !db.open.contains_key(id)).map(|(id, _)| id).collect();
+            for id in expired {
+                book.close(id);
+            }
+            check(&db, &book, opening)?;
+        }
+        // Everything ends: holds released, settlements committed, grants returned.
+        for (id, e) in holds.drain(..) {
+            book.release(id, e);
+        }
+        for (id, charged) in queued.drain(..) {
+            let applied = if let Some(amount) = db.open.get_mut(&id) {
+                *amount -= charged;
+                db.reserved -= charged;
+                db.balance -= charged;
+                db.charged += charged;
+                true
+            } else {
+                false
+            };
+            book.committed(id, charged, applied);
+        }
+        if let Some(id) = book.idle(now + 10_000_000, 0) {
+            book.close(id);
+            if let Some(amount) = db.open.remove(&id) {
+                db.reserved -= amount;
+            }
+        }
+        for (id, amount) in std::mem::take(&mut db.open) {
+            book.close(id);
+            db.reserved -= amount;
+        }
+        check(&db, &book, opening)?;
+        prop_assert_eq!(db.reserved, 0);
+        prop_assert!(!book.busy());
+        prop_assert_eq!(book.grants().count(), 0, "every grant forgotten once closed and done");
+    }
+}
+
+#[test]
+fn near_a_zero_balance_grants_shrink_to_the_request() {
+    // Half of what is free when that covers the need, else exactly the need.
+    assert_eq!(take_size(1000, 10, 100), Some(100));
+    assert_eq!(take_size(100, 10, 100), Some(50));
+    assert_eq!(take_size(15, 10, 100), Some(10));
+    assert_eq!(take_size(9, 10, 100), None);
+    assert_eq!(take_size(0, 0, 100), Some(0));
+}
+
+#[test]
+fn the_rate_follows_reservations_and_decays() {
+    let mut b = Book::default();
+    b.took(1, 1000, 10_000);
+    for i in 0..10 {
+        assert!(b.reserve(10, 1000 + i).is_ok());
+    }
+    assert_eq!(b.rate_per_s(1500), 100);
+    assert_eq!(b.reserve(10, 2100), Ok(1));
+    assert_eq!(b.rate_per_s(2100), 100, "the last full second");
+    assert_eq!(b.rate_per_s(9000), 0, "nothing for a while");
+    assert_eq!(
+        b.reserve(10, 10_000).unwrap_err().room,
+        0,
+        "expired for new requests"
+    );
+}
