@@ -1,16 +1,15 @@
-//! Wallets (accounts), top-ups and API keys.
+//! Wallets (accounts) and top-ups; API keys are in `keys.rs`.
 
 use std::time::SystemTime;
 
-use rand::Rng;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::error::LedgerError;
 use crate::journal::{self, Entry, EntryKind};
 use crate::ledger::{Ledger, unix_ms};
+use crate::notify;
 
 /// A wallet. `balance_nanos − reserved_nanos` is what new reservations may use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -33,12 +32,6 @@ pub struct AccountRef {
     /// Account name.
     pub name: String,
 }
-
-/// Every key starts with this.
-const KEY_PREFIX: &str = "sk-sluice-";
-/// Random characters after the prefix: 43 × 6 bits = 258 bits.
-const KEY_RANDOM_CHARS: usize = 43;
-const URL_SAFE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 impl Account {
     /// `balance − reserved`: what a new reservation may take.
@@ -122,7 +115,8 @@ impl Ledger {
         Ok(row.as_ref().map(Account::from_row).transpose()?)
     }
 
-    /// Adds `amount_nanos` to the balance of `name` (journalled as `topup`).
+    /// Adds `amount_nanos` to the balance of `name` (journalled as `topup`). Every gateway
+    /// learns of it within 1 s ([`Change::Account`](crate::Change::Account)).
     pub async fn topup(&self, name: &str, amount_nanos: i64) -> Result<Account, LedgerError> {
         non_negative("top-up amount", amount_nanos)?;
         let now = unix_ms(SystemTime::now());
@@ -166,54 +160,9 @@ impl Ledger {
             at_ms: now,
         };
         journal::append(&mut tx, &entry).await?;
+        notify::record(self, &mut tx, account.id, None, now).await?;
         tx.commit().await?;
         Ok(account)
-    }
-
-    /// Creates an API key for `account_name` and returns it. This is the only time the
-    /// key exists in clear: only its SHA-256 is stored.
-    pub async fn create_key(&self, account_name: &str) -> Result<String, LedgerError> {
-        let key = new_key();
-        let mut tx = self.begin_write().await?;
-        let id: i64 = sqlx::query_scalar("SELECT id FROM accounts WHERE name = $1")
-            .bind(account_name)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| LedgerError::UnknownAccount(account_name.to_owned()))?;
-        sqlx::query(
-            "INSERT INTO api_keys (key_hash, account_id, key_prefix, created_at_ms) \
-             VALUES ($1, $2, $3, $4)",
-        )
-        .bind(hash_key(&key))
-        .bind(id)
-        .bind(&key[..KEY_PREFIX.len() + 4])
-        .bind(unix_ms(SystemTime::now()))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(key)
-    }
-
-    /// The account an API key belongs to, or `None` for an unknown key. One indexed
-    /// query; strings that cannot be a key are refused without touching the database.
-    pub async fn authenticate(&self, key: &str) -> Result<Option<AccountRef>, LedgerError> {
-        if !key.starts_with(KEY_PREFIX) || key.len() > 256 {
-            return Ok(None);
-        }
-        let row = sqlx::query(
-            "SELECT a.id, a.name FROM api_keys k JOIN accounts a ON a.id = k.account_id \
-             WHERE k.key_hash = $1",
-        )
-        .bind(hash_key(key))
-        .fetch_optional(&self.inner.reader)
-        .await?;
-        Ok(match row {
-            Some(row) => Some(AccountRef {
-                id: row.try_get(0)?,
-                name: row.try_get(1)?,
-            }),
-            None => None,
-        })
     }
 }
 
@@ -236,54 +185,9 @@ fn validate_name(name: &str) -> Result<(), LedgerError> {
     }
 }
 
-fn new_key() -> String {
-    let mut rng = rand::rng();
-    let mut key = String::with_capacity(KEY_PREFIX.len() + KEY_RANDOM_CHARS);
-    key.push_str(KEY_PREFIX);
-    for _ in 0..KEY_RANDOM_CHARS {
-        // 64 symbols: masking a uniform byte to 6 bits is unbiased.
-        let index = usize::from(rng.random::<u8>() & 63);
-        key.push(char::from(URL_SAFE[index]));
-    }
-    key
-}
-
-fn hash_key(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        hex.push(char::from(HEX[usize::from(byte >> 4)]));
-        hex.push(char::from(HEX[usize::from(byte & 15)]));
-    }
-    hex
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_prefixed_url_safe_and_distinct() {
-        let a = new_key();
-        let b = new_key();
-        assert_ne!(a, b);
-        assert!(a.starts_with("sk-sluice-"));
-        assert_eq!(a.len(), KEY_PREFIX.len() + KEY_RANDOM_CHARS);
-        assert!(
-            a[KEY_PREFIX.len()..]
-                .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-        );
-    }
-
-    #[test]
-    fn hash_is_sha256_hex() {
-        assert_eq!(
-            hash_key("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
 
     #[test]
     fn names_are_validated() {

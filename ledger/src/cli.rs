@@ -4,14 +4,19 @@
 //!
 //! Output contract: `account show --json` prints
 //! `{"account","balance_nanodollars","reserved_nanodollars","balance_usd"}`; `key create`
-//! prints the key alone on one line, or `{"account","key"}` with `--json`.
+//! prints the key alone on one line, or `{"account","key"}` with `--json`; `key list`
+//! prints a table `ID PREFIX CREATED REVOKED` (times in UTC, RFC 3339; `-` when not
+//! revoked), or with `--json` one array of `{"id","account","prefix","created","revoked"}`
+//! (`revoked` null when not revoked); `key revoke` prints one line saying what it did.
 
 use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::error::LedgerError;
+use crate::keys::{KEY_PREFIX, KeyInfo, KeySelector};
 use crate::ledger::Ledger;
 use crate::money::{format_usd, parse_usd};
 
@@ -77,6 +82,20 @@ pub enum KeyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List an account's keys (id, prefix, created, revoked); keys themselves are never shown.
+    List {
+        /// Account name.
+        account: String,
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a key: every gateway refuses it (401) within 1 s. Revoking it again changes
+    /// nothing.
+    Revoke {
+        /// The whole key (sk-sluice-…), or its id from `key list`.
+        key: String,
+    },
 }
 
 #[derive(Serialize)]
@@ -91,6 +110,15 @@ struct AccountJson<'a> {
 struct KeyJson<'a> {
     account: &'a str,
     key: &'a str,
+}
+
+#[derive(Serialize)]
+struct KeyListJson<'a> {
+    id: i64,
+    account: &'a str,
+    prefix: &'a str,
+    created: String,
+    revoked: Option<String>,
 }
 
 /// Runs one admin command against `ledger`, writing its output to `out`.
@@ -165,9 +193,112 @@ pub async fn run_admin(
                 writeln!(out, "{key}")?;
             }
         }
+        AdminCommand::Key(KeyCommand::List { account, json }) => {
+            let keys = ledger.keys(&account).await?;
+            if json {
+                let body: Vec<KeyListJson<'_>> = keys
+                    .iter()
+                    .map(|k| KeyListJson {
+                        id: k.id,
+                        account: &k.account,
+                        prefix: &k.prefix,
+                        created: format_utc(k.created_at),
+                        revoked: k.revoked_at.map(format_utc),
+                    })
+                    .collect();
+                writeln!(out, "{}", json_line(&body))?;
+            } else {
+                write_key_table(out, &keys)?;
+            }
+        }
+        AdminCommand::Key(KeyCommand::Revoke { key }) => {
+            let which = parse_key_selector(&key);
+            let done = ledger.revoke_key(which).await?;
+            let k = &done.key;
+            if done.already {
+                let at = k.revoked_at.map(format_utc).unwrap_or_default();
+                writeln!(
+                    out,
+                    "key {} ({}…) of account {} was already revoked at {at}; nothing changed",
+                    k.id, k.prefix, k.account
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "revoked key {} ({}…) of account {}",
+                    k.id, k.prefix, k.account
+                )?;
+            }
+        }
     }
     out.flush()?;
     Ok(())
+}
+
+/// A key as given on the command line: a whole key by its prefix, else a number is an id
+/// (anything else is looked up as a key, and so is unknown).
+fn parse_key_selector(text: &str) -> KeySelector<'_> {
+    match text.parse::<i64>() {
+        Ok(id) if !text.starts_with(KEY_PREFIX) => KeySelector::Id(id),
+        _ => KeySelector::Key(text),
+    }
+}
+
+/// `ID PREFIX CREATED REVOKED`, columns as wide as their widest cell.
+fn write_key_table(out: &mut impl Write, keys: &[KeyInfo]) -> std::io::Result<()> {
+    let rows: Vec<[String; 4]> = keys
+        .iter()
+        .map(|k| {
+            [
+                k.id.to_string(),
+                k.prefix.clone(),
+                format_utc(k.created_at),
+                k.revoked_at.map_or_else(|| "-".to_owned(), format_utc),
+            ]
+        })
+        .collect();
+    let header = ["ID", "PREFIX", "CREATED", "REVOKED"].map(str::to_owned);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let [id, prefix, created, revoked] = row;
+        writeln!(
+            out,
+            "{id:<w0$}  {prefix:<w1$}  {created:<w2$}  {revoked}",
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        )?;
+    }
+    Ok(())
+}
+
+/// `2026-12-01T10:44:44Z`: UTC, whole seconds (before 1970 reads as the epoch).
+fn format_utc(at: SystemTime) -> String {
+    let secs = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 /// Serialises a flat struct of strings and integers (cannot fail).

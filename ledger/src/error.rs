@@ -23,6 +23,9 @@ pub enum LedgerError {
     /// No account has this id.
     #[error("no account with id {0}")]
     UnknownAccountId(i64),
+    /// No API key is this key or has this id (named by [`KeySelector::describe`](crate::KeySelector::describe)).
+    #[error("no API key {0} in this ledger")]
+    UnknownKey(String),
     /// Account names are 1–128 characters without whitespace or control characters.
     #[error(
         "invalid account name {0:?}: use 1 to 128 characters without whitespace or control characters"

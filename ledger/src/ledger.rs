@@ -13,6 +13,7 @@ use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{Any, AnyPool, Transaction};
 
 use crate::error::LedgerError;
+use crate::notify::Feed;
 
 /// A handle on the ledger database. Cloning is cheap (one `Arc`); share one per process.
 #[derive(Clone, Debug)]
@@ -32,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) reader: AnyPool,
     /// Reservation guards dropped without settle/release (see [`Ledger::dropped_reservations`]).
     pub(crate) dropped: AtomicU64,
+    /// The change feed of [`Ledger::changes`].
+    pub(crate) changes: Feed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,12 +50,14 @@ struct Embedded(&'static [(i64, &'static str, &'static str)]);
 const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
     (2, "grants", include_str!("../migrations/sqlite/0002_grants.sql")),
+    (3, "keys", include_str!("../migrations/sqlite/0003_keys.sql")),
     (4, "synthetic", include_str!("../migrations/sqlite/0004_synthetic.sql")),
 ]);
 
 const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
     (2, "grants", include_str!("../migrations/postgres/0002_grants.sql")),
+    (3, "keys", include_str!("../migrations/postgres/0003_keys.sql")),
     (4, "synthetic", include_str!("../migrations/postgres/0004_synthetic.sql")),
 ]);
 
@@ -101,12 +106,17 @@ impl Ledger {
             Backend::Postgres => POSTGRES_MIGRATIONS,
         };
         Migrator::new(source).await?.run(&writer).await?;
+        let changes = match backend {
+            Backend::Sqlite => Feed::sqlite(),
+            Backend::Postgres => Feed::postgres(url),
+        };
         Ok(Ledger {
             inner: Arc::new(Inner {
                 backend,
                 writer,
                 reader,
                 dropped: AtomicU64::new(0),
+                changes,
             }),
         })
     }

@@ -7,8 +7,10 @@
 //!   cheap clone (an `Arc`) meant to be shared by every task of a process.
 //! - Money is an `i64` number of **nanodollars** (1e-9 USD) everywhere; [`parse_usd`] and
 //!   [`format_usd`] convert at the edges.
-//! - Wallets: [`Ledger::create_account`], [`Ledger::topup`], [`Ledger::create_key`] and the
-//!   hot-path [`Ledger::authenticate`].
+//! - Wallets: [`Ledger::create_account`], [`Ledger::topup`], [`Ledger::create_key`],
+//!   [`Ledger::keys`], [`Ledger::revoke_key`] and the hot-path [`Ledger::authenticate`].
+//!   [`Ledger::changes`] tells every process of top-ups and key changes within 1 s, so
+//!   that what they cache stays true (`notify.rs`).
 //! - Balance grants (docs/design.md §5a): a [`Biller`] per process holds a grant per
 //!   account and serves reservations from it in memory; settlements are committed in
 //!   batches. Start at `grant.rs`.
@@ -34,8 +36,10 @@ mod error;
 pub mod grant;
 mod heartbeat;
 mod journal;
+mod keys;
 mod ledger;
 mod money;
+mod notify;
 mod reservation;
 mod rollup;
 mod synthetic;
@@ -47,8 +51,10 @@ pub use error::LedgerError;
 pub use grant::{Billed, Biller, BillerConfig, BillerObserver, Hold, RenewalResult};
 pub use heartbeat::{Heartbeat, UpstreamHeartbeat};
 pub use journal::JournalCheck;
+pub use keys::{KEY_PREFIX, KeyInfo, KeySelector, Revocation, key_hash};
 pub use ledger::Ledger;
 pub use money::{NANOS_PER_USD, UsdError, format_usd, parse_usd};
+pub use notify::Change;
 pub use reservation::{Reservation, SettleOutcome, Settlement, Usage};
 pub use synthetic::{SYNTHETIC_ACCOUNT, SYNTHETIC_RETENTION, SyntheticCheck};
 pub use rollup::{

@@ -17,6 +17,8 @@
 #[path = "ledger/support.rs"]
 mod support;
 
+#[path = "ledger/changes.rs"]
+mod changes;
 #[path = "ledger/grants.rs"]
 mod grants;
 #[path = "ledger/migrations.rs"]

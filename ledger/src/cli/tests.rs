@@ -121,4 +121,168 @@ async fn errors_name_the_account() {
         .await
         .unwrap_err();
     assert_eq!(err.to_string(), "account \"a\" already exists");
+    let err = run(&ledger, &["key", "list", "nobody"]).await.unwrap_err();
+    assert_eq!(err.to_string(), "no account named \"nobody\"");
+}
+
+#[tokio::test]
+async fn unknown_keys_are_named_without_printing_them() {
+    let ledger = Ledger::connect("sqlite::memory:").await.unwrap();
+    let err = run(&ledger, &["key", "revoke", "42"]).await.unwrap_err();
+    assert_eq!(err.to_string(), "no API key with id 42 in this ledger");
+    let err = run(&ledger, &["key", "revoke", "sk-sluice-AbCdEfGhIjKl"])
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "no API key sk-sluice-AbCd… in this ledger");
+    let err = run(&ledger, &["key", "revoke", "team-a"])
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "no API key \"team-a\" in this ledger");
+}
+
+#[test]
+fn parses_key_list_and_revoke() {
+    let a = parse(&["key", "list", "team-a", "--json"]).unwrap();
+    assert_eq!(
+        a.command,
+        AdminCommand::Key(KeyCommand::List {
+            account: "team-a".into(),
+            json: true
+        })
+    );
+    let a = parse(&["key", "revoke", "12"]).unwrap();
+    assert_eq!(
+        a.command,
+        AdminCommand::Key(KeyCommand::Revoke { key: "12".into() })
+    );
+    assert_eq!(parse_key_selector("12"), KeySelector::Id(12));
+    assert_eq!(
+        parse_key_selector("sk-sluice-12"),
+        KeySelector::Key("sk-sluice-12")
+    );
+    assert_eq!(parse_key_selector("team-a"), KeySelector::Key("team-a"));
+}
+
+#[test]
+fn times_print_as_utc_rfc3339() {
+    let at = |secs: u64| UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    assert_eq!(format_utc(at(0)), "1970-01-01T00:00:00Z");
+    assert_eq!(format_utc(at(951_782_400)), "2000-02-29T00:00:00Z");
+    assert_eq!(format_utc(at(1_796_121_884)), "2026-12-01T10:44:44Z");
+    assert_eq!(format_utc(at(4_102_444_799)), "2099-12-31T23:59:59Z");
+}
+
+#[test]
+fn the_key_table_aligns_its_columns() {
+    let at = |secs: u64| UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    let key = |id, revoked| KeyInfo {
+        id,
+        account: "team-a".into(),
+        prefix: format!("sk-sluice-k{id:03}"),
+        created_at: at(1_796_121_884),
+        revoked_at: revoked,
+    };
+    let mut out = Vec::new();
+    write_key_table(&mut out, &[key(7, None), key(12, Some(at(1_796_125_484)))]).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "ID  PREFIX          CREATED               REVOKED\n\
+         7   sk-sluice-k007  2026-12-01T10:44:44Z  -\n\
+         12  sk-sluice-k012  2026-12-01T10:44:44Z  2026-12-01T11:44:44Z\n"
+    );
+    let mut out = Vec::new();
+    write_key_table(&mut out, &[]).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "ID  PREFIX  CREATED  REVOKED\n"
+    );
+}
+
+#[tokio::test]
+async fn keys_are_listed_and_revoked_by_key_or_id() {
+    let ledger = Ledger::connect("sqlite::memory:").await.unwrap();
+    run(&ledger, &["account", "create", "team-a", "--balance", "1"])
+        .await
+        .unwrap();
+    run(&ledger, &["account", "create", "team-b", "--balance", "1"])
+        .await
+        .unwrap();
+    let first = run(&ledger, &["key", "create", "team-a"]).await.unwrap();
+    let first = first.trim_end();
+    let second = run(&ledger, &["key", "create", "team-a"]).await.unwrap();
+    let second = second.trim_end();
+    let other = run(&ledger, &["key", "create", "team-b"]).await.unwrap();
+
+    let keys = ledger.keys("team-a").await.unwrap();
+    assert_eq!(keys.len(), 2);
+    let (k1, k2) = (&keys[0], &keys[1]);
+    assert_eq!((k1.id, k2.id), (1, 2));
+    assert_eq!(k1.prefix, first[..14]);
+    assert_eq!(k2.prefix, second[..14]);
+    let created = |k: &KeyInfo| format_utc(k.created_at);
+    let out = run(&ledger, &["key", "list", "team-a"]).await.unwrap();
+    assert_eq!(
+        out,
+        format!(
+            "ID  PREFIX          CREATED               REVOKED\n\
+             1   {}  {}  -\n\
+             2   {}  {}  -\n",
+            k1.prefix,
+            created(k1),
+            k2.prefix,
+            created(k2)
+        )
+    );
+
+    // By the whole key, then by id; a second time is a no-op that says so.
+    let out = run(&ledger, &["key", "revoke", first]).await.unwrap();
+    assert_eq!(
+        out,
+        format!("revoked key 1 ({}…) of account team-a\n", k1.prefix)
+    );
+    assert_eq!(ledger.authenticate(first).await.unwrap(), None);
+    assert!(ledger.authenticate(second).await.unwrap().is_some());
+    let revoked_at = ledger.keys("team-a").await.unwrap()[0].revoked_at.unwrap();
+    let out = run(&ledger, &["key", "revoke", "1"]).await.unwrap();
+    assert_eq!(
+        out,
+        format!(
+            "key 1 ({}…) of account team-a was already revoked at {}; nothing changed\n",
+            k1.prefix,
+            format_utc(revoked_at)
+        )
+    );
+    let out = run(&ledger, &["key", "revoke", "2"]).await.unwrap();
+    assert_eq!(
+        out,
+        format!("revoked key 2 ({}…) of account team-a\n", k2.prefix)
+    );
+    assert_eq!(ledger.authenticate(second).await.unwrap(), None);
+    assert!(
+        ledger
+            .authenticate(other.trim_end())
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    let out = run(&ledger, &["key", "list", "team-a", "--json"])
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let now = ledger.keys("team-a").await.unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!([
+            {"id": 1, "account": "team-a", "prefix": k1.prefix, "created": created(k1),
+             "revoked": format_utc(now[0].revoked_at.unwrap())},
+            {"id": 2, "account": "team-a", "prefix": k2.prefix, "created": created(k2),
+             "revoked": format_utc(now[1].revoked_at.unwrap())},
+        ])
+    );
+    assert!(out.ends_with("}]\n") && !out[..out.len() - 1].contains('\n'));
+    let out = run(&ledger, &["key", "list", "team-b", "--json"])
+        .await
+        .unwrap();
+    assert_eq!(out.matches("\"id\":3").count(), 1, "{out}");
 }
