@@ -42,6 +42,7 @@ mod money;
 mod notify;
 mod reservation;
 mod rollup;
+mod status_read;
 mod synthetic;
 #[cfg(feature = "test-support")]
 pub mod testing;
@@ -56,6 +57,7 @@ pub use ledger::Ledger;
 pub use money::{NANOS_PER_USD, UsdError, format_usd, parse_usd};
 pub use notify::Change;
 pub use reservation::{Reservation, SettleOutcome, Settlement, Usage};
+pub use status_read::{RouteCount, StoredCheck};
 pub use synthetic::{SYNTHETIC_ACCOUNT, SYNTHETIC_RETENTION, SyntheticCheck};
 pub use rollup::{
     LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_MS, RouteMinute, UPSTREAM_OUTCOMES, UpstreamMinute,
