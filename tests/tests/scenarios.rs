@@ -59,6 +59,8 @@ mod soak;
 mod resume;
 #[path = "scenarios/stream_break.rs"]
 mod stream_break;
+#[path = "scenarios/synthetic.rs"]
+mod synthetic;
 #[path = "scenarios/throttle.rs"]
 mod throttle;
 #[path = "scenarios/traces.rs"]

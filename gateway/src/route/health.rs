@@ -158,6 +158,23 @@ impl Health {
         Availability::Available(s.ratio())
     }
 
+    /// Whether a synthetic check sent now is a trial (docs/design.md §10). A check is sent
+    /// whatever the circuit says: it is a trial when the upstream is due one, and also
+    /// while the circuit is open, or half-open with every slot taken, since the check
+    /// is then the only way the upstream is tried. A trial holds a slot, which the next
+    /// [`Health::record`] gives back; a successful one closes the circuit.
+    pub fn check_trial(&self, cb: &CircuitBreakerConfig, settings: &HealthSettings, now: Instant) -> bool {
+        if self.availability(cb, settings, now) == Availability::Trial {
+            return true;
+        }
+        let mut s = self.lock();
+        if matches!(s.circuit, CircuitState::Closed) {
+            return false;
+        }
+        s.trials_in_flight += 1;
+        true
+    }
+
     /// Gives back a trial slot taken by [`Health::availability`] that was not used.
     pub fn cancel_trial(&self) {
         let mut s = self.lock();
@@ -204,6 +221,9 @@ impl Health {
         let open = Duration::from_millis(cb.open_for_ms);
         match s.circuit {
             CircuitState::HalfOpen => s.circuit = CircuitState::Open { until: now + open },
+            // A synthetic check taken as the trial of an open circuit failed: it stays
+            // open for another `openFor` from now.
+            CircuitState::Open { .. } if trial => s.circuit = CircuitState::Open { until: now + open },
             CircuitState::Closed if outcome != Outcome::Http429 => {
                 let n = s.samples.len() as u64;
                 let failures = s.samples.iter().filter(|(_, ok)| !ok).count() as u64;

@@ -43,6 +43,17 @@ pub struct UpstreamOutcome {
     pub outcome: Outcome,
 }
 
+/// `{route, upstream, outcome}` of a synthetic check (docs/design.md §10).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SyntheticLabel {
+    /// Route name.
+    pub route: String,
+    /// Upstream name.
+    pub upstream: String,
+    /// `ok` or the attempt's failure.
+    pub outcome: Outcome,
+}
+
 /// `{route, reason}`: reason is the outcome that caused the failover.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteReason {
@@ -181,6 +192,8 @@ pub struct Metrics {
     pub config_reloads: Family<ReloadLabel, Counter>,
     /// `sluice_stream_events_dropped_total`: SSE events that were not valid JSON.
     pub dropped_events: Counter,
+    /// `sluice_synthetic_checks_total{route,upstream,outcome}`.
+    pub synthetic_checks: Family<SyntheticLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -206,6 +219,7 @@ impl Metrics {
         let reservations_open = Gauge::default();
         let config_reloads = Family::<ReloadLabel, Counter>::default();
         let dropped_events = Counter::default();
+        let synthetic_checks = Family::<SyntheticLabel, Counter>::default();
         registry.register("requests", "Requests answered, by route and HTTP status", requests.clone());
         registry.register("request_duration_seconds", "Time to answer a request, whole response", request_duration.clone());
         registry.register("upstream_attempts", "Upstream attempts by outcome", attempts.clone());
@@ -219,6 +233,7 @@ impl Metrics {
         registry.register("reservations_open", "Billing reservations not yet settled", reservations_open.clone());
         registry.register("config_reloads", "Config reloads by result", config_reloads.clone());
         registry.register("stream_events_dropped", "SSE events dropped because they were not valid JSON", dropped_events.clone());
+        registry.register("synthetic_checks", "Synthetic checks of route candidates, by outcome", synthetic_checks.clone());
         for result in [ReloadResult::Ok, ReloadResult::Rejected] {
             let _ = config_reloads.get_or_create(&ReloadLabel { result });
         }
@@ -237,6 +252,7 @@ impl Metrics {
             reservations_open,
             config_reloads,
             dropped_events,
+            synthetic_checks,
         }
     }
 

@@ -9,6 +9,9 @@ use sqlx::Row;
 use crate::on_both;
 use crate::support::Db;
 
+/// A `synthetic_checks` row: route, upstream, gateway, at, outcome, first byte, cost.
+type CheckRow = (String, String, String, i64, String, Option<i64>, i64);
+
 fn check(
     upstream: &str,
     outcome: &str,
@@ -69,7 +72,7 @@ async fn checks_are_stored_and_their_cost_is_spend(db: &Db) {
     .fetch_all(&raw)
     .await
     .unwrap();
-    let rows: Vec<(String, String, String, i64, String, Option<i64>, i64)> = rows
+    let rows: Vec<CheckRow> = rows
         .iter()
         .map(|r| {
             (

@@ -1,8 +1,8 @@
-//! The background loops of `serve`: config reload, synthetic probes, SLI flush,
-//! heartbeat and the reservation reaper.
+//! The background loops of `serve`: config reload, synthetic probes and checks, SLI
+//! flush, heartbeat, the reservation reaper and the synthetic checks' retention.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::source::Source;
 use crate::server::Gateway;
@@ -22,7 +22,10 @@ impl Loops {
     }
 }
 
-/// Starts config reload, SLI flush, heartbeat and reaper loops.
+/// How often rows older than the synthetic checks' retention are deleted.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Starts config reload, probe, synthetic check, SLI flush, heartbeat and reaper loops.
 pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Loops {
     let mut handles = Vec::new();
     let reload_every = args.reload_interval;
@@ -43,11 +46,13 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
         }
     }));
     handles.push(tokio::spawn(crate::route::probe::run(gw.clone())));
+    handles.push(tokio::spawn(crate::route::synthetic::run(gw.clone(), gateway_id.clone())));
     if let Some(ledger) = gw.ledger.clone() {
         let g = gw.clone();
         let every = args.flush_interval;
         handles.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
+            let mut pruned: Option<Instant> = None;
             loop {
                 tick.tick().await;
                 if let Err(e) = g.sli.flush(&ledger).await {
@@ -63,6 +68,15 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
                     Ok(0) => {}
                     Ok(n) => tracing::warn!(released = n, "released expired reservations"),
                     Err(e) => tracing::warn!(error = %e, "reservation reaper failed"),
+                }
+                if pruned.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
+                    pruned = Some(Instant::now());
+                    let before = SystemTime::now().checked_sub(sluice_ledger::SYNTHETIC_RETENTION).unwrap_or(SystemTime::UNIX_EPOCH);
+                    match ledger.prune_synthetic(before).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(deleted = n, "pruned synthetic checks past their retention"),
+                        Err(e) => tracing::warn!(error = %e, "pruning synthetic checks failed"),
+                    }
                 }
             }
         }));

@@ -137,3 +137,52 @@ fn auto_watchdog_uses_three_times_p99_after_twenty_samples() {
     assert_eq!(fast.first_byte_limit(FirstByte::Auto), Duration::from_millis(50));
     assert_eq!(h.first_byte_limit(FirstByte::FixedMs(50)), Duration::from_millis(50));
 }
+
+#[test]
+fn a_synthetic_check_is_the_trial_of_an_open_circuit() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    let t0 = Instant::now();
+    // Closed and healthy: a plain attempt, no slot taken.
+    assert!(!h.check_trial(&cb(), &s, t0));
+    for _ in 0..20 {
+        h.record(Outcome::Http5xx, false, None, &cb(), &s, t0);
+    }
+    assert_eq!(h.circuit(t0), Circuit::Open);
+    // Open, long before openFor ends: the check is still sent, as a trial.
+    let t1 = t0 + Duration::from_secs(5);
+    assert!(h.check_trial(&cb(), &s, t1));
+    // It failed: open for another openFor from then, not from t0.
+    h.record(Outcome::Http5xx, true, None, &cb(), &s, t1);
+    assert_eq!(h.circuit(t0 + Duration::from_secs(31)), Circuit::Open);
+    assert_eq!(h.circuit(t1 + Duration::from_secs(30)), Circuit::HalfOpen);
+    // The next one succeeds: the circuit closes and the failures are forgotten, and its
+    // slot was given back (live traffic gets all three half-open trials later).
+    let t2 = t1 + Duration::from_secs(6);
+    assert!(h.check_trial(&cb(), &s, t2));
+    h.record(Outcome::Ok, true, None, &cb(), &s, t2);
+    assert_eq!(h.circuit(t2), Circuit::Closed);
+    assert_eq!(h.success_ratio(&s, t2), 1.0);
+    assert!(!h.check_trial(&cb(), &s, t2));
+}
+
+#[test]
+fn a_synthetic_check_takes_a_slot_beyond_the_half_open_ones() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    let t0 = Instant::now();
+    for _ in 0..20 {
+        h.record(Outcome::Connect, false, None, &cb(), &s, t0);
+    }
+    let later = t0 + Duration::from_secs(31);
+    for _ in 0..3 {
+        assert_eq!(h.availability(&cb(), &s, later), Availability::Trial);
+    }
+    assert_eq!(h.availability(&cb(), &s, later), Availability::Skipped, "three live trials in flight");
+    assert!(h.check_trial(&cb(), &s, later), "the check goes anyway, as a fourth trial");
+    for _ in 0..4 {
+        h.record(Outcome::Connect, true, None, &cb(), &s, later);
+    }
+    let reopened = later + Duration::from_secs(31);
+    assert_eq!(h.availability(&cb(), &s, reopened), Availability::Trial, "every slot was given back");
+}

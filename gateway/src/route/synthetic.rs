@@ -1,0 +1,271 @@
+//! Synthetic checks (`ModelRoute.spec.synthetic`, docs/design.md §10): every interval,
+//! each candidate of the route gets a minimal real completion, sent to it alone (no
+//! failover), in its own protocol, through the attempt machinery live traffic uses.
+//!
+//! A check is an attempt like any other for the upstream: it feeds its health (success
+//! ratio, circuit breaker, first-byte times), `sluice_upstream_attempts_total` and the
+//! upstream rollups, so a dead backup is demoted before a client needs it. It is not a
+//! request: it never counts in `sluice_requests_total`, the route's rollups or an
+//! ErrorBudget. It is sent whatever the circuit says; while the circuit is open (or
+//! half-open with its slots taken) the check is the upstream's trial
+//! ([`Health::check_trial`](super::health::Health::check_trial)).
+//!
+//! The check is streamed: its first content event gives a real time to first byte (the
+//! first-byte watchdog and the status page need one; a whole answer would only measure
+//! the time to the last token), and a silent upstream fails it as `first_byte_timeout`
+//! exactly as it fails a streamed request. Each check is counted in
+//! `sluice_synthetic_checks_total{route,upstream,outcome}`, stored in the ledger's
+//! `synthetic_checks` and billed at the candidate's price to the system account
+//! `sluice-synthetic` ([`sluice_ledger::Ledger::record_synthetic`]).
+//!
+//! One scheduler runs per gateway process, and every process checks: health is per
+//! process (docs/design.md §4), so a pod that did not check itself would keep sending
+//! clients to a dead backup. The rows name the gateway that ran them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderMap, HeaderValue};
+use rand::Rng;
+use sluice_ledger::SyntheticCheck;
+
+use crate::attempt::native::NativeInput;
+use crate::attempt::outcome::Outcome;
+use crate::attempt::{self, AttemptSpec, BodyStream, StreamError};
+use crate::config::{Route, UpstreamHandle};
+use crate::headers::{RequestId, X_REQUEST_ID};
+use crate::relay::IdleWatch;
+use crate::relay::sse::{Event, Splitter, Usage};
+use crate::request::Endpoint;
+use crate::server::state::Gateway;
+use crate::telemetry::metrics::SyntheticLabel;
+use crate::telemetry::traces::RequestTrace;
+
+/// How often the scheduler looks for checks that are due.
+const TICK: Duration = Duration::from_millis(100);
+/// The most of an answer a check reads; a one-token answer is far smaller.
+const MAX_ANSWER_BYTES: usize = 1 << 20;
+
+/// When one candidate's next check is due.
+struct Due {
+    interval: Duration,
+    next: Instant,
+    /// Set while a check runs: a candidate never has two at once.
+    running: Arc<AtomicBool>,
+}
+
+/// Runs the checks of every route that asks for them until aborted.
+pub async fn run(gw: Arc<Gateway>, gateway_id: String) {
+    let mut due: HashMap<(String, String), Due> = HashMap::new();
+    // ThreadRng is not Send; jitter needs no cryptographic randomness.
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::from_rng(&mut rand::rng());
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(rt) = gw.current.get() else { continue };
+        let now = Instant::now();
+        let mut seen = HashSet::new();
+        for route in rt.routes.values() {
+            let Some(synthetic) = route.cfg.synthetic else { continue };
+            let interval = Duration::from_millis(synthetic.interval_ms.max(1));
+            for (idx, c) in route.candidates.iter().enumerate() {
+                let key = (route.cfg.key.clone(), c.upstream.cfg.key.clone());
+                // The first check of a candidate (or after its interval changed) comes
+                // at a random point of the interval, so that the candidates of a
+                // route, and the pods of a deployment, do not all check at once.
+                let first = |rng: &mut rand::rngs::SmallRng| Due {
+                    interval,
+                    next: now + interval.mul_f64(rng.random_range(0.0..1.0)),
+                    running: Arc::new(AtomicBool::new(false)),
+                };
+                let entry = due.entry(key.clone()).or_insert_with(|| first(&mut rng));
+                if entry.interval != interval {
+                    *entry = first(&mut rng);
+                }
+                seen.insert(key);
+                if now < entry.next {
+                    continue;
+                }
+                entry.next = (entry.next + interval).max(now);
+                if entry.running.swap(true, Ordering::AcqRel) {
+                    tracing::debug!(route = %route.cfg.name, upstream = %c.upstream.cfg.name, "synthetic check still running; this one is skipped");
+                    continue;
+                }
+                let running = Running(entry.running.clone());
+                let (gw, route, id) = (gw.clone(), route.clone(), gateway_id.clone());
+                tokio::spawn(async move {
+                    check(&gw, &route, idx, synthetic.max_tokens, id).await;
+                    drop(running);
+                });
+            }
+        }
+        due.retain(|k, _| seen.contains(k));
+    }
+}
+
+/// Clears a candidate's `running` flag when its check ends, however it ends.
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The body of a check: one user message, `max_tokens`, streamed with usage.
+pub fn check_body(model: &str, max_tokens: u32) -> Bytes {
+    let body = serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "ping"}],
+        "max_tokens": max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    Bytes::from(body.to_string())
+}
+
+/// One check of candidate `idx`: sent, read to its end, recorded everywhere.
+async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, gateway_id: String) {
+    let Some(c) = route.candidates.get(idx) else { return };
+    let up = &c.upstream;
+    let began = SystemTime::now();
+    let request_id = request_id(&route.cfg.key, &up.cfg.key, began);
+    let trial = up.health.check_trial(&up.cfg.circuit_breaker, &gw.settings, Instant::now());
+    let body = check_body(&c.cfg.model, max_tokens);
+    let native = up.is_native().then(|| NativeInput { model: &c.cfg.model, default_max_tokens: max_tokens, client_body: &body });
+    let trace = RequestTrace::default();
+    let spec = AttemptSpec {
+        endpoint: Endpoint::Chat,
+        // A translated request is built from the OpenAI body by the attempt.
+        body: if native.is_some() { Bytes::new() } else { body.clone() },
+        stream: true,
+        first_byte: Some(up.health.first_byte_limit(up.cfg.first_byte)),
+        // Alone on the route: the whole deadline is this candidate's.
+        budget: Duration::from_millis(route.cfg.deadline_ms),
+        retry_on: &route.cfg.retry_on,
+        request_id: &request_id,
+        trial,
+        model: &c.cfg.model,
+        native,
+        trace: &trace,
+    };
+    let (outcome, first_byte, usage) = match attempt::run(up, &gw.secrets, spec).await {
+        Err(e) => {
+            attempt::record(up, &gw.settings, &gw.sli, e.outcome, trial, e.retry_after, None);
+            tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = e.outcome.as_str(), detail = %e.detail, "synthetic check failed");
+            (e.outcome, None, None)
+        }
+        Ok(started) => {
+            let first_byte = started.attempt.first_byte();
+            up.health.record_first_byte(first_byte);
+            up.metrics.first_byte.observe(first_byte.as_secs_f64());
+            let read = read_answer(up, &started.first, started.rest).await;
+            started.attempt.finish(read.outcome, &gw.settings, &gw.sli);
+            started.trace.outcome(read.outcome, false);
+            if read.outcome != Outcome::Ok {
+                tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = read.outcome.as_str(), "synthetic check broke after its first byte");
+            }
+            // Without reported usage, what is known: the body's size as the input bound
+            // and one token per content event (as a live stream is billed).
+            let usage = read.usage.or_else(|| (read.content_events > 0).then(|| Usage::plain(body.len() as u64, read.content_events)));
+            (read.outcome, Some(first_byte), usage)
+        }
+    };
+    gw.metrics
+        .synthetic_checks
+        .get_or_create(&SyntheticLabel { route: route.cfg.name.clone(), upstream: up.cfg.name.clone(), outcome })
+        .inc();
+    let cost = usage.zip(c.cfg.price).map_or(0, |(u, p)| {
+        let (uncached, cache_read, cache_write, output) = u.priced_parts();
+        p.cost_nanos_usage(uncached, cache_read, cache_write, output)
+    });
+    let Some(ledger) = gw.ledger.clone() else { return };
+    let row = SyntheticCheck {
+        route: route.cfg.key.clone(),
+        upstream: up.cfg.key.clone(),
+        gateway_id,
+        at: SystemTime::now(),
+        outcome: outcome.as_str().to_string(),
+        first_byte_ms: first_byte.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        cost_nanos: i64::try_from(cost).unwrap_or(i64::MAX),
+    };
+    // In its own task: a transaction must never be cancelled half way (see billing).
+    let stored = tokio::spawn(async move { ledger.record_synthetic(&row).await }).await;
+    match stored {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, route = %route.cfg.name, upstream = %up.cfg.name, "storing a synthetic check failed"),
+        Err(e) => tracing::warn!(error = %e, "the task storing a synthetic check failed"),
+    }
+}
+
+/// `synthetic:<route>:<upstream>:<unix ms>`, sent upstream as `x-request-id` so that the
+/// provider's logs tell checks from clients.
+fn request_id(route: &str, upstream: &str, at: SystemTime) -> RequestId {
+    let ms = at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&format!("synthetic:{route}:{upstream}:{ms}")) {
+        headers.insert(X_REQUEST_ID, v);
+    }
+    RequestId::of(&headers)
+}
+
+/// What reading a check's answer found.
+struct Read {
+    outcome: Outcome,
+    usage: Option<Usage>,
+    content_events: u64,
+    /// `[DONE]` or a finish reason was seen.
+    ended: bool,
+}
+
+impl Read {
+    /// Reads the events `chunk` completes.
+    fn absorb(&mut self, splitter: &mut Splitter, chunk: &[u8]) {
+        for event in splitter.push(chunk) {
+            match event {
+                Event::Done => self.ended = true,
+                Event::Chunk { usage, finished, content, .. } => {
+                    self.usage = usage.or(self.usage);
+                    self.content_events += u64::from(content);
+                    self.ended |= finished.is_some();
+                }
+                Event::Other(_) | Event::Malformed(_) => {}
+            }
+        }
+    }
+}
+
+/// Reads a streamed answer to its end, within the upstream's idle limit between chunks.
+/// It is good when it ends with `[DONE]` or a finish reason.
+async fn read_answer(up: &UpstreamHandle, first: &Bytes, rest: Option<BodyStream>) -> Read {
+    let mut splitter = Splitter::default();
+    let mut read = Read { outcome: Outcome::Reset, usage: None, content_events: 0, ended: false };
+    read.absorb(&mut splitter, first);
+    let mut total = first.len();
+    if let Some(mut rest) = rest {
+        let idle = IdleWatch::of(up);
+        loop {
+            let next = tokio::time::timeout(idle.limit(), rest.next()).await;
+            match next {
+                Err(_) => return Read { outcome: Outcome::IdleTimeout, ..read },
+                Ok(None) => break,
+                Ok(Some(Err(StreamError::Transport(_)))) => return Read { outcome: Outcome::Reset, ..read },
+                Ok(Some(Err(StreamError::Upstream(_)))) => return Read { outcome: Outcome::Http5xx, ..read },
+                Ok(Some(Ok(chunk))) => {
+                    total += chunk.len();
+                    read.absorb(&mut splitter, &chunk);
+                    if total > MAX_ANSWER_BYTES {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    read.outcome = if read.ended || total > MAX_ANSWER_BYTES { Outcome::Ok } else { Outcome::Reset };
+    read
+}

@@ -1,0 +1,121 @@
+//! `ModelRoute.spec.synthetic` (docs/design.md §10): every candidate gets a real
+//! completion every interval, sent to it alone; the checks feed the upstream's health and
+//! attempts, never the route's requests, rollups or error budget; their cost is spend of
+//! the account `sluice-synthetic`. Intervals of 1 s; every wait polls.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sluice_gateway::chaos::Protocol;
+use sluice_ledger::testing::eventually;
+use sluice_ledger::{JournalCheck, SYNTHETIC_ACCOUNT};
+use sluice_tests::{ChaosUpstream, TestGateway, error_budget, route, serial, yaml};
+
+const INTERVAL: Duration = Duration::from_secs(1);
+
+fn checks(gw: &TestGateway, upstream: &str, outcome: &str) -> f64 {
+    gw.count("sluice_synthetic_checks_total", &[("route", "chat"), ("upstream", upstream), ("outcome", outcome)])
+}
+
+#[tokio::test]
+async fn each_candidate_is_checked_once_per_interval_and_the_route_never_sees_it() -> anyhow::Result<()> {
+    let _serial = serial().await;
+    let [a, b] = ChaosUpstream::start_all(["a", "b"]).await?;
+    let price = json!({"input": "3.00", "output": "15.00"});
+    let docs = [
+        a.doc(),
+        b.native_doc("anthropic"),
+        route("chat", "chat-model", &[("a", 100), ("b", 50)])
+            .candidate(0, "price", price.clone())
+            .candidate(1, "price", price)
+            .with("spec.synthetic", json!({"interval": "1s"})),
+        error_budget("chat-slo", &["chat"], "99.9", "1h"),
+    ];
+    let gw = TestGateway::start(&yaml(&docs)).await?;
+
+    // The first checks come within the first interval (jittered), then one per interval.
+    let warm = eventually(Duration::from_secs(5), async || checks(&gw, "a", "ok") >= 1.0 && checks(&gw, "b", "ok") >= 1.0).await;
+    assert!(warm, "no first checks:\n{}", gw.metrics());
+    let (a0, b0) = (checks(&gw, "a", "ok"), checks(&gw, "b", "ok"));
+    let since = Instant::now();
+    let more = eventually(Duration::from_secs(10), async || checks(&gw, "a", "ok") >= a0 + 4.0 && checks(&gw, "b", "ok") >= b0 + 4.0).await;
+    assert!(more, "fewer than 4 checks per candidate in 10 s:\n{}", gw.metrics());
+    let elapsed = since.elapsed();
+    // Four more checks of one candidate span at least three intervals (less the
+    // scheduler's 100 ms tick), and no candidate got more than one per interval.
+    assert!(elapsed >= 3 * INTERVAL - Duration::from_millis(150), "4 checks in {elapsed:?}: more than one per interval");
+    let per_interval = elapsed.as_secs_f64() / INTERVAL.as_secs_f64() + 1.0;
+    for (up, before) in [("a", a0), ("b", b0)] {
+        let n = checks(&gw, up, "ok") - before;
+        assert!(n <= per_interval + 1.0, "{up}: {n} checks in {elapsed:?}");
+    }
+    // Each check is one chat completion at that candidate, in its own protocol.
+    let native = |c: &ChaosUpstream, p: Protocol| c.counters().by_protocol.get(&p).copied().unwrap_or(0);
+    assert!(native(&a, Protocol::OpenAi) >= 5 && native(&b, Protocol::Anthropic) >= 5, "a: {:?}\nb: {:?}", a.counters(), b.counters());
+
+    // Upstream attempts and rollups count them; route requests, rollups and budget do not.
+    assert!(gw.count("sluice_upstream_attempts_total", &[("upstream", "a"), ("outcome", "ok")]) >= 5.0);
+    assert_eq!(gw.count("sluice_requests_total", &[("route", "chat")]), 0.0, "{}", gw.metrics());
+    let rollups = gw.rollups(&["chat"], &["a", "b"]).await?;
+    assert_eq!(rollups.route("chat"), (0, 0), "checks entered the route's rollups");
+    assert!(rollups.attempts("a", "ok") >= 5 && rollups.attempts("b", "ok") >= 5, "{:?}", rollups.outcomes("a"));
+    let ledger = gw.ledger()?;
+    let runtime = gw.state.current.get().ok_or_else(|| anyhow::anyhow!("no config"))?;
+    let report = sluice_gateway::cmd::budgets::evaluate(&ledger, &runtime.snapshot.budgets[0]).await?;
+    assert_eq!((report.total_events, report.good_events), (0, 0), "checks entered the error budget");
+
+    // Their cost is spend of sluice-synthetic, whose balance stays 0.
+    let spend = ledger.synthetic_spend().await?;
+    assert!(spend > 0, "no synthetic spend journalled");
+    let account = ledger.account(SYNTHETIC_ACCOUNT).await?.ok_or_else(|| anyhow::anyhow!("no {SYNTHETIC_ACCOUNT}"))?;
+    assert_eq!((account.balance_nanos, account.reserved_nanos), (0, 0));
+    let verify: JournalCheck = ledger.journal_verify(SYNTHETIC_ACCOUNT).await?;
+    assert!(verify.is_consistent(), "{verify:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_candidate_is_demoted_by_checks_alone_and_still_checked_while_open() -> anyhow::Result<()> {
+    let _serial = serial().await;
+    let [dead, healthy] = ChaosUpstream::start_all(["dead", "healthy"]).await?;
+    dead.script(json!({"status": 503}))?;
+    let docs = [
+        dead.doc().with("spec.circuitBreaker", json!({"minimumRequests": 2, "openFor": "1m"})),
+        healthy.doc(),
+        route("chat", "chat-model", &[("dead", 100), ("healthy", 50)]).with("spec.synthetic", json!({"interval": "1s"})),
+    ];
+    let gw = TestGateway::start(&yaml(&docs)).await?;
+    // No client request: the checks alone open the dead candidate's circuit.
+    let opened = eventually(Duration::from_secs(8), async || {
+        gw.count("sluice_upstream_attempts_total", &[("upstream", "dead"), ("outcome", "http_5xx")]) >= 2.0
+            && gw.state.current.get().is_some_and(|rt| {
+                rt.upstreams.get("default/dead").is_some_and(|u| u.health.circuit(Instant::now()).gauge() == 2)
+            })
+    })
+    .await;
+    assert!(opened, "the dead candidate's circuit did not open from checks:\n{}", gw.metrics());
+    assert_eq!(gw.count("sluice_requests_total", &[("route", "chat")]), 0.0);
+    assert!(checks(&gw, "dead", "http_5xx") >= 2.0);
+
+    // The first client request goes straight to the healthy candidate.
+    let r = gw.client()?.chat("chat-model", json!({})).await?;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-sluice-upstream"), Some("healthy"));
+    assert_eq!(r.header("x-sluice-attempts"), Some("1"), "the dead candidate was tried first");
+
+    // While the circuit is open (for a minute), checks still reach the dead candidate...
+    let sent = dead.requests();
+    let still = eventually(Duration::from_secs(5), async || dead.requests() >= sent + 2).await;
+    assert!(still, "no check of the open-circuit candidate");
+    // ...and as its trial, the first one that succeeds closes the circuit.
+    dead.healthy();
+    let closed = eventually(Duration::from_secs(5), async || {
+        gw.state.current.get().is_some_and(|rt| {
+            rt.upstreams.get("default/dead").is_some_and(|u| u.health.circuit(Instant::now()).gauge() == 0)
+        })
+    })
+    .await;
+    assert!(closed, "a successful check did not close the circuit:\n{}", gw.metrics());
+    assert!(checks(&gw, "dead", "ok") >= 1.0);
+    Ok(())
+}
