@@ -19,6 +19,7 @@ use crate::error::LedgerError;
 use crate::keys::{KEY_PREFIX, KeyInfo, KeySelector};
 use crate::ledger::Ledger;
 use crate::money::{format_usd, parse_usd};
+use crate::synthetic::SYNTHETIC_ACCOUNT;
 
 /// `admin --ledger URL <command>`: what the gateway binary can flatten into its CLI.
 #[derive(Clone, Debug, Args)]
@@ -151,7 +152,7 @@ pub async fn run_admin(
                 };
                 writeln!(out, "{}", json_line(&body))?;
             } else {
-                let rows = [
+                let mut rows = vec![
                     ("ACCOUNT", account.name.clone()),
                     (
                         "BALANCE",
@@ -166,6 +167,15 @@ pub async fn run_admin(
                         format!("{} USD", format_usd(account.available_nanos())),
                     ),
                 ];
+                if account.name == SYNTHETIC_ACCOUNT {
+                    // Its balance stays 0 by design (docs/design.md §10): what it
+                    // did is spend, the sum of its settles.
+                    let spent = ledger.synthetic_spend().await?;
+                    rows.push((
+                        "SPENT",
+                        format!("{} USD (synthetic checks)", format_usd(spent)),
+                    ));
+                }
                 for (label, value) in rows {
                     writeln!(out, "{label:<10} {value}")?;
                 }

@@ -286,3 +286,28 @@ async fn keys_are_listed_and_revoked_by_key_or_id() {
         .unwrap();
     assert_eq!(out.matches("\"id\":3").count(), 1, "{out}");
 }
+
+#[tokio::test]
+async fn the_synthetic_account_shows_its_spend() {
+    let ledger = Ledger::connect("sqlite::memory:").await.unwrap();
+    for (at_ms, cost) in [(1_000, 1_500), (2_000, 2_500)] {
+        let check = crate::SyntheticCheck {
+            route: "ns/chat".into(),
+            upstream: "ns/a".into(),
+            gateway_id: "gw".into(),
+            at: std::time::UNIX_EPOCH + std::time::Duration::from_millis(at_ms),
+            outcome: "ok".into(),
+            first_byte_ms: Some(40),
+            cost_nanos: cost,
+        };
+        ledger.record_synthetic(&check).await.unwrap();
+    }
+    let out = run(&ledger, &["account", "show", "sluice-synthetic"])
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        "ACCOUNT    sluice-synthetic\nBALANCE    0.00 USD\nRESERVED   0.00 USD\n\
+         AVAILABLE  0.00 USD\nSPENT      0.000004 USD (synthetic checks)\n"
+    );
+}
