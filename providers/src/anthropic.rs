@@ -8,10 +8,14 @@
 mod request;
 mod stream;
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::de::{Deserialize, Deserializer, MapAccess};
 use serde_json::{Value, json};
 
 use crate::error::{says_context_length, says_expired};
+use crate::lenient::{self, Lenient, List, Str, U64, lenient_deserialize};
 use crate::{
     Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, ErrorKind, FinishReason,
     NativeRequest, Protocol, Target, TranslateError, UpstreamError, Usage, google, retry,
@@ -88,26 +92,27 @@ pub(crate) fn parse(
     body: &[u8],
     opts: &AnswerOpts,
 ) -> Result<Completion, UpstreamError> {
-    let v = crate::answer_json(body)?;
-    if v["type"] == "error" || v.get("error").is_some() {
+    let m: MessageIn<'_> =
+        serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+    if m.kind.as_deref() == Some("error") || m.error {
         return Err(classify(200, &HeaderMap::new(), body, 0));
     }
     let mut answer = Answer {
-        id: v["id"].as_str().map(str::to_owned),
-        model: v["model"].as_str().unwrap_or(target.model).to_owned(),
-        finish_reason: v["stop_reason"].as_str().map(finish_reason),
-        usage: usage(&v["usage"], &mut Usage::default()),
+        id: m.id.0.map(Cow::into_owned),
+        model: m.model.as_deref().unwrap_or(target.model).to_owned(),
+        finish_reason: m.stop_reason.as_deref().map(finish_reason),
+        usage: usage_of(&m.usage, &mut Usage::default()),
         ..Answer::default()
     };
-    for block in v["content"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-        match block["type"].as_str() {
-            Some("text") => answer.text.push_str(block["text"].as_str().unwrap_or("")),
+    for block in m.content.0 {
+        match block.kind.as_deref() {
+            Some("text") => answer.text.push_str(block.text.as_deref().unwrap_or("")),
             Some("tool_use") => answer.tool_calls.push(AnswerToolCall {
-                id: block["id"].as_str().map(str::to_owned),
-                name: block["name"].as_str().unwrap_or("").to_owned(),
-                arguments: match &block["input"] {
-                    Value::Null => String::new(),
-                    input => input.to_string(),
+                id: block.id.0.map(Cow::into_owned),
+                name: block.name.as_deref().unwrap_or("").to_owned(),
+                arguments: match block.input {
+                    None | Some(Value::Null) => String::new(),
+                    Some(input) => input.to_string(),
                 },
             }),
             // Thinking and server-tool blocks have no OpenAI chat equivalent.
@@ -116,6 +121,118 @@ pub(crate) fn parse(
     }
     Ok(answer.into_completion(opts))
 }
+
+/// The members of a Messages answer that [`parse`] reads, read as `Value`'s accessors
+/// would (see [`lenient`]) without building one.
+#[derive(Default)]
+struct MessageIn<'a> {
+    kind: Str<'a>,
+    /// Whether there is an `error` member at all.
+    error: bool,
+    id: Str<'a>,
+    model: Str<'a>,
+    stop_reason: Str<'a>,
+    usage: UsageIn,
+    content: List<BlockIn<'a>>,
+}
+
+impl<'de> Lenient<'de> for MessageIn<'de> {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        let mut m = Self::default();
+        lenient::members(map, |key, map| {
+            match key {
+                "type" => m.kind = map.next_value()?,
+                "error" => {
+                    lenient::skip(map)?;
+                    m.error = true;
+                }
+                "id" => m.id = map.next_value()?,
+                "model" => m.model = map.next_value()?,
+                "stop_reason" => m.stop_reason = map.next_value()?,
+                "usage" => m.usage = map.next_value()?,
+                "content" => m.content = map.next_value()?,
+                _ => lenient::skip(map)?,
+            }
+            Ok(())
+        })?;
+        Ok(m)
+    }
+}
+
+/// One content block.
+#[derive(Default)]
+struct BlockIn<'a> {
+    kind: Str<'a>,
+    text: Str<'a>,
+    id: Str<'a>,
+    name: Str<'a>,
+    input: Option<Value>,
+}
+
+impl<'de> Lenient<'de> for BlockIn<'de> {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        let mut b = Self::default();
+        lenient::members(map, |key, map| {
+            match key {
+                "type" => b.kind = map.next_value()?,
+                "text" => b.text = map.next_value()?,
+                "id" => b.id = map.next_value()?,
+                "name" => b.name = map.next_value()?,
+                "input" => b.input = Some(map.next_value()?),
+                _ => lenient::skip(map)?,
+            }
+            Ok(())
+        })?;
+        Ok(b)
+    }
+}
+
+/// An Anthropic usage object's counts.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct UsageIn {
+    input: U64,
+    read: U64,
+    write: U64,
+    output: U64,
+}
+
+impl UsageIn {
+    /// From a usage object already parsed (the stream's events).
+    fn of(u: &Value) -> Self {
+        let get = |k: &str| U64(u[k].as_u64());
+        Self {
+            input: get("input_tokens"),
+            read: get("cache_read_input_tokens"),
+            write: get("cache_creation_input_tokens"),
+            output: get("output_tokens"),
+        }
+    }
+}
+
+impl<'de> Lenient<'de> for UsageIn {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        let mut u = Self::default();
+        lenient::members(map, |key, map| {
+            match key {
+                "input_tokens" => u.input = map.next_value()?,
+                "cache_read_input_tokens" => u.read = map.next_value()?,
+                "cache_creation_input_tokens" => u.write = map.next_value()?,
+                "output_tokens" => u.output = map.next_value()?,
+                _ => lenient::skip(map)?,
+            }
+            Ok(())
+        })?;
+        Ok(u)
+    }
+}
+
+impl<'de> Deserialize<'de> for UsageIn {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient::deserialize(d)
+    }
+}
+
+lenient_deserialize!(MessageIn, BlockIn);
 
 /// Anthropic's stop reasons onto OpenAI's finish reasons.
 fn finish_reason(stop: &str) -> FinishReason {
@@ -130,10 +247,12 @@ fn finish_reason(stop: &str) -> FinishReason {
 /// Updates `acc` from an Anthropic usage object (counts are cumulative: a field
 /// present replaces, a field absent keeps) and returns it.
 fn usage(u: &Value, acc: &mut Usage) -> Usage {
-    let get = |k: &str| u[k].as_u64();
-    let input = get("input_tokens");
-    let read = get("cache_read_input_tokens");
-    let write = get("cache_creation_input_tokens");
+    usage_of(&UsageIn::of(u), acc)
+}
+
+/// [`usage`] of counts already read.
+fn usage_of(u: &UsageIn, acc: &mut Usage) -> Usage {
+    let (input, read, write) = (u.input.0, u.read.0, u.write.0);
     if input.is_some() || read.is_some() || write.is_some() {
         let old_input = acc
             .prompt_tokens
@@ -145,7 +264,7 @@ fn usage(u: &Value, acc: &mut Usage) -> Usage {
         );
         *acc = Usage::from_exclusive(input, acc.completion_tokens, read, write);
     }
-    if let Some(out) = get("output_tokens") {
+    if let Some(out) = u.output.0 {
         acc.completion_tokens = out;
     }
     *acc

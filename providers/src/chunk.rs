@@ -226,6 +226,12 @@ impl ChunkWriter {
     }
 }
 
+/// `data: {chunk}\n\n`, written with `to_writer` (`format!` would go through
+/// `fmt::Display`, a few times slower). A `Value` always serialises.
 fn sse(chunk: &Value) -> Bytes {
-    Bytes::from(format!("data: {chunk}\n\n"))
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"data: ");
+    let _ = serde_json::to_writer(&mut out, chunk);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
 }

@@ -1,8 +1,10 @@
 //! Builds the OpenAI `chat.completion` body of a non-streamed answer.
 
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::usage::OpenAiUsage;
 use crate::{AnswerOpts, Completion, FinishReason, Usage};
 
 /// A non-streamed answer in provider-neutral form; `parse` fills one per protocol.
@@ -43,11 +45,12 @@ impl Answer {
             .finish_reason
             .unwrap_or(FinishReason::Stop)
             .after_tool_calls(!self.tool_calls.is_empty());
-        let mut message = json!({
-            "role": "assistant",
-            "content": if self.text.is_empty() && !self.tool_calls.is_empty() { Value::Null } else { json!(self.text) },
-        });
-        if !self.tool_calls.is_empty() {
+        let content = if self.text.is_empty() && !self.tool_calls.is_empty() {
+            None
+        } else {
+            Some(self.text.as_str())
+        };
+        let tool_calls = (!self.tool_calls.is_empty()).then(|| {
             let mut calls: Vec<Value> = self
                 .tool_calls
                 .into_iter()
@@ -67,16 +70,57 @@ impl Answer {
                     call.extend(extra);
                 }
             }
-            message["tool_calls"] = Value::Array(calls);
-        }
-        let body = json!({
-            "id": id, "object": "chat.completion", "created": opts.created, "model": self.model,
-            "choices": [{ "index": 0, "message": message, "finish_reason": finish.as_str() }],
-            "usage": self.usage.to_openai(),
+            calls
         });
+        let body = Body {
+            choices: [Choice {
+                finish_reason: finish.as_str(),
+                index: 0,
+                message: MessageOut {
+                    content,
+                    role: "assistant",
+                    tool_calls,
+                },
+            }],
+            created: opts.created,
+            id: &id,
+            model: &self.model,
+            object: "chat.completion",
+            usage: self.usage.openai(),
+        };
         Completion {
-            body: Bytes::from(body.to_string()),
+            // Serialising these types cannot fail (no map has a non-string key).
+            body: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
             usage: self.usage,
         }
     }
+}
+
+// The `chat.completion` body, written straight to bytes: no `Value` tree is built. The
+// members are in alphabetical order, as a `Value` object (a sorted map) wrote them.
+
+#[derive(Serialize)]
+struct Body<'a> {
+    choices: [Choice<'a>; 1],
+    created: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    usage: OpenAiUsage,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    finish_reason: &'static str,
+    index: u32,
+    message: MessageOut<'a>,
+}
+
+#[derive(Serialize)]
+struct MessageOut<'a> {
+    /// `null` for an answer that only calls tools.
+    content: Option<&'a str>,
+    role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<Value>>,
 }

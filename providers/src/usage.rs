@@ -1,6 +1,7 @@
 //! Token usage in OpenAI's accounting.
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 /// Token usage of one answer, normalised to OpenAI's accounting: `prompt_tokens`
 /// INCLUDES cache reads and cache writes (Anthropic and Bedrock report them apart,
@@ -40,15 +41,40 @@ impl Usage {
     /// OpenAI's `usage` object. Cache writes have no OpenAI field; they are counted in
     /// `prompt_tokens` and, for the ledger, exposed as `prompt_tokens_details.cache_write_tokens`.
     pub fn to_openai(&self) -> Value {
-        let mut details = json!({ "cached_tokens": self.cached_tokens });
-        if self.cache_write_tokens > 0 {
-            details["cache_write_tokens"] = json!(self.cache_write_tokens);
-        }
-        json!({
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens_details": details,
-        })
+        serde_json::to_value(self.openai()).unwrap_or_default()
     }
+
+    /// [`Self::to_openai`] as a type, to serialise without a `Value`.
+    pub(crate) fn openai(&self) -> OpenAiUsage {
+        OpenAiUsage {
+            completion_tokens: self.completion_tokens,
+            prompt_tokens: self.prompt_tokens,
+            prompt_tokens_details: Details {
+                cache_write_tokens: self.cache_write_tokens,
+                cached_tokens: self.cached_tokens,
+            },
+            total_tokens: self.prompt_tokens + self.completion_tokens,
+        }
+    }
+}
+
+/// OpenAI's `usage` object (members in alphabetical order, as a `Value` wrote them).
+#[derive(Debug, Serialize)]
+pub(crate) struct OpenAiUsage {
+    completion_tokens: u64,
+    prompt_tokens: u64,
+    prompt_tokens_details: Details,
+    total_tokens: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Details {
+    /// Only when there were cache writes.
+    #[serde(skip_serializing_if = "is_zero")]
+    cache_write_tokens: u64,
+    cached_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
