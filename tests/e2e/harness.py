@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
 # The shared pieces, re-exported for the test modules and kubelet.py.
 from sluice_testsupport.chaos import Chaos, start_chaos  # noqa: F401
 from sluice_testsupport.net import http  # noqa: F401
@@ -227,6 +229,23 @@ def quickstart_upstreams(urls: dict[str, str]) -> str:
     for placeholder in QUICKSTART_UPSTREAMS.values():
         assert text.count(f"baseUrl: {placeholder}/") == 1, f"{placeholder} not found once in upstreams.yaml"
     return _substitute(text, urls)
+
+
+def quickstart_routes() -> list[dict]:
+    """examples/quickstart/routes.yaml without `spec.synthetic`: these tests count each
+    upstream's requests and attempts, and a synthetic check (docs/design.md §10) is one
+    they did not send, at a jittered time. The checks have scenarios of their own
+    (tests/tests/scenarios/synthetic.rs)."""
+    routes = [r for r in yaml.safe_load_all((QUICKSTART / "routes.yaml").read_text()) if r]
+    assert any("synthetic" in r["spec"] for r in routes), "the quickstart no longer shows synthetic checks"
+    for r in routes:
+        r["spec"].pop("synthetic", None)
+    return routes
+
+
+def quickstart_routes_yaml() -> str:
+    """[`quickstart_routes`] as one multi-document YAML text for `kubectl apply -f -`."""
+    return yaml.safe_dump_all(quickstart_routes())
 
 
 def quickstart_secrets(fake: "KubeFake", urls: dict[str, str], namespace: str = "default") -> dict[str, str]:

@@ -18,7 +18,7 @@ import yaml
 
 import chart
 from conftest import DIAGNOSTICS
-from harness import (QUICKSTART, REPO, KubeFake, LedgerSchema, binary, condition, quickstart_secrets, quickstart_upstreams, start_quickstart_chaos, table,
+from harness import (QUICKSTART, REPO, KubeFake, LedgerSchema, binary, condition, quickstart_routes_yaml, quickstart_secrets, quickstart_upstreams, start_quickstart_chaos, table,
                      wait_for)
 from kubelet import MiniKubelet
 
@@ -105,7 +105,8 @@ def test_the_chart_operator_reconciles_the_quickstart_into_a_serving_gateway(ins
     urls = {n: c.url for n, c in install["chaos"].items()}
     quickstart_secrets(fake, urls)
     fake.kubectl("apply", "-f", "-", input=quickstart_upstreams(urls))
-    fake.kubectl("apply", "-f", str(QUICKSTART / "routes.yaml"), "-f", str(QUICKSTART / "budgets.yaml"))
+    fake.kubectl("apply", "-f", "-", input=quickstart_routes_yaml())
+    fake.kubectl("apply", "-f", str(QUICKSTART / "budgets.yaml"))
 
     gw = kubelet.wait_ready("default", GATEWAY, timeout=60)
     deploy = fake.get_json("deployment", GATEWAY)

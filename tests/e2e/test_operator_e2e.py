@@ -35,7 +35,7 @@ import yaml
 import chart
 from conftest import DIAGNOSTICS
 from harness import (Artifacts, Chaos, KubeFake, LedgerSchema, Proc, binary, condition, http, number,
-                     quickstart_secrets, quickstart_upstreams, QUICKSTART, secret_value, start_chaos,
+                     quickstart_routes, quickstart_routes_yaml, quickstart_secrets, quickstart_upstreams, QUICKSTART, secret_value, start_chaos,
                      start_operator, start_quickstart_chaos, table, wait_for)
 from kubelet import MiniKubelet, Pod
 
@@ -172,7 +172,8 @@ def test_quickstart_is_rendered_into_a_running_gateway(env: Env):
     urls = {n: c.url for n, c in env.chaos.items()}
     secrets = quickstart_secrets(fake, urls)
     fake.kubectl("apply", "-f", "-", input=quickstart_upstreams(urls))
-    fake.kubectl("apply", "-f", str(QUICKSTART / "routes.yaml"), "-f", str(QUICKSTART / "budgets.yaml"))
+    fake.kubectl("apply", "-f", "-", input=quickstart_routes_yaml())
+    fake.kubectl("apply", "-f", str(QUICKSTART / "budgets.yaml"))
     fake.kubectl("apply", "-f", "-", input=BURN_BUDGET)
 
     pod = env.kubelet.wait_ready("default", GATEWAY, timeout=60)
@@ -408,7 +409,7 @@ def test_editing_a_route_changes_traffic_without_restarting_the_gateway(env: Env
     client = env.client(pod)
     assert chat(client, "gpt-4o").status == 503, "both of gpt-4o's upstreams are still failing"
 
-    routes = list(yaml.safe_load_all((QUICKSTART / "routes.yaml").read_text()))
+    routes = quickstart_routes()
     gpt = next(r for r in routes if r["metadata"]["name"] == "gpt-4o")
     # Another provider's model as the last resort: Gemini, in its own protocol.
     gpt["spec"]["candidates"].append({"upstream": "gemini", "model": "gemini-2.5-flash", "weight": 100})
@@ -486,7 +487,7 @@ def test_a_new_secret_in_the_set_rolls_the_gateway(env: Env):
     deploy = env.get("deployment", GATEWAY)
     annotation = deploy["spec"]["template"]["metadata"]["annotations"]["sluice.dev/secrets-hash"]
     env.fake.kubectl("apply", "-f", "-", input=EXTRA_UPSTREAM % env.chaos["spare"].url)
-    routes = list(yaml.safe_load_all((QUICKSTART / "routes.yaml").read_text()))
+    routes = quickstart_routes()
     gpt = next(r for r in routes if r["metadata"]["name"] == "gpt-4o")
     gpt["spec"]["candidates"] += [{"upstream": "gemini", "model": "gemini-2.5-flash", "weight": 100},
                                   {"upstream": "openai-eu", "model": "gpt-4o-eu", "weight": 1}]
