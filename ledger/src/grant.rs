@@ -153,6 +153,9 @@ pub(crate) struct Shared {
     slots: Mutex<HashMap<i64, Arc<Slot>>>,
     pub(crate) observer: Arc<dyn BillerObserver>,
     slack_ms: AtomicI64,
+    /// Holds not settled or released yet: while there are none, a batch does not wait
+    /// for its window (nothing else could join it).
+    pub(crate) open_holds: AtomicI64,
     dropped: AtomicU64,
     closing: AtomicBool,
 }
@@ -236,6 +239,7 @@ impl Biller {
             slots: Mutex::new(HashMap::new()),
             observer: observer.unwrap_or_else(|| Arc::new(NoObserver)),
             slack_ms: AtomicI64::new(0),
+            open_holds: AtomicI64::new(0),
             dropped: AtomicU64::new(0),
             closing: AtomicBool::new(false),
         });
@@ -365,6 +369,7 @@ impl Biller {
     }
 
     fn hold(&self, slot: &Arc<Slot>, grant_id: i64, estimate: i64, request_id: &str) -> Hold {
+        self.shared.open_holds.fetch_add(1, Ordering::Relaxed);
         Hold {
             kind: HoldKind::Grant(GrantHold {
                 biller: self.clone(),
@@ -711,6 +716,7 @@ impl Hold {
             HoldKind::Grant(g) => g,
         };
         g.armed = false;
+        g.biller.shared.open_holds.fetch_sub(1, Ordering::Relaxed);
         let charged = charge_nanos.min(g.estimate);
         let uncollected = charge_nanos - charged;
         lock(&g.slot.book).settle(g.grant_id, g.estimate, charged);
@@ -756,6 +762,7 @@ impl Hold {
             HoldKind::Reservation(r) => r.release().await.map(|_| ()),
             HoldKind::Grant(mut g) => {
                 g.armed = false;
+                g.biller.shared.open_holds.fetch_sub(1, Ordering::Relaxed);
                 g.give_back();
                 Ok(())
             }
@@ -773,6 +780,10 @@ impl GrantHold {
 impl Drop for GrantHold {
     fn drop(&mut self) {
         if self.armed {
+            self.biller
+                .shared
+                .open_holds
+                .fetch_sub(1, Ordering::Relaxed);
             self.biller.shared.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(request_id = %self.request_id, estimate = self.estimate, "hold dropped without settle or release; released in memory");
             self.give_back();

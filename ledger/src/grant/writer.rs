@@ -1,11 +1,13 @@
 //! Group commit (docs/design.md §5a): one writer task per process turns settlements into
 //! batches, one transaction each. A batch closes when its window (`--settle-window`) has
-//! passed since its first settlement, or at [`MAX_BATCH`] settlements. A batch that fails
+//! passed since its first settlement, or at [`MAX_BATCH`] settlements, or at once when no
+//! hold is open that could still join it (a lone request does not pay the window). A batch that fails
 //! is retried, unchanged, with backoff until it commits (the database may be away for a
 //! while); it is idempotent (see [`Ledger::settle_batch`]), so an unknown commit outcome
 //! is harmless. Each settlement's waiter is told only after its batch committed.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -67,7 +69,8 @@ pub(crate) async fn run(
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
                 Err(mpsc::error::TryRecvError::Empty) => {}
             }
-            if batch.is_empty() {
+            // Nothing could join: no hold is open that might settle within the window.
+            if batch.is_empty() || shared.open_holds.load(Ordering::Relaxed) <= 0 {
                 break;
             }
             match tokio::time::timeout_at(close, rx.recv()).await {

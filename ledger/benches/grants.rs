@@ -1,0 +1,222 @@
+//! Balance grants and group commit (docs/design.md §5a) against the per-request path of
+//! §5, side by side, on one hot account: `flows` reserve → settle flows over N
+//! concurrent tasks. `cargo bench -p sluice-ledger --bench grants` prints a table:
+//! flows/s (= settlements/s), grant takes (renewals) per second and the mean batch size.
+//! Postgres comes from `SLUICE_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`) and is skipped with a note when
+//! unreachable. `SLUICE_BENCH_FLOWS` sets flows per run (default 4000).
+
+use std::error::Error;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_ledger::{Biller, BillerConfig, BillerObserver, Ledger, RenewalResult, Usage};
+use sqlx::postgres::PgPoolOptions;
+
+type BoxError = Box<dyn Error + Send + Sync>;
+
+const CONCURRENCY: [usize; 3] = [1, 32, 128];
+const ESTIMATE: i64 = 1_000_000;
+
+#[derive(Debug, Default)]
+struct Counts {
+    takes: AtomicU64,
+    batches: AtomicU64,
+    settled: AtomicU64,
+}
+
+impl BillerObserver for Counts {
+    fn renewal(&self, result: RenewalResult) {
+        if result == RenewalResult::Ok {
+            self.takes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn batch(&self, size: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.settled.fetch_add(size as u64, Ordering::Relaxed);
+    }
+}
+
+struct Row {
+    backend: &'static str,
+    path: &'static str,
+    tasks: usize,
+    flows: usize,
+    elapsed: Duration,
+    takes: u64,
+    batches: u64,
+    latencies: Vec<Duration>,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let flows: usize = std::env::var("SLUICE_BENCH_FLOWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4000);
+    let mut out = std::io::stdout().lock();
+    let mut rows = Vec::new();
+
+    let path = std::env::temp_dir().join(format!("sluice_bench_grants_{}.db", std::process::id()));
+    let ledger = Ledger::connect(&format!("sqlite://{}", path.display())).await?;
+    for tasks in CONCURRENCY {
+        rows.push(run(&ledger, "sqlite", false, tasks, flows).await?);
+        rows.push(run(&ledger, "sqlite", true, tasks, flows).await?);
+    }
+    ledger.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+
+    let base = std::env::var("SLUICE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    match PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&base)
+        .await
+    {
+        Err(e) => writeln!(out, "postgres skipped: {base} unreachable: {e}")?,
+        Ok(admin) => {
+            let schema = format!("sluice_bench_grants_{}", std::process::id());
+            sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                .execute(&admin)
+                .await?;
+            let sep = if base.contains('?') { '&' } else { '?' };
+            let ledger =
+                Ledger::connect(&format!("{base}{sep}options=-c%20search_path%3D{schema}")).await?;
+            for tasks in CONCURRENCY {
+                rows.push(run(&ledger, "postgres", false, tasks, flows).await?);
+                rows.push(run(&ledger, "postgres", true, tasks, flows).await?);
+            }
+            ledger.close().await;
+            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+                .execute(&admin)
+                .await?;
+        }
+    }
+
+    writeln!(
+        out,
+        "{:<9} {:<12} {:>5} {:>6} {:>7} {:>14} {:>9} {:>10} {:>7} {:>7}",
+        "backend",
+        "path",
+        "tasks",
+        "flows",
+        "secs",
+        "settlements/s",
+        "grants/s",
+        "mean batch",
+        "p50 ms",
+        "p99 ms"
+    )?;
+    for mut r in rows {
+        r.latencies.sort();
+        let pct = |p: usize| r.latencies[(r.latencies.len() - 1) * p / 100].as_secs_f64() * 1e3;
+        let secs = r.elapsed.as_secs_f64();
+        let (grants, batch) = if r.path == "grants" {
+            (
+                format!("{:.0}", r.takes as f64 / secs),
+                format!("{:.1}", r.flows as f64 / r.batches.max(1) as f64),
+            )
+        } else {
+            ("-".to_owned(), "1".to_owned())
+        };
+        writeln!(
+            out,
+            "{:<9} {:<12} {:>5} {:>6} {:>7.2} {:>14.0} {:>9} {:>10} {:>7.2} {:>7.2}",
+            r.backend,
+            r.path,
+            r.tasks,
+            r.flows,
+            secs,
+            r.flows as f64 / secs,
+            grants,
+            batch,
+            pct(50),
+            pct(99),
+        )?;
+    }
+    Ok(())
+}
+
+/// `flows` reserve → settle flows over `tasks` tasks on one account: per request in the
+/// database (`grants == false`), or from a [`Biller`]'s grant with group commit.
+async fn run(
+    ledger: &Ledger,
+    backend: &'static str,
+    grants: bool,
+    tasks: usize,
+    flows: usize,
+) -> Result<Row, BoxError> {
+    let path = if grants { "grants" } else { "per-request" };
+    let account = ledger
+        .create_account(&format!("bench-{path}-{tasks}"), i64::MAX / 2)
+        .await?;
+    let counts = Arc::new(Counts::default());
+    let observer: Arc<dyn BillerObserver> = counts.clone();
+    let biller =
+        grants.then(|| Biller::start(ledger.clone(), BillerConfig::new("bench"), Some(observer)));
+    let per_task = flows / tasks;
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(tasks);
+    for t in 0..tasks {
+        let (ledger, biller) = (ledger.clone(), biller.clone());
+        handles.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(per_task);
+            let usage = || Usage {
+                input_tokens: 100,
+                output_tokens: 50,
+                upstream: None,
+            };
+            for i in 0..per_task {
+                let begin = Instant::now();
+                let id = format!("b-{t}-{i}");
+                match &biller {
+                    Some(b) => {
+                        b.reserve(account.id, ESTIMATE, &id)
+                            .await?
+                            .settle(600_000, usage())
+                            .await?;
+                    }
+                    None => {
+                        ledger
+                            .reserve(account.id, ESTIMATE, Duration::from_secs(60), &id)
+                            .await?
+                            .settle(600_000, usage())
+                            .await?;
+                    }
+                }
+                latencies.push(begin.elapsed());
+            }
+            Ok::<_, BoxError>(latencies)
+        }));
+    }
+    let mut latencies = Vec::with_capacity(flows);
+    for h in handles {
+        latencies.extend(h.await??);
+    }
+    let elapsed = started.elapsed();
+    if let Some(b) = &biller {
+        b.shutdown(Duration::from_secs(10)).await;
+    }
+    let check = ledger
+        .journal_verify(&format!("bench-{path}-{tasks}"))
+        .await?;
+    if !check.is_consistent() {
+        return Err(format!("journal check failed after the {path} run: {check:?}").into());
+    }
+    Ok(Row {
+        backend,
+        path,
+        tasks,
+        flows: latencies.len(),
+        elapsed,
+        takes: counts.takes.load(Ordering::Relaxed),
+        batches: counts.batches.load(Ordering::Relaxed),
+        latencies,
+    })
+}
