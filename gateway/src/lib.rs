@@ -9,7 +9,8 @@
 //! - [`billing`] finds the paying account and reserves the most the request can cost.
 //! - [`route`] decides which candidate comes next: health and circuit breaker
 //!   ([`route::health`]), order ([`route::order`]), the walks with failover, backoff
-//!   and hedging ([`route::walk`]).
+//!   and hedging ([`route::walk`]); [`route::synthetic`] checks each candidate of the
+//!   routes that ask for it, outside any request (docs/design.md §10).
 //! - [`attempt`] is one upstream call, bounded and classified into an
 //!   [`attempt::outcome::Outcome`] ([`attempt::native`] when the upstream speaks a
 //!   provider's own protocol, with credentials from [`auth`]); a committed attempt is

@@ -41,9 +41,10 @@ async fn each_candidate_is_checked_once_per_interval_and_the_route_never_sees_it
     let more = eventually(Duration::from_secs(10), async || checks(&gw, "a", "ok") >= a0 + 4.0 && checks(&gw, "b", "ok") >= b0 + 4.0).await;
     assert!(more, "fewer than 4 checks per candidate in 10 s:\n{}", gw.metrics());
     let elapsed = since.elapsed();
-    // Four more checks of one candidate span at least three intervals (less the
-    // scheduler's 100 ms tick), and no candidate got more than one per interval.
-    assert!(elapsed >= 3 * INTERVAL - Duration::from_millis(150), "4 checks in {elapsed:?}: more than one per interval");
+    // Four more checks of one candidate are due three intervals apart; two per interval
+    // would take 1.5 s. The slack covers the scheduler's 100 ms tick and the checks'
+    // own latency on a busy machine.
+    assert!(elapsed >= 2 * INTERVAL + INTERVAL / 2, "4 checks in {elapsed:?}: more than one per interval");
     let per_interval = elapsed.as_secs_f64() / INTERVAL.as_secs_f64() + 1.0;
     for (up, before) in [("a", a0), ("b", b0)] {
         let n = checks(&gw, up, "ok") - before;
