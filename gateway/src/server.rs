@@ -1,11 +1,13 @@
 //! The HTTP server: accept connections ([`accept`]), route each request to its
-//! handler ([`router()`]), and the state those handlers share ([`state`]). One OpenAI
+//! handler ([`router()`]), and the state those handlers share ([`state`]); the status
+//! page ([`status`], docs/design.md §10) is served beside the API. One OpenAI
 //! request from start to end is [`handle::handle`].
 
 pub mod accept;
 pub mod handle;
 pub mod router;
 pub mod state;
+pub mod status;
 
 pub use accept::{HEADER_READ_TIMEOUT, serve_http, shutdown_signal};
 pub use router::router;

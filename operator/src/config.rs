@@ -27,6 +27,9 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     /// Watch this namespace only; `None` watches all.
     pub namespace: Option<String>,
+    /// Serve the status page (docs/design.md §10) on the listener, with runbook links
+    /// into this URL of docs/operate.md; `None` serves none.
+    pub status_page: Option<String>,
 }
 
 impl Config {
@@ -40,6 +43,7 @@ impl Config {
             identity: None,
             listen: None,
             namespace: None,
+            status_page: None,
         }
     }
 }
@@ -85,6 +89,13 @@ pub struct Cli {
     /// Watch this namespace only (default: all namespaces).
     #[arg(long, env = "SLUICE_WATCH_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Serve the status page at `/status` on the listener (true/false).
+    #[arg(long, env = "SLUICE_STATUS_PAGE", value_parser = BoolishValueParser::new(), num_args = 0..=1,
+          default_value = "false", default_missing_value = "true")]
+    pub status_page: bool,
+    /// Where the status page's runbook links point: the URL of docs/operate.md.
+    #[arg(long, env = "SLUICE_RUNBOOKS_URL", default_value = sluice_status::DEFAULT_RUNBOOKS)]
+    pub runbooks_url: String,
 }
 
 impl Cli {
@@ -106,6 +117,7 @@ impl Cli {
             identity,
             listen: Some(self.listen),
             namespace: self.namespace.filter(|n| !n.is_empty()),
+            status_page: self.status_page.then_some(self.runbooks_url),
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod reconcile;
 pub mod render;
 mod run;
 pub mod status;
+pub mod status_page;
 #[doc(hidden)]
 pub mod testing;
 pub mod triggers;

@@ -25,7 +25,7 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
 }
 
 /// Runs the operator until `shutdown` resolves: serves `/metrics` and `/healthz` (when
-/// `config.listen` is set), waits for the leader Lease (when elected), checks that the
+/// `config.listen` is set; `/status` too with `config.status_page`), waits for the leader Lease (when elected), checks that the
 /// CRDs are installed, connects the ledger, then runs the controllers.
 pub async fn run_until(client: Client, config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::new());
@@ -41,8 +41,22 @@ pub async fn run_until(client: Client, config: Config, shutdown: impl Future<Out
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
             let local = listener.local_addr().map_err(|source| Error::Listen { addr, source })?;
-            tracing::info!("serving /metrics and /healthz on http://{local}");
-            let app = crate::web::app(metrics.clone());
+            let app = match &config.status_page {
+                Some(runbooks) => {
+                    tracing::info!("serving /metrics, /healthz and /status on http://{local}");
+                    let source = crate::status_page::spawn(
+                        client.clone(),
+                        config.namespace.clone(),
+                        config.ledger_url.clone(),
+                        token.clone(),
+                    );
+                    crate::web::app_with_status(metrics.clone(), source, runbooks)
+                }
+                None => {
+                    tracing::info!("serving /metrics and /healthz on http://{local}");
+                    crate::web::app(metrics.clone())
+                }
+            };
             let stop = token.clone();
             Some(tokio::spawn(async move {
                 if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {

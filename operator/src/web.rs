@@ -1,4 +1,5 @@
-//! The operator's HTTP endpoints: `GET /metrics` (OpenMetrics) and `GET /healthz`.
+//! The operator's HTTP endpoints: `GET /metrics` (OpenMetrics), `GET /healthz` and, when
+//! enabled, the status page (docs/design.md §10, [`crate::status_page`]).
 
 use std::sync::Arc;
 
@@ -16,6 +17,12 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 /// The router (no listener; tests call it with `oneshot`).
 pub fn app(metrics: Arc<Metrics>) -> Router {
     Router::new().route("/metrics", get(metrics_text)).route("/healthz", get(healthz)).with_state(metrics)
+}
+
+/// [`app`] with the status page of `source`, its runbook links into `runbooks`.
+pub fn app_with_status(metrics: Arc<Metrics>, source: Arc<dyn sluice_status::Source>, runbooks: &str) -> Router {
+    let options = sluice_status::Options { runbooks: runbooks.to_owned(), ..sluice_status::Options::default() };
+    app(metrics).merge(sluice_status::router(source, options))
 }
 
 async fn metrics_text(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
@@ -58,6 +65,29 @@ mod tests {
         assert!(body.contains("sluice_operator_status_writes_total{kind=\"ErrorBudget\"} 1"), "{body}");
         assert!(body.contains("sluice_operator_reconcile_duration_seconds_bucket"), "{body}");
         assert!(body.ends_with("# EOF\n"), "{body}");
+    }
+
+    struct Nothing;
+
+    impl sluice_status::Source for Nothing {
+        fn catalog(&self) -> Option<sluice_status::Catalog> {
+            None
+        }
+        fn ledger(&self) -> Option<sluice_ledger::Ledger> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn the_status_page_is_served_beside_the_metrics_and_says_why_it_is_not_ready() {
+        let app = app_with_status(Arc::new(Metrics::new()), Arc::new(Nothing), sluice_status::DEFAULT_RUNBOOKS);
+        let (status, _, body) = get(app.clone(), "/status").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "status page unavailable: no configuration is loaded yet\n");
+        let (status, _, _) = get(app.clone(), "/status/api/v2/summary.json").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(get(app, "/metrics").await.0, StatusCode::OK);
+        assert_eq!(get(self::app(Arc::new(Metrics::new())), "/status").await.0, StatusCode::NOT_FOUND);
     }
 
     #[tokio::test]

@@ -75,7 +75,7 @@ impl Catalog {
                         })
                         .collect(),
                     objective,
-                    synthetic_interval_ms: None,
+                    synthetic_interval_ms: r.synthetic.map(|s| s.interval_ms),
                 }
             })
             .collect();

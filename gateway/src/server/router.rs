@@ -1,4 +1,5 @@
-//! The HTTP surface (docs/design.md §3): OpenAI endpoints, models, health, readiness, metrics.
+//! The HTTP surface (docs/design.md §3): OpenAI endpoints, models, health, readiness,
+//! metrics, and the status page (§10) when there is a ledger to read.
 
 use std::sync::Arc;
 
@@ -18,7 +19,8 @@ use crate::request::Endpoint;
 /// The gateway's router.
 pub fn router(gw: Arc<Gateway>) -> Router {
     let limit = gw.max_body;
-    Router::new()
+    let status = gw.ledger.is_some().then(|| crate::server::status::router(gw.clone()));
+    let api = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
@@ -32,7 +34,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         // The body is read whole (it is re-sent per candidate); the limit refuses a
         // larger one with the documented 413 instead of buffering it.
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(gw)
+        .with_state(gw);
+    match status {
+        Some(status) => api.merge(status),
+        None => api,
+    }
 }
 
 async fn read_body(gw: &Gateway, req: Request) -> Result<(HeaderMap, Bytes), ApiError> {

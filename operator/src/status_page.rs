@@ -1,0 +1,163 @@
+//! The status page of docs/design.md §10 on the operator's web port (chart
+//! `statusPage.enabled`): `sluice-status` fed with every resource the operator can see
+//! and the ledger.
+//!
+//! Every replica serves it, leader or not, so it keeps its own watch caches of the
+//! three kinds and its own ledger connection instead of borrowing the controllers'
+//! (which only the leader runs).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use futures::StreamExt;
+use kube::Client;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use sluice_crds::manifests::Manifests;
+use sluice_crds::resolve::resolve;
+use sluice_crds::{ErrorBudget, ModelRoute, Upstream};
+use sluice_ledger::Ledger;
+use sluice_status::{Catalog, Source};
+use tokio_util::sync::CancellationToken;
+
+use crate::view::is_live;
+
+/// The resources and the ledger, as the status page reads them.
+pub struct OperatorSource {
+    routes: Store<ModelRoute>,
+    upstreams: Store<Upstream>,
+    budgets: Store<ErrorBudget>,
+    ledger: OnceLock<Ledger>,
+    /// Set once every kind has been listed.
+    ready: AtomicBool,
+}
+
+impl Source for OperatorSource {
+    fn catalog(&self) -> Option<Catalog> {
+        // Nothing to show until the first list of every kind has arrived.
+        if !self.ready.load(Ordering::Relaxed) {
+            return None;
+        }
+        let manifests = Manifests {
+            upstreams: live(&self.upstreams),
+            routes: live(&self.routes),
+            budgets: live(&self.budgets),
+            problems: Vec::new(),
+        };
+        // As for the gateways: a Secret's presence does not change what is served.
+        let resolved = resolve(&manifests, &|_: &str, _: &str, _: &str| true);
+        Some(Catalog::from_snapshot(&resolved.snapshot))
+    }
+
+    fn ledger(&self) -> Option<Ledger> {
+        self.ledger.get().cloned()
+    }
+}
+
+/// Starts the watches and the ledger connection the page reads, until `token` is
+/// cancelled.
+pub fn spawn(
+    client: Client,
+    namespace: Option<String>,
+    ledger_url: String,
+    token: CancellationToken,
+) -> Arc<OperatorSource> {
+    let (routes, routes_w) = reflector::store::<ModelRoute>();
+    let (upstreams, upstreams_w) = reflector::store::<Upstream>();
+    let (budgets, budgets_w) = reflector::store::<ErrorBudget>();
+    let source = Arc::new(OperatorSource {
+        routes,
+        upstreams,
+        budgets,
+        ledger: OnceLock::new(),
+        ready: AtomicBool::new(false),
+    });
+    let ns = namespace.as_deref();
+    let drive = |stream: futures::stream::BoxStream<'static, ()>, token: CancellationToken| {
+        tokio::spawn(async move {
+            tokio::select! {
+                () = token.cancelled() => {}
+                () = stream.for_each(|()| async {}) => {}
+            }
+        })
+    };
+    let config = watcher::Config::default;
+    drive(
+        watcher(api(&client, ns), config())
+            .default_backoff()
+            .reflect(routes_w)
+            .map(|_| ())
+            .boxed(),
+        token.clone(),
+    );
+    drive(
+        watcher(api(&client, ns), config())
+            .default_backoff()
+            .reflect(upstreams_w)
+            .map(|_| ())
+            .boxed(),
+        token.clone(),
+    );
+    drive(
+        watcher(api(&client, ns), config())
+            .default_backoff()
+            .reflect(budgets_w)
+            .map(|_| ())
+            .boxed(),
+        token.clone(),
+    );
+    let listed = source.clone();
+    tokio::spawn(async move {
+        let all = async {
+            listed.routes.wait_until_ready().await.is_ok()
+                && listed.upstreams.wait_until_ready().await.is_ok()
+                && listed.budgets.wait_until_ready().await.is_ok()
+        };
+        if all.await {
+            listed.ready.store(true, Ordering::Relaxed);
+        }
+    });
+    let connected = source.clone();
+    tokio::spawn(async move {
+        loop {
+            match Ledger::connect(&ledger_url).await {
+                Ok(ledger) => {
+                    let _ = connected.ledger.set(ledger);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "status page: cannot reach the ledger; retrying in 5s")
+                }
+            }
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+            }
+        }
+    });
+    source
+}
+
+/// The cached objects of `store` that are not being deleted.
+fn live<K>(store: &Store<K>) -> Vec<K>
+where
+    K: kube::Resource<DynamicType = ()> + kube::ResourceExt + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|o| is_live(o.as_ref()))
+        .map(|o| (*o).clone())
+        .collect()
+}
+
+/// An `Api` over all namespaces, or over the watched one.
+fn api<K>(client: &Client, namespace: Option<&str>) -> kube::Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => kube::Api::namespaced(client.clone(), ns),
+        None => kube::Api::all(client.clone()),
+    }
+}
