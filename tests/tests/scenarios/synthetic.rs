@@ -120,3 +120,37 @@ async fn a_dead_candidate_is_demoted_by_checks_alone_and_still_checked_while_ope
     assert!(checks(&gw, "dead", "ok") >= 1.0);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_silent_candidate_fails_its_checks_on_the_first_byte_watchdog_and_each_check_is_a_row() -> anyhow::Result<()> {
+    let _serial = serial().await;
+    let [silent, healthy] = ChaosUpstream::start_all(["silent", "healthy"]).await?;
+    silent.script(json!({"hang": true}))?;
+    let docs = [
+        silent.doc().with("spec.timeouts.firstByte", "300ms"),
+        healthy.doc(),
+        route("chat", "chat-model", &[("silent", 100), ("healthy", 50)]).with("spec.synthetic", json!({"interval": "1s"})),
+    ];
+    let gw = TestGateway::start(&yaml(&docs)).await?;
+    let seen = eventually(Duration::from_secs(8), async || {
+        checks(&gw, "silent", "first_byte_timeout") >= 2.0 && checks(&gw, "healthy", "ok") >= 2.0
+    })
+    .await;
+    assert!(seen, "no first-byte timeouts of the silent candidate:\n{}", gw.metrics());
+    assert!(gw.count("sluice_upstream_attempts_total", &[("upstream", "silent"), ("outcome", "first_byte_timeout")]) >= 2.0);
+
+    // The rows the status page reads: the rollups' keys, the outcome labels.
+    let ledger = gw.ledger()?;
+    let keys = |names: &[&str]| names.iter().map(|n| format!("default/{n}")).collect::<Vec<_>>();
+    let stored = eventually(Duration::from_secs(5), async || {
+        let rows = ledger.synthetic_checks(&keys(&["chat"]), &keys(&["silent", "healthy"]), 0).await.unwrap_or_default();
+        let count = |up: &str, outcome: &str| rows.iter().filter(|r| r.upstream == up && r.outcome == outcome).count();
+        rows.iter().all(|r| r.route == "default/chat")
+            && count("default/silent", "first_byte_timeout") >= 2
+            && count("default/healthy", "ok") >= 2
+            && rows.len() == count("default/silent", "first_byte_timeout") + count("default/healthy", "ok")
+    })
+    .await;
+    assert!(stored, "{:?}", ledger.synthetic_checks(&keys(&["chat"]), &keys(&["silent", "healthy"]), 0).await?);
+    Ok(())
+}
