@@ -176,6 +176,11 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
             (read.outcome, Some(first_byte), usage)
         }
     };
+    // The gauges are otherwise set when a request orders the candidates: without client
+    // traffic they would not show what the checks found.
+    let now = Instant::now();
+    up.metrics.circuit.set(up.health.circuit(now).gauge());
+    up.metrics.effective_weight.set(f64::from(c.cfg.weight) * up.health.success_ratio(&gw.settings, now));
     gw.metrics
         .synthetic_checks
         .get_or_create(&SyntheticLabel { route: route.cfg.name.clone(), upstream: up.cfg.name.clone(), outcome })

@@ -95,6 +95,13 @@ async fn a_dead_candidate_is_demoted_by_checks_alone_and_still_checked_while_ope
     })
     .await;
     assert!(opened, "the dead candidate's circuit did not open from checks:\n{}", gw.metrics());
+    // The gauges show it without any request having ordered the candidates.
+    let gauges = eventually(Duration::from_secs(3), async || {
+        gw.metric("sluice_circuit_state", &[("upstream", "dead")]) == Some(2.0)
+            && gw.metric("sluice_upstream_effective_weight", &[("upstream", "dead")]) == Some(0.0)
+    })
+    .await;
+    assert!(gauges, "{}", gw.metrics());
     assert_eq!(gw.count("sluice_requests_total", &[("route", "chat")]), 0.0);
     assert!(checks(&gw, "dead", "http_5xx") >= 2.0);
 
