@@ -85,7 +85,8 @@ pub async fn run(gw: Arc<Gateway>, gateway_id: String) {
                 };
                 let entry = due.entry(key.clone()).or_insert_with(|| first(&mut rng));
                 if entry.interval != interval {
-                    *entry = first(&mut rng);
+                    // A check still running keeps its flag: no second one meanwhile.
+                    *entry = Due { running: entry.running.clone(), ..first(&mut rng) };
                 }
                 seen.insert(key);
                 if now < entry.next {
