@@ -13,11 +13,14 @@ use crate::headers::RequestId;
 use crate::request::ClientRequest;
 use crate::server::{AuthMode, Gateway};
 
+pub mod keys;
 mod settle;
 
 pub use settle::settle;
 
-/// The account of the request's API key (`None` with `--auth none`).
+/// The account of the request's API key (`None` with `--auth none`), from the gateway's
+/// key cache ([`keys::KeyCache`]: at most 1 s old, and dropped at once when the ledger's
+/// change feed says the key was created or revoked).
 pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<AccountRef>, ApiError> {
     if gw.auth == AuthMode::None {
         return Ok(None);
@@ -32,7 +35,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .ok_or_else(|| ApiError::InvalidApiKey("missing API key: send Authorization: Bearer sk-sluice-…".into()))?;
-    match ledger.authenticate(key).await {
+    match gw.keys.authenticate(ledger, key).await {
         Ok(Some(account)) => Ok(Some(account)),
         Ok(None) => Err(ApiError::InvalidApiKey("incorrect API key provided".into())),
         Err(e) => Err(ledger_failure("authenticating the API key", e)),

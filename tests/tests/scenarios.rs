@@ -41,6 +41,8 @@ mod metrics;
 mod outage;
 #[path = "scenarios/probe.rs"]
 mod probe;
+#[path = "scenarios/propagation.rs"]
+mod propagation;
 #[path = "scenarios/providers.rs"]
 mod providers;
 #[path = "scenarios/refused.rs"]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sluice_ledger::Ledger;
 
+use crate::billing::keys::KeyCache;
 use crate::config::source::{LoadError, Secrets, Source};
 use crate::config::{BuildError, Carry, Current, Runtime};
 use crate::route::health::HealthSettings;
@@ -53,6 +54,8 @@ pub struct Gateway {
     pub ledger: Option<Ledger>,
     /// Client auth.
     pub auth: AuthMode,
+    /// Key → account answers of the ledger, briefly (docs/design.md §5a).
+    pub keys: KeyCache,
     /// Request body limit in bytes.
     pub max_body: usize,
     /// How long a request body may take to arrive, from the handler's start (a client
@@ -73,6 +76,8 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway with no config yet.
     pub fn new(settings: HealthSettings, secrets: Secrets, ledger: Option<Ledger>, auth: AuthMode) -> Self {
+        // Only keys need the change feed (it costs a LISTEN connection on Postgres).
+        let keys = KeyCache::watching(ledger.as_ref().filter(|_| auth == AuthMode::Keys));
         Self {
             current: Current::default(),
             carry: Carry::new(secrets.dir()),
@@ -81,6 +86,7 @@ impl Gateway {
             secrets,
             ledger,
             auth,
+            keys,
             max_body: 8 * 1024 * 1024,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             reservation_ttl: Duration::from_secs(900),
