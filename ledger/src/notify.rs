@@ -76,19 +76,21 @@ impl Ledger {
     /// process on this database, the caller's own included.
     ///
     /// Semantics a subscriber may rely on:
-    /// - A change committed at `t` is delivered by about `t` + 250 ms on SQLite, and on
-    ///   Postgres within milliseconds (`LISTEN`/`NOTIFY`), by `t` + 1 s at worst while
-    ///   the database answers (the periodic check). Always within 1 s.
-    /// - Delivery is at least once and in commit order, and never before the change is
-    ///   visible to reads of this handle.
-    /// - When the watcher cannot vouch for what it missed, it sends [`Change::All`];
-    ///   the first message of a new watcher is `All`. A receiver that lags
-    ///   (`RecvError::Lagged`) must also treat that as `All`; `RecvError::Closed` means
-    ///   the ledger handle is gone.
+    /// - A change committed at `t` is delivered by `t` + 250 ms (plus one read) on
+    ///   SQLite; on Postgres within milliseconds (`LISTEN`/`NOTIFY`), and by `t` + 1 s
+    ///   (plus one read) when notifications are not coming through (the periodic check).
+    ///   This holds while the database answers reads.
+    /// - Every change is delivered, as itself or covered by a later [`Change::All`], in
+    ///   commit order, and never before it is visible to reads through this handle.
+    ///   Changes that change nothing (revoking a revoked key) are not sent.
+    /// - When the watcher cannot vouch for what it missed, it sends `All`; the first
+    ///   message of a new watcher is `All`. A receiver that lags (`RecvError::Lagged`)
+    ///   must treat that as `All` too.
     ///
-    /// The watcher starts with the first call on a handle and stops once the last clone
-    /// of the handle is dropped or [`close`](Self::close)d. Must be called within a
-    /// tokio runtime.
+    /// The watcher starts with the first call on a handle (later calls share it) and
+    /// stops once the last clone of the handle is dropped (receivers then get
+    /// `RecvError::Closed`) or [`close`](Self::close)d (then nothing more is sent). Must
+    /// be called within a tokio runtime.
     pub fn changes(&self) -> broadcast::Receiver<Change> {
         let feed = &self.inner.changes;
         let mut running = feed.running.lock().unwrap_or_else(PoisonError::into_inner);

@@ -144,3 +144,15 @@ async fn the_gateway_cache_asks_the_ledger_once_and_hears_revocations() {
     assert!(refused, "the revocation did not reach the cache within 1 s");
     assert_eq!(c.get(&hash, Instant::now()), Lookup::Hit(None), "now cached as unknown");
 }
+
+#[tokio::test]
+async fn the_gateway_cache_listens_from_the_start() {
+    let ledger = Ledger::connect("sqlite::memory:").await.unwrap();
+    assert!(KeyCache::watching(Some(&ledger)).lock().changes.is_some());
+    assert!(KeyCache::watching(None).lock().changes.is_none());
+    // Outside a runtime it cannot start the feed; it subscribes on first use instead.
+    let outside = std::thread::spawn(move || KeyCache::watching(Some(&ledger)).lock().changes.is_none())
+        .join()
+        .unwrap();
+    assert!(outside);
+}
