@@ -22,8 +22,9 @@ use crate::route::{Dispatched, Failed};
 use crate::server::Gateway;
 use crate::telemetry::traces::RequestTrace;
 
-/// How long the end of a stream waits for its settlement before sending the last event.
-const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long an answer's last byte waits for its settlement to commit (docs/design.md
+/// §5a); then the answer ends with `ledger_unavailable` and the settlement stays queued.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How a request ended: everything its bookkeeping needs.
 pub struct Ending {
@@ -45,8 +46,10 @@ pub struct Ending {
 }
 
 /// The end of every request, whatever its answer: counts it (status and duration), its
-/// SLI and its tokens at once, and returns the settlement of its reservation to await.
-/// The request's span records the ending and ends with the settlement.
+/// SLI and its tokens at once, and returns the settlement of its reservation to await;
+/// it says whether the settlement committed within [`SETTLE_WAIT`] (nothing to settle
+/// counts as committed). The request's span records the ending and ends with the
+/// settlement.
 pub fn conclude(
     gw: &Gateway,
     route: &Arc<Route>,
@@ -54,7 +57,7 @@ pub fn conclude(
     end: Ending,
     reservation: Option<Held>,
     trace: RequestTrace,
-) -> impl Future<Output = ()> + Send + 'static {
+) -> impl Future<Output = bool> + Send + 'static {
     trace.end(route, end.status.as_u16(), end.candidate, end.usage.as_ref());
     route.metrics.count(&gw.metrics, end.status.as_u16());
     route.metrics.duration.observe(started.elapsed().as_secs_f64());
@@ -68,8 +71,9 @@ pub fn conclude(
     let charges: Vec<(usize, Usage)> = end.candidate.zip(end.usage).into_iter().chain(end.resumed).collect();
     let route = route.clone();
     async move {
-        settle(&route, &charges, reservation).await;
+        let billed = matches!(tokio::time::timeout(SETTLE_WAIT, settle(&route, &charges, reservation)).await, Ok(true));
         drop(trace);
+        billed
     }
 }
 
@@ -112,7 +116,9 @@ pub async fn answer(
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
     let latency_ms = started.elapsed().as_millis() as u64;
     let end = Ending { status: s.status, slo_bad: Some(false), latency_ms, attempts, candidate: Some(candidate), usage, resumed: Vec::new() };
-    conclude(gw, route, started, end, reservation, trace).await;
+    if !conclude(gw, route, started, end, reservation, trace).await {
+        return unbilled(attempts, &failovers);
+    }
     let mut response = (s.status, s.first).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, s.content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")));
@@ -162,17 +168,18 @@ pub fn stream_answer(
         let resumed = end.resumed.iter().map(|r| (r.candidate, r.usage)).collect();
         let end = Ending { status, slo_bad: Some(bad), latency_ms: first_byte_ms, attempts, candidate: Some(candidate), usage, resumed };
         // The relay awaits this before the last event, so a client that saw `[DONE]` was
-        // billed even if the process dies right after. A slow ledger holds `[DONE]` back
-        // at most SETTLE_WAIT; the settlement then goes on in the background.
+        // billed even if the process dies right after. A ledger that is away holds
+        // `[DONE]` back at most SETTLE_WAIT; the stream then ends with an error event and
+        // the settlement stays queued until the ledger is back (docs/design.md §5a).
         let settling = tokio::spawn(conclude(&gw2, &route2, started, end, reservation, trace));
-        async move {
-            let _ = tokio::time::timeout(SETTLE_WAIT, settling).await;
-        }
+        async move { matches!(settling.await, Ok(true)) }
     };
     let body = match s.rest {
         Some(rest) => relay::relay(s.first, rest, req.wants_usage, idle, resumer, on_end),
         None => {
-            tokio::spawn(on_end(StreamEnd::default()));
+            tokio::spawn(async move {
+                on_end(StreamEnd::default()).await;
+            });
             axum::body::Body::empty()
         }
     };
@@ -182,6 +189,17 @@ pub fn stream_answer(
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     sluice_headers(headers, name.as_ref(), attempts, &failovers);
+    response
+}
+
+/// A whole answer whose settlement did not commit within [`SETTLE_WAIT`]: the upstream
+/// did the work and the settlement stays queued, but the client is not told it succeeded.
+fn unbilled(attempts: u32, failovers: &[Outcome]) -> Response {
+    let e = ApiError::LedgerUnavailable(
+        "the ledger did not confirm this answer's settlement in time; it stays queued and is billed once the ledger is back".into(),
+    );
+    let mut response = e.into_response();
+    sluice_headers(response.headers_mut(), None, attempts, failovers);
     response
 }
 

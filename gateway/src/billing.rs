@@ -5,7 +5,7 @@
 use http::HeaderMap;
 use http::header;
 use prometheus_client::metrics::gauge::Gauge;
-use sluice_ledger::{AccountRef, LedgerError, Reservation, format_usd};
+use sluice_ledger::{AccountRef, Hold, LedgerError, format_usd};
 
 use crate::config::Route;
 use crate::error::ApiError;
@@ -55,17 +55,12 @@ pub async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: 
     if estimate == 0 {
         return Ok(None);
     }
-    let Some(ledger) = &gw.ledger else { return Ok(None) };
+    let Some(biller) = &gw.biller else { return Ok(None) };
     let estimate = i64::try_from(estimate).unwrap_or(i64::MAX);
-    let (ledger, ttl, account_id, rid) = (ledger.clone(), gw.reservation_ttl, account.id, request_id.as_str().to_string());
-    // Ledger work runs to completion even if the client goes away: a transaction
-    // cancelled half way leaves its pooled connection unusable (sqlx's `begin` is not
-    // cancel-safe), which on SQLite stops all billing. A reservation nobody waits for
-    // any more is dropped by the task's output and released by the ledger.
-    let reserved = tokio::spawn(async move { ledger.reserve(account_id, estimate, ttl, &rid).await })
-        .await
-        .map_err(|e| ApiError::NotReady(format!("the reservation task failed: {e}")))?;
-    match reserved {
+    // From the account's balance grant in memory (docs/design.md §5a); the biller runs
+    // its database work in tasks of its own, so a client that goes away cancels none.
+    // A hold nobody waits for any more is released when dropped.
+    match biller.reserve(account.id, estimate, request_id.as_str()).await {
         Ok(r) => Ok(Some(Held::new(r, &gw.metrics.reservations_open))),
         Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => Err(ApiError::InsufficientQuota(format!(
             "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}) and account {:?} has ${} available",
@@ -73,6 +68,9 @@ pub async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: 
             req.input_bound,
             account.name,
             format_usd(available_nanos.max(0)),
+        ))),
+        Err(LedgerError::Unavailable(why)) => Err(ApiError::LedgerUnavailable(format!(
+            "the ledger is unavailable and this gateway holds no balance grant that covers the request: {why}"
         ))),
         Err(e) => Err(ledger_failure("reserving", e)),
     }
@@ -108,18 +106,18 @@ fn reaches_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// A reservation counted in `sluice_reservations_open` for as long as it lives: settled,
-/// released, or dropped with a request that nobody waits for any more (a client that
-/// went away mid-dispatch; the ledger releases a dropped reservation itself).
+/// A hold (docs/design.md §5a) counted in `sluice_reservations_open` for as long as it
+/// lives: settled, released, or dropped with a request that nobody waits for any more
+/// (a client that went away mid-dispatch; a dropped hold is released in memory).
 pub struct Held {
-    pub(crate) reservation: Reservation,
+    pub(crate) reservation: Hold,
     pub(crate) _open: OpenGauge,
 }
 
 pub(crate) struct OpenGauge(Gauge);
 
 impl Held {
-    fn new(reservation: Reservation, open: &Gauge) -> Self {
+    fn new(reservation: Hold, open: &Gauge) -> Self {
         open.inc();
         Self { reservation, _open: OpenGauge(open.clone()) }
     }

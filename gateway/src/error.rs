@@ -46,6 +46,10 @@ pub enum ApiError {
     /// The route's deadline ran out.
     #[error("{0}")]
     DeadlineExceeded(String),
+    /// The ledger cannot be reached and no balance grant held in memory covers the
+    /// request, or a settlement did not commit in time (docs/design.md §5a).
+    #[error("{0}")]
+    LedgerUnavailable(String),
     /// The gateway is not ready (no config, or a ledger it cannot use right now).
     #[error("{0}")]
     NotReady(String),
@@ -71,6 +75,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limited"),
             ApiError::UpstreamsUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "upstreams_unavailable"),
             ApiError::DeadlineExceeded(_) => (StatusCode::GATEWAY_TIMEOUT, "api_error", "deadline_exceeded"),
+            ApiError::LedgerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "ledger_unavailable"),
             ApiError::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "not_ready"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal_error"),
             ApiError::Upstream(p) => (p.status, "upstream_error", "upstream_error"),

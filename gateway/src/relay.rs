@@ -6,7 +6,9 @@
 //!
 //! The last event (`[DONE]` or the error event) is sent only after `on_end`'s future
 //! (the settlement) is done: a client that saw `[DONE]` has been billed, even if the
-//! process dies right after sending it.
+//! process dies right after sending it. When the settlement could not commit in time
+//! (the ledger is away, docs/design.md §5a), the stream ends with an error event
+//! `ledger_unavailable` instead of `[DONE]`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -58,8 +60,10 @@ const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// Starts relaying; returns the client body stream. `on_end` runs exactly once, when the
 /// upstream stream is finished or abandoned, even if the client went away; the future it
-/// returns is awaited before the last event is sent. With a [`resume::Resumer`], a break
-/// is continued on another candidate (`failover.midStream: resume`).
+/// returns is awaited before the last event is sent, and says whether the answer was
+/// billed (`false`: the last event is a `ledger_unavailable` error). With a
+/// [`resume::Resumer`], a break is continued on another candidate
+/// (`failover.midStream: resume`).
 pub fn relay<F, Fut>(
     first: Bytes,
     rest: BodyStream,
@@ -70,7 +74,7 @@ pub fn relay<F, Fut>(
 ) -> axum::body::Body
 where
     F: FnOnce(StreamEnd) -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
@@ -78,7 +82,11 @@ where
             None => pump(first, rest, wants_usage, idle, &tx).await,
             Some(r) => resume::pump(first, rest, wants_usage, idle, r, &tx).await,
         };
-        on_end(end).await;
+        let billed = on_end(end).await;
+        let last = match last {
+            Some(_) if !billed => Some(unbilled()),
+            last => last,
+        };
         if let Some(last) = last {
             let _ = tx.send(Ok(last)).await;
         }
@@ -165,6 +173,13 @@ async fn pump(
             }
         }
     }
+}
+
+/// The last event of a stream whose settlement did not commit in time.
+fn unbilled() -> Bytes {
+    let message = "the ledger did not confirm this answer's settlement in time; it stays queued and is billed once the ledger is back";
+    let event = serde_json::json!({"error": {"message": message, "type": "api_error", "code": "ledger_unavailable"}});
+    Bytes::from(format!("data: {event}\n\n"))
 }
 
 fn broken(mut end: StreamEnd, outcome: Outcome, reason: &str) -> (StreamEnd, Option<Bytes>) {

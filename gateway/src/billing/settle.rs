@@ -6,12 +6,12 @@ use crate::relay::sse::Usage;
 use super::Held;
 
 /// Settles with what each attempt used at its candidate's price (one attempt, or those of
-/// a resumed stream, docs/design.md §4.5), or releases when nothing was used. Also runs at
-/// the end of a relayed stream, where nobody could take an error, so errors are logged,
-/// not returned.
-pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Option<Held>) {
+/// a resumed stream, docs/design.md §4.5), or releases when nothing was used. Returns once
+/// the settlement committed (docs/design.md §5a), `true`; `false` when it failed. Dropping
+/// the future does not cancel the settlement. Errors are logged, not returned.
+pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Option<Held>) -> bool {
     // `_open` leaves `sluice_reservations_open` when this settlement is done.
-    let Some(Held { reservation: r, _open }) = reservation else { return };
+    let Some(Held { reservation: r, _open }) = reservation else { return true };
     let mut charge: Option<(i64, sluice_ledger::Usage)> = None;
     for (candidate, u) in charges {
         let Some(c) = route.candidates.get(*candidate) else { continue };
@@ -32,20 +32,30 @@ pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Opti
     let task = tokio::spawn(async move {
         let _open = _open;
         match charge {
-            None => {
-                if let Err(e) = r.release().await {
+            None => match r.release().await {
+                Ok(()) => true,
+                Err(e) => {
                     tracing::error!(error = %e, "releasing a reservation failed; the reaper will release it at expiry");
+                    false
                 }
-            }
+            },
             Some((cost, usage)) => match r.settle(cost, usage).await {
                 Ok(s) => {
                     spend.inc_by(u64::try_from(s.charged_nanos).unwrap_or(0));
+                    true
                 }
-                Err(e) => tracing::error!(error = %e, "settling a reservation failed; the reaper will release it at expiry"),
+                Err(e) => {
+                    tracing::error!(error = %e, "settling a reservation failed; the reaper will release it at expiry");
+                    false
+                }
             },
         }
     });
-    if let Err(e) = task.await {
-        tracing::error!(error = %e, "the settlement task failed; the reaper will release the reservation at expiry");
+    match task.await {
+        Ok(billed) => billed,
+        Err(e) => {
+            tracing::error!(error = %e, "the settlement task failed; the reaper will release the reservation at expiry");
+            false
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use sluice_ledger::Ledger;
+use sluice_ledger::{Biller, BillerConfig, BillerObserver, Ledger};
 use tokio::net::TcpListener;
 
 use crate::config::source::{Secrets, Source};
@@ -60,6 +60,16 @@ pub struct ServeArgs {
     /// (covers a gateway that crashed mid-request).
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub reservation_ttl: Duration,
+    /// How long a balance grant serves requests without a renewal (docs/design.md §5a).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub grant_validity: Duration,
+    /// The most one balance grant holds, in USD; 0 reserves per request in the ledger
+    /// instead (one database round trip per request).
+    #[arg(long, default_value = "10", value_parser = parse_grant_max)]
+    pub grant_max: i64,
+    /// How long a settlement batch collects before it commits (group commit).
+    #[arg(long, default_value = "2ms", value_parser = parse_duration)]
+    pub settle_window: Duration,
     /// On SIGTERM, keep serving this long with /readyz answering 503 before closing the
     /// listener, so that load balancers stop sending new connections first (Kubernetes
     /// removes a terminating pod from its Service only eventually). Requests in flight
@@ -93,11 +103,38 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     sluice_crds::duration::parse(text)
 }
 
+/// Parses `--grant-max` (USD).
+fn parse_grant_max(text: &str) -> Result<i64, String> {
+    sluice_ledger::parse_usd(text).map_err(|e| e.to_string())
+}
+
+/// This process in the `grants` table: `--gateway-id` (the pod name), else the host
+/// name, the pid and the start time, so that a restarted process is another holder.
+pub fn holder_id(args: &ServeArgs) -> String {
+    if let Some(id) = &args.gateway_id {
+        return id.clone();
+    }
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "gateway".into());
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    format!("{host}-{}-{started}", std::process::id())
+}
+
 /// Builds the gateway for `args` (config loaded, ledger connected), without serving.
 pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
     let ledger = Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", redact(&args.ledger)))?;
     let settings = HealthSettings { window: args.health_window, ..HealthSettings::default() };
-    let mut gw = Gateway::new(settings, Secrets::new(args.secrets_dir.clone()), Some(ledger), args.auth);
+    let mut gw = Gateway::new(settings, Secrets::new(args.secrets_dir.clone()), Some(ledger.clone()), args.auth);
+    if args.auth == AuthMode::Keys {
+        let cfg = BillerConfig {
+            validity: args.grant_validity,
+            grant_max_nanos: args.grant_max,
+            settle_window: args.settle_window,
+            reservation_ttl: args.reservation_ttl,
+            ..BillerConfig::new(holder_id(args))
+        };
+        let observer: Arc<dyn BillerObserver> = Arc::new(gw.metrics.grants.clone());
+        gw.biller = Some(Biller::start(ledger, cfg, Some(observer)));
+    }
     gw.max_body = args.max_body_bytes;
     gw.reservation_ttl = args.reservation_ttl;
     gw.body_timeout = args.body_timeout;
@@ -132,6 +169,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new connections, letting requests in flight finish");
     };
     serve_http(listener, app, shutdown).await;
+    // Requests are done: commit what is queued and give the grants back (§5a).
+    if let Some(b) = &gw.biller {
+        b.shutdown(Duration::from_secs(10)).await;
+    }
     loops.abort();
     // Flush what the last seconds counted.
     if let Some(ledger) = &gw.ledger

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_ledger::Ledger;
+use sluice_ledger::{Biller, Ledger};
 
 use crate::billing::keys::KeyCache;
 use crate::config::source::{LoadError, Secrets, Source};
@@ -52,6 +52,9 @@ pub struct Gateway {
     pub secrets: Secrets,
     /// The ledger, if any.
     pub ledger: Option<Ledger>,
+    /// Balance grants and the settlement writer (docs/design.md §5a); `None` without
+    /// billing.
+    pub biller: Option<Biller>,
     /// Client auth.
     pub auth: AuthMode,
     /// Key → account answers of the ledger, briefly (docs/design.md §5a).
@@ -85,6 +88,7 @@ impl Gateway {
             settings,
             secrets,
             ledger,
+            biller: None,
             auth,
             keys,
             max_body: 8 * 1024 * 1024,
@@ -108,6 +112,7 @@ impl Gateway {
             self.secrets.refresh(&loaded.snapshot);
             let routes = loaded.snapshot.routes.len();
             let runtime = Runtime::build(loaded.snapshot, &self.carry, &self.metrics)?;
+            self.grant_slack(&runtime);
             self.current.set(runtime);
             Ok(routes)
         });
@@ -120,8 +125,18 @@ impl Gateway {
     pub fn install(&self, snapshot: sluice_crds::Snapshot) -> Result<(), BuildError> {
         self.secrets.refresh(&snapshot);
         let runtime = Runtime::build(snapshot, &self.carry, &self.metrics)?;
+        self.grant_slack(&runtime);
         self.current.set(runtime);
         Ok(())
+    }
+
+    /// A grant renewed from now on expires the longest route deadline after its
+    /// validity, so that a request started just before may still settle (§5a).
+    fn grant_slack(&self, runtime: &Runtime) {
+        if let Some(b) = &self.biller {
+            let longest = runtime.routes.values().map(|r| r.cfg.deadline_ms).max().unwrap_or(0);
+            b.set_deadline_slack(Duration::from_millis(longest));
+        }
     }
 }
 

@@ -9,6 +9,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use sluice_ledger::{BillerObserver, RenewalResult};
+
 use crate::attempt::outcome::Outcome;
 
 /// `{route, code}`.
@@ -190,6 +192,9 @@ pub struct Metrics {
     pub reservations_open: Gauge,
     /// `sluice_config_reloads_total{result}`.
     pub config_reloads: Family<ReloadLabel, Counter>,
+    /// Balance grants (docs/design.md §5a): `sluice_grants_open`,
+    /// `sluice_grant_renewals_total{result}`, `sluice_settle_batch_size`.
+    pub grants: GrantMetrics,
     /// `sluice_stream_events_dropped_total`: SSE events that were not valid JSON.
     pub dropped_events: Counter,
     /// `sluice_synthetic_checks_total{route,upstream,outcome}`.
@@ -220,6 +225,7 @@ impl Metrics {
         let config_reloads = Family::<ReloadLabel, Counter>::default();
         let dropped_events = Counter::default();
         let synthetic_checks = Family::<SyntheticLabel, Counter>::default();
+        let grants = GrantMetrics::default();
         registry.register("requests", "Requests answered, by route and HTTP status", requests.clone());
         registry.register("request_duration_seconds", "Time to answer a request, whole response", request_duration.clone());
         registry.register("upstream_attempts", "Upstream attempts by outcome", attempts.clone());
@@ -232,6 +238,13 @@ impl Metrics {
         registry.register("spend_nanodollars", "Settled spend in nanodollars", spend.clone());
         registry.register("reservations_open", "Billing reservations not yet settled", reservations_open.clone());
         registry.register("config_reloads", "Config reloads by result", config_reloads.clone());
+        registry.register("grants_open", "Balance grants this process holds", grants.open.clone());
+        registry.register("grant_renewals", "Balance grant renewals by result", grants.renewals.clone());
+        registry.register("settle_batch_size", "Settlements committed per batch", grants.batch.clone());
+        registry.register("settle_retries", "Settlement batches that failed and were retried", grants.retries.clone());
+        for result in [RenewalResult::Ok, RenewalResult::Refused, RenewalResult::Failed] {
+            let _ = grants.renewals.get_or_create(&RenewalLabel { result: Renewal(result) });
+        }
         registry.register("stream_events_dropped", "SSE events dropped because they were not valid JSON", dropped_events.clone());
         registry.register("synthetic_checks", "Synthetic checks of route candidates, by outcome", synthetic_checks.clone());
         for result in [ReloadResult::Ok, ReloadResult::Rejected] {
@@ -251,6 +264,7 @@ impl Metrics {
             spend,
             reservations_open,
             config_reloads,
+            grants,
             dropped_events,
             synthetic_checks,
         }
@@ -262,6 +276,65 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// `{result}` of a grant renewal.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RenewalLabel {
+    /// `ok`, `refused` or `failed`.
+    pub result: Renewal,
+}
+
+/// A [`RenewalResult`] as a label value.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Renewal(pub RenewalResult);
+
+impl EncodeLabelValue for Renewal {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.0.as_str())
+    }
+}
+
+/// The balance grant metrics, fed by the biller through [`BillerObserver`].
+#[derive(Clone, Debug)]
+pub struct GrantMetrics {
+    /// `sluice_grants_open`.
+    pub open: Gauge,
+    /// `sluice_grant_renewals_total{result}`.
+    pub renewals: Family<RenewalLabel, Counter>,
+    /// `sluice_settle_batch_size`.
+    pub batch: Histogram,
+    /// `sluice_settle_retries_total`.
+    pub retries: Counter,
+}
+
+impl Default for GrantMetrics {
+    fn default() -> Self {
+        Self {
+            open: Gauge::default(),
+            renewals: Family::default(),
+            batch: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
+            retries: Counter::default(),
+        }
+    }
+}
+
+impl BillerObserver for GrantMetrics {
+    fn renewal(&self, result: RenewalResult) {
+        self.renewals.get_or_create(&RenewalLabel { result: Renewal(result) }).inc();
+    }
+
+    fn grants_open(&self, delta: i64) {
+        self.open.inc_by(delta);
+    }
+
+    fn batch(&self, size: usize) {
+        self.batch.observe(size as f64);
+    }
+
+    fn settle_retry(&self) {
+        self.retries.inc();
     }
 }
 

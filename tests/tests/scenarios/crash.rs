@@ -57,6 +57,10 @@ fn serve_args(manifests: &std::path::Path, ledger: &str, ttl: &str) -> Vec<Strin
         "keys",
         "--reservation-ttl",
         ttl,
+        // The per-request reservations of docs/design.md §5, whose orphans this test
+        // follows; a killed process's balance grants (§5a) are tested elsewhere.
+        "--grant-max",
+        "0",
         "--flush-interval",
         &format!("{}ms", FLUSH.as_millis()),
     ]

@@ -27,7 +27,7 @@ const RUN: Duration = Duration::from_secs(10);
 const KILL_AT: Duration = Duration::from_secs(4);
 
 fn args(manifests: &std::path::Path, ledger: &str) -> Vec<String> {
-    ["--manifests", &manifests.display().to_string(), "--ledger", ledger, "--auth", "keys", "--reservation-ttl", "3s", "--flush-interval", "250ms"]
+    ["--manifests", &manifests.display().to_string(), "--ledger", ledger, "--auth", "keys", "--reservation-ttl", "3s", "--grant-max", "0", "--flush-interval", "250ms"]
         .iter()
         .map(|s| s.to_string())
         .collect()

@@ -235,6 +235,7 @@ fn any_input_gets_a_success_or_a_documented_error() -> anyhow::Result<()> {
     rt.block_on(async {
         let ledger = gw.ledger()?;
         assert!(eventually(Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
+        gw.return_grants().await;
         let check = ledger.journal_verify("acme").await?;
         assert!(check.is_consistent() && check.reserved_nanos == 0, "{check:?}");
         anyhow::Ok(())

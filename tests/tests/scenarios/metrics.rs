@@ -71,6 +71,7 @@ async fn every_contract_metric_is_exposed_with_its_labels() -> anyhow::Result<()
     let settled = eventually(std::time::Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await;
     assert!(settled, "reservations still open");
     let spend = gw.metric("sluice_spend_nanodollars_total", &[("route", "chat")]).unwrap_or(0.0);
+    gw.return_grants().await;
     let account = ledger.account("acme").await?.ok_or_else(|| anyhow::anyhow!("no account"))?;
     assert!(spend > 0.0);
     assert_eq!(spend, (100_000_000_000 - account.balance_nanos) as f64, "spend metric = what the wallet paid");
@@ -100,7 +101,11 @@ async fn a_client_that_gives_up_leaves_no_reservation_open() -> anyhow::Result<(
     assert_eq!(hung.requests(), 1);
     let wait = std::time::Duration::from_secs(3);
     assert!(eventually(wait, async || hung.state.in_flight() == 0).await, "the attempt was not cancelled");
-    let released = eventually(wait, async || ledger.account("acme").await.is_ok_and(|a| a.is_some_and(|a| a.reserved_nanos == 0))).await;
+    let released = eventually(wait, async || {
+        gw.return_grants().await;
+        ledger.account("acme").await.is_ok_and(|a| a.is_some_and(|a| a.reserved_nanos == 0))
+    })
+    .await;
     assert!(released, "the wallet still has money reserved for a request nobody waits for");
     assert!(eventually(wait, async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await, "sluice_reservations_open = {:?}", gw.metric("sluice_reservations_open", &[]));
     Ok(())

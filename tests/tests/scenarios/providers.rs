@@ -279,6 +279,7 @@ async fn cache_reads_and_writes_are_counted_in_the_prompt_and_billed_at_their_ow
     assert!(prompt > 1200, "prompt_tokens includes the cache reads and writes: {usage}");
     let uncached = prompt - 1200;
     let cost = i64::try_from(uncached * 3000 + 1000 * 300 + 200 * 3750 + completion * 15000)?;
+    gw.return_grants().await;
     let account = gw.ledger()?.account("acme").await?.ok_or_else(|| anyhow::anyhow!("no account"))?;
     assert_eq!((account.balance_nanos, account.reserved_nanos), (opening - cost, 0), "billed {cost} nanodollars for {usage}");
     Ok(())

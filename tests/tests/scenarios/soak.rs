@@ -150,6 +150,7 @@ async fn soak(run: Duration) -> anyhow::Result<()> {
     assert!(report.inconsistent.is_empty(), "{:?}", report.inconsistent.first());
     let settled = eventually(Duration::from_secs(10), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await;
     assert!(settled, "reservations still open");
+    gw.return_grants().await;
     let check = ledger.journal_verify("acme").await?;
     assert!(check.is_consistent() && check.reserved_nanos == 0, "{check:?}");
     let spend = gw.count("sluice_spend_nanodollars_total", &[("route", "chat")]);
