@@ -61,14 +61,14 @@ pub struct ServeArgs {
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub reservation_ttl: Duration,
     /// How long a balance grant serves requests without a renewal (docs/design.md §5a).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", env = "SLUICE_GRANT_VALIDITY", value_parser = parse_duration)]
     pub grant_validity: Duration,
     /// The most one balance grant holds, in USD; 0 reserves per request in the ledger
     /// instead (one database round trip per request).
-    #[arg(long, default_value = "10", value_parser = parse_grant_max)]
+    #[arg(long, default_value = "10", env = "SLUICE_GRANT_MAX", value_parser = parse_grant_max)]
     pub grant_max: i64,
     /// How long a settlement batch collects before it commits (group commit).
-    #[arg(long, default_value = "2ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "2ms", env = "SLUICE_SETTLE_WINDOW", value_parser = parse_duration)]
     pub settle_window: Duration,
     /// On SIGTERM, keep serving this long with /readyz answering 503 before closing the
     /// listener, so that load balancers stop sending new connections first (Kubernetes
