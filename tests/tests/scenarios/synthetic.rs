@@ -161,3 +161,57 @@ async fn a_silent_candidate_fails_its_checks_on_the_first_byte_watchdog_and_each
     assert!(stored, "{:?}", ledger.synthetic_checks(&keys(&["chat"]), &keys(&["silent", "healthy"]), 0).await?);
     Ok(())
 }
+
+/// The test-only service-account key (it belongs to no Google project).
+const SA_KEY: &str = include_str!("../../../providers/tests/fixtures/gcp/service-account.json");
+
+#[tokio::test]
+async fn every_protocol_is_checked_in_its_own_wire_format_with_its_own_credentials() -> anyhow::Result<()> {
+    use sluice_gateway::chaos::{AwsKeys, ChaosAuth, GoogleAuth, ServiceAccount};
+    let _serial = serial().await;
+    let key = |k: &str| ChaosAuth { api_key: Some(k.to_string()), ..ChaosAuth::default() };
+    let gemini = ChaosUpstream::start_with_auth("gemini", Some(key("gemini-key"))).await?;
+    let azure = ChaosUpstream::start_with_auth("azure", Some(key("azure-key"))).await?;
+    let aws = AwsKeys { access_key_id: "AKIDSLUICETEST".into(), secret_access_key: "sluice/test/secret+key".into() };
+    let bedrock = ChaosUpstream::start_with_auth("bedrock", Some(ChaosAuth { aws: Some(aws), ..ChaosAuth::default() })).await?;
+    // The Vertex upstream is also the key's token endpoint.
+    let vertex = ChaosUpstream::start("vertex").await?;
+    let mut sa: serde_json::Value = serde_json::from_str(SA_KEY)?;
+    sa["token_uri"] = json!(format!("{}/token", vertex.base));
+    let account = ServiceAccount::from_key_json(sa.to_string().as_bytes()).map_err(|e| anyhow::anyhow!(e))?;
+    let google = GoogleAuth { service_account: Some(account), ..GoogleAuth::default() };
+    vertex.state.set_auth(ChaosAuth { google: Some(google), ..ChaosAuth::default() });
+    let secret = |name: &str, k: &str, v: &str| (name.to_string(), k.to_string(), v.to_string());
+    let docs = [
+        gemini.native_doc("gemini").with("spec.auth.secretRef", json!({"name": "gemini", "key": "apiKey"})),
+        azure
+            .native_doc("azure-openai")
+            .with("spec.azure", json!({"apiVersion": "2024-10-21"}))
+            .with("spec.auth.secretRef", json!({"name": "azure", "key": "apiKey"})),
+        bedrock.native_doc("bedrock").with("spec.aws", json!({"region": "us-east-1", "credentials": {"secretRef": {"name": "aws-keys"}}})),
+        vertex.native_doc("vertex-gemini").with(
+            "spec.gcp",
+            json!({"project": "sluice-test", "location": "us-east5", "credentials": {"secretRef": {"name": "vertex-sa", "key": "key.json"}}}),
+        ),
+        route("chat", "chat-model", &[("gemini", 100), ("azure", 90), ("bedrock", 80), ("vertex", 70)])
+            .with("spec.synthetic", json!({"interval": "1s", "maxTokens": 2})),
+    ];
+    let secrets = vec![
+        secret("gemini", "apiKey", "gemini-key"),
+        secret("azure", "apiKey", "azure-key"),
+        secret("aws-keys", "AWS_ACCESS_KEY_ID", "AKIDSLUICETEST"),
+        secret("aws-keys", "AWS_SECRET_ACCESS_KEY", "sluice/test/secret+key"),
+        secret("vertex-sa", "key.json", &sa.to_string()),
+    ];
+    let gw = TestGateway::start_with(&yaml(&docs), sluice_tests::GatewayOptions { secrets, ..Default::default() }).await?;
+    let names = ["gemini", "azure", "bedrock", "vertex"];
+    let all_ok = eventually(Duration::from_secs(8), async || names.iter().all(|n| checks(&gw, n, "ok") >= 2.0)).await;
+    assert!(all_ok, "not every protocol's checks succeed:\n{}", gw.metrics());
+    let protocols = [(&gemini, Protocol::Gemini), (&azure, Protocol::AzureOpenAi), (&bedrock, Protocol::Bedrock), (&vertex, Protocol::VertexGemini)];
+    for (up, protocol) in protocols {
+        let counters = up.counters();
+        assert!(counters.by_protocol.get(&protocol).copied().unwrap_or(0) >= 2, "{}: {counters:?}", up.name);
+        assert_eq!(counters.by_status.get(&401).copied().unwrap_or(0), 0, "{}: refused credentials", up.name);
+    }
+    Ok(())
+}
