@@ -15,7 +15,7 @@ from pathlib import Path
 from .clients import failover_series, pct, stream_once
 from .load import System, describe, run_oha
 from .procs import Service
-from .settings import BIN, BODY, OHA, Mode, free_port, log
+from .settings import ANTHROPIC_BODY, BIN, BODY, OHA, Mode, free_port, log
 from .systems import OtlpSink, chaos, litellm_conf, nginx_conf, post_json, start_sluice, wait_http
 
 #: The rate of the tracing comparison (the target: tracing on at 1k req/s with sampling
@@ -25,44 +25,75 @@ TRACING_RATE = 1000
 
 def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict:
     """User-space instructions per request under callgrind: deterministic, so it holds
-    even when the shared machine is busy. n sequential requests after a warm-up."""
+    even when the shared machine is busy. n sequential requests after a warm-up, counted
+    for: sluice (billing off) on the OpenAI passthrough (`sluice`) and, in the same
+    process, on the route translated to the Anthropic protocol (`sluice-anthropic`); a
+    second sluice exporting traces of every request to a local OTLP sink
+    (`sluice-traced`, its batch exporter's thread included); and nginx. Each count is of
+    the whole process, every thread."""
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
         return {"error": "valgrind is not installed"}
     out: dict = {"n": n}
 
-    def drive(port: int, count: int) -> None:
+    def drive(port: int, count: int, body: str) -> None:
         subprocess.run([OHA, "-n", str(count), "-c", "1", "--no-tui", "--output-format", "json", "-m", "POST",
-                        "-H", "content-type: application/json", "-d", BODY, f"http://127.0.0.1:{port}/v1/chat/completions"],
+                        "-H", "content-type: application/json", "-d", body, f"http://127.0.0.1:{port}/v1/chat/completions"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
 
-    for name in ("sluice", "nginx"):
+    def count(svc: Service, port: int, dump: Path, body: str) -> float | None:
+        """Instructions per request of n requests of `body`, after a warm-up."""
+        drive(port, 300, body)
+        subprocess.run(["callgrind_control", "-z", str(svc.pid)], capture_output=True, timeout=60)
+        before = set(work.glob(f"{dump.name}.*"))
+        drive(port, n, body)
+        subprocess.run(["callgrind_control", "-d", str(svc.pid)], capture_output=True, timeout=60)
+        parts = sorted(set(work.glob(f"{dump.name}.*")) - before)
+        total = 0
+        for line in parts[-1].read_text(errors="replace").splitlines() if parts else []:
+            if line.startswith(("totals:", "summary:")):
+                total = int(line.split()[1])
+        return total / n if total else None
+
+    def sluice_under_valgrind(name: str, extra: list[str]) -> tuple[Service, int, Path]:
         dump = work / f"callgrind-{name}.out"
         vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}"]
-        if name == "nginx":
-            port = free_port()
-            conf = work / "nginx-callgrind.conf"
-            conf.write_text(nginx_conf(port, mock_port))
-            svc = Service("callgrind-nginx", vg + [shutil.which("nginx") or "/usr/sbin/nginx", "-e", str(work / "nginx-error.log"),
-                                                   "-p", str(work), "-c", str(conf), "-g", "daemon off; master_process off;"], work)
-            wait_http(port, "/v1/models", timeout=180)
-        else:
-            svc = Service("callgrind-sluice", vg + [str(BIN), "serve", "--manifests", str(manifests), "--listen", "127.0.0.1:0",
-                                                    "--ledger", f"sqlite://{work}/callgrind.db", "--auth", "none"], work,
-                          env={"NO_COLOR": "1"})
-            port = int(svc.wait_log(r"listening on http://127\.0\.0\.1:(\d+)", timeout=180).group(1))
+        svc = Service(f"callgrind-{name}", vg + [str(BIN), "serve", "--manifests", str(manifests), "--listen", "127.0.0.1:0",
+                                                  "--ledger", f"sqlite://{work}/callgrind-{name}.db", "--auth", "none", *extra],
+                      work, env={"NO_COLOR": "1"})
+        port = int(svc.wait_log(r"listening on http://127\.0\.0\.1:(\d+)", timeout=180).group(1))
+        return svc, port, dump
+
+    # sluice: the passthrough, then the translated route, in one process
+    svc, port, dump = sluice_under_valgrind("sluice", [])
+    try:
+        out["sluice"] = count(svc, port, dump, BODY)
+        out["sluice-anthropic"] = count(svc, port, dump, ANTHROPIC_BODY)
+    finally:
+        svc.stop()
+    # sluice with traces on: every request sampled, exported to a local sink
+    sink = OtlpSink()
+    try:
+        svc, port, dump = sluice_under_valgrind("sluice-traced", ["--otlp-endpoint", f"http://127.0.0.1:{sink.port}",
+                                                                  "--traces-sampler", "always_on"])
         try:
-            drive(port, 300)
-            subprocess.run(["callgrind_control", "-z", str(svc.pid)], capture_output=True, timeout=60)
-            drive(port, n)
-            subprocess.run(["callgrind_control", "-d", str(svc.pid)], capture_output=True, timeout=60)
-            parts = sorted(work.glob(f"callgrind-{name}.out.*"))
-            total = 0
-            for line in parts[-1].read_text(errors="replace").splitlines() if parts else []:
-                if line.startswith(("totals:", "summary:")):
-                    total = int(line.split()[1])
-            out[name] = total / n if total else None
+            out["sluice-traced"] = count(svc, port, dump, BODY)
         finally:
             svc.stop()
+    finally:
+        sink.stop()
+    # nginx
+    port = free_port()
+    conf = work / "nginx-callgrind.conf"
+    conf.write_text(nginx_conf(port, mock_port))
+    dump = work / "callgrind-nginx.out"
+    vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}"]
+    svc = Service("callgrind-nginx", vg + [shutil.which("nginx") or "/usr/sbin/nginx", "-e", str(work / "nginx-error.log"),
+                                           "-p", str(work), "-c", str(conf), "-g", "daemon off; master_process off;"], work)
+    try:
+        wait_http(port, "/v1/models", timeout=180)
+        out["nginx"] = count(svc, port, dump, BODY)
+    finally:
+        svc.stop()
     log(f"callgrind: {out}")
     return out
 

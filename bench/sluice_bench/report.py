@@ -206,10 +206,14 @@ def render(results: dict, out_dir: Path) -> Path:
           "this count does not move with other load on the machine. Kernel work (syscalls, TCP) is not included: both "
           "make the same system calls per request (2 `writev`, 2 `recvfrom`, about 1.3 `epoll_wait`, measured with strace).")
         w("")
-        w("| system | instructions per request | ratio to nginx |")
-        w("|---|---|---|")
-        w(f"| sluice, billing off | {cg['sluice']:,.0f} | {cg['sluice'] / cg['nginx']:.1f}× |")
-        w(f"| nginx (proxy_pass) | {cg['nginx']:,.0f} | 1.0× |")
+        w("| system | instructions per request | ratio to nginx | vs sluice, billing off |")
+        w("|---|---|---|---|")
+        w(f"| sluice, billing off | {cg['sluice']:,.0f} | {cg['sluice'] / cg['nginx']:.1f}× | |")
+        for key, label in (("sluice-anthropic", "sluice, billing off, Anthropic protocol (translated)"),
+                           ("sluice-traced", "sluice, billing off, traces on (sampling 1.0; the exporter's thread included)")):
+            if cg.get(key):
+                w(f"| {label} | {cg[key]:,.0f} | {cg[key] / cg['nginx']:.1f}× | +{cg[key] - cg['sluice']:,.0f} |")
+        w(f"| nginx (proxy_pass) | {cg['nginx']:,.0f} | 1.0× | |")
         w("")
         w("Where sluice's instructions go, and what would cut them: [bench/PROFILE.md](bench/PROFILE.md).")
         w("")

@@ -7,8 +7,11 @@ use std::time::Instant;
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use serde::Deserialize;
+use std::borrow::Cow;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use sluice_crds::model_route::MidStreamAction;
+use sluice_providers::lenient;
 
 use crate::attempt::outcome::Outcome;
 use crate::billing::{Held, settle};
@@ -90,10 +93,86 @@ fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attem
     }
 }
 
-#[derive(Deserialize)]
-struct UsagePeek {
-    #[serde(default)]
+/// What the gateway reads from a whole answer, in one pass: its usage and, for a traced
+/// request, the choices' finish reasons (docs/design.md §11). Anything unreadable reads
+/// as nothing; only `usage` is typed (given twice or of the wrong shape, there is none).
+#[derive(Default)]
+struct Peek {
     usage: Option<Usage>,
+    finish_reasons: Vec<String>,
+}
+
+impl Peek {
+    fn of(body: &[u8], finish_reasons: bool) -> Self {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        PeekSeed { finish_reasons }.deserialize(&mut de).and_then(|p| de.end().map(|()| p)).unwrap_or_default()
+    }
+}
+
+struct PeekSeed {
+    finish_reasons: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for PeekSeed {
+    type Value = Peek;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Peek, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PeekSeed {
+    type Value = Peek;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a chat completion object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Peek, A::Error> {
+        let mut peek = Peek::default();
+        let mut usage_seen = false;
+        while let Some(key) = map.next_key::<lenient::Str<'de>>()? {
+            match key.as_deref() {
+                Some("usage") if usage_seen => return Err(de::Error::duplicate_field("usage")),
+                Some("usage") => {
+                    usage_seen = true;
+                    peek.usage = map.next_value()?;
+                }
+                Some("choices") if self.finish_reasons => {
+                    let choices: lenient::List<FinishReason<'de>> = map.next_value()?;
+                    peek.finish_reasons = choices.0.into_iter().filter_map(|c| c.0.0.map(Cow::into_owned)).collect();
+                }
+                _ => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(peek)
+    }
+}
+
+/// A choice's `finish_reason`, if a string.
+#[derive(Default)]
+struct FinishReason<'a>(lenient::Str<'a>);
+
+impl<'de> lenient::Lenient<'de> for FinishReason<'de> {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        let mut reason = Self::default();
+        lenient::members(map, |key, map| {
+            match key {
+                "finish_reason" => reason.0 = map.next_value()?,
+                _ => lenient::skip(map)?,
+            }
+            Ok(())
+        })?;
+        Ok(reason)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FinishReason<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient::deserialize(d)
+    }
 }
 
 /// A whole (non-streamed) answer: the upstream's body as it came.
@@ -111,8 +190,17 @@ pub async fn answer(
     s.attempt.finish(Outcome::Ok, &gw.settings, &gw.sli);
     s.trace.outcome(Outcome::Ok, false);
     drop(s.trace);
-    trace.answered(&s.first);
-    let usage = serde_json::from_slice::<UsagePeek>(&s.first).ok().and_then(|p| p.usage);
+    // A translated answer's usage is known; the body is read only when something is
+    // still to be learnt from it.
+    let traced = trace.is_on();
+    let usage = match s.usage {
+        Some(u) if !traced => Some(u),
+        known => {
+            let peek = Peek::of(&s.first, traced);
+            trace.answered(&s.first, peek.finish_reasons);
+            known.or(peek.usage)
+        }
+    };
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
     let latency_ms = started.elapsed().as_millis() as u64;
     let end = Ending { status: s.status, slo_bad: Some(false), latency_ms, attempts, candidate: Some(candidate), usage, resumed: Vec::new() };

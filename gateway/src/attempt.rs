@@ -50,6 +50,9 @@ pub struct Started {
     pub first: Bytes,
     /// The rest of a stream.
     pub rest: Option<BodyStream>,
+    /// A whole translated answer's usage, known from the translation; `None` when it is
+    /// to be read from `first`.
+    pub usage: Option<crate::relay::sse::Usage>,
     /// The attempt itself, finished when the answer ends.
     pub attempt: Committed,
     /// The attempt's span; it records the outcome when the answer ends.
@@ -99,10 +102,10 @@ pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: Attemp
         }
     };
     let failure = match tokio::time::timeout(limit, exchange).await {
-        Ok(Ok((status, content_type, first, rest))) => {
+        Ok(Ok(native::Answer { status, content_type, first, rest, usage })) => {
             let first_byte = start.elapsed();
             let attempt = Committed::new(upstream.clone(), spec.trial, first_byte, in_flight);
-            return Ok(Started { status, content_type, first, rest, attempt, trace });
+            return Ok(Started { status, content_type, first, rest, usage, attempt, trace });
         }
         Ok(Err(e)) => e,
         Err(_) => {
@@ -190,12 +193,12 @@ async fn openai_exchange(
         loop {
             match body.next().await {
                 Some(Ok(chunk)) if chunk.is_empty() => continue,
-                Some(Ok(chunk)) => return Ok((status, content_type, chunk, Some(body))),
+                Some(Ok(chunk)) => return Ok(native::Answer::new(status, content_type, chunk, Some(body))),
                 Some(Err(e)) => return Err(AttemptError::transport(Outcome::Reset, e.to_string())),
                 None => return Err(AttemptError::transport(Outcome::Reset, "stream closed before its first byte")),
             }
         }
     }
     let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
-    Ok((status, content_type, body, None))
+    Ok(native::Answer::new(status, content_type, body, None))
 }

@@ -12,6 +12,7 @@ use http::Uri;
 use sluice_crds::Snapshot;
 use sluice_crds::snapshot::{CandidateConfig, Protocol, RouteConfig, UpstreamConfig};
 
+use crate::attempt::native::NativeUris;
 use crate::auth::{self, Credentials};
 use crate::egress;
 use crate::route::health::Health;
@@ -38,6 +39,8 @@ pub struct UpstreamHandle {
     pub urls: EndpointUrls,
     /// An `azure-openai` upstream's deployment URLs.
     pub azure: Option<AzureUrls>,
+    /// A native upstream's call URLs, parsed on first use (see [`NativeUris`]).
+    pub native_uris: NativeUris,
     /// Google tokens or AWS signing keys, shared across config versions; `None` for
     /// upstreams that send an API key (or nothing).
     pub credentials: Option<Arc<Credentials>>,
@@ -245,6 +248,7 @@ impl Runtime {
                     base: cfg.base_url.trim_end_matches('/').to_string(),
                     api_version: cfg.azure_api_version.clone().unwrap_or_default(),
                 }),
+                native_uris: NativeUris::default(),
                 credentials: carry.credentials(cfg),
                 name_header: http::HeaderValue::from_str(&cfg.name).ok(),
                 cfg: cfg.clone(),

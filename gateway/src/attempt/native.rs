@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::RwLock;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
@@ -26,6 +27,7 @@ use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
 use crate::egress;
 use crate::headers::X_REQUEST_ID;
+use crate::relay::sse::{PromptDetails, Usage};
 use crate::request::Endpoint;
 
 /// What a native attempt needs besides the common [`AttemptSpec`].
@@ -101,13 +103,75 @@ fn failed(e: UpstreamError, retry_on: &[u16]) -> AttemptError {
     }
 }
 
+/// `chatcmpl-{request id}`, the id of an answer whose provider gives none.
+fn answer_id(request_id: &str) -> String {
+    let mut id = String::with_capacity(9 + request_id.len());
+    id.push_str("chatcmpl-");
+    id.push_str(request_id);
+    id
+}
+
+/// The URIs a native upstream is called at (`{baseUrl}{path}`), each parsed on its first
+/// call and kept for the config version rather than formatted and parsed per attempt.
+/// The paths are a function of the candidate's model and of streaming, so an upstream
+/// has a few; past [`NativeUris::MAX`] a URI is parsed each time.
+#[derive(Debug, Default)]
+pub struct NativeUris(RwLock<Vec<(String, Uri)>>);
+
+impl NativeUris {
+    const MAX: usize = 64;
+
+    /// The URI of `path` at `base_url`; why not, if it does not parse.
+    fn get(&self, base_url: &str, path: &str) -> Result<Uri, String> {
+        if let Ok(known) = self.0.read()
+            && let Some((_, uri)) = known.iter().find(|(p, _)| p == path)
+        {
+            return Ok(uri.clone());
+        }
+        let url = format!("{}{path}", base_url.trim_end_matches('/'));
+        let uri: Uri = url.parse().map_err(|e| format!("upstream URL {url:?}: {e}"))?;
+        if let Ok(mut known) = self.0.write()
+            && known.len() < Self::MAX
+            && !known.iter().any(|(p, _)| p == path)
+        {
+            known.push((path.to_owned(), uri.clone()));
+        }
+        Ok(uri)
+    }
+}
+
 fn unix_now() -> (u64, u64) {
     let d = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     (d.as_secs(), u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The answer of a native attempt, as the OpenAI side sees it.
-pub(super) type Answer = (StatusCode, Option<HeaderValue>, Bytes, Option<BodyStream>);
+/// The answer of an attempt (native or not), as the OpenAI side sees it.
+pub(super) struct Answer {
+    pub(super) status: StatusCode,
+    pub(super) content_type: Option<HeaderValue>,
+    /// The whole body, or a stream's first bytes.
+    pub(super) first: Bytes,
+    /// The rest of a stream.
+    pub(super) rest: Option<BodyStream>,
+    /// A whole translated answer's usage, known from its translation (so not read again
+    /// from the body); `None` otherwise.
+    pub(super) usage: Option<Usage>,
+}
+
+impl Answer {
+    pub(super) fn new(status: StatusCode, content_type: Option<HeaderValue>, first: Bytes, rest: Option<BodyStream>) -> Self {
+        Self { status, content_type, first, rest, usage: None }
+    }
+}
+
+/// The gateway's form of a translated answer's usage.
+fn usage_of(u: &providers::Usage) -> Usage {
+    Usage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        prompt_tokens_details: PromptDetails { cached_tokens: u.cached_tokens, cache_write_tokens: u.cache_write_tokens },
+    }
+}
 
 /// Runs the exchange of one native attempt (the caller bounds it in time).
 pub(super) async fn exchange(
@@ -128,10 +192,9 @@ pub(super) async fn exchange(
     }
     let chat: ChatRequest = serde_json::from_slice(input.client_body).map_err(|e| refused_here(format!("invalid chat request: {e}")))?;
     let native = providers::build(&target, &chat, spec.stream).map_err(|e| refused_here(e.to_string()))?;
-    let url = format!("{}{}", cfg.base_url.trim_end_matches('/'), native.path);
-    let uri: Uri = url.parse().map_err(|e| AttemptError::transport(Outcome::Connect, format!("upstream URL {url:?}: {e}")))?;
+    let uri = upstream.native_uris.get(&cfg.base_url, &native.path).map_err(|e| AttemptError::transport(Outcome::Connect, e))?;
     let (now_secs, now_ms) = unix_now();
-    let opts = AnswerOpts { id: format!("chatcmpl-{}", spec.request_id.as_str()), created: now_secs };
+    let opts = AnswerOpts { id: answer_id(spec.request_id.as_str()), created: now_secs };
 
     // An expired credential is refreshed once and the same candidate asked again.
     let mut refreshed = false;
@@ -181,7 +244,8 @@ pub(super) async fn exchange(
     if !spec.stream {
         let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
         let completion = providers::parse(&target, &body, &opts).map_err(|e| failed(e, spec.retry_on))?;
-        return Ok((status, json, completion.body, None));
+        let usage = Some(usage_of(&completion.usage));
+        return Ok(Answer { usage, ..Answer::new(status, json, completion.body, None) });
     }
     let body: BodyStream = Box::pin(BodyDataStream::new(response.into_body()).map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))));
     let mut stream = Transcoded { body, transcoder: providers::transcoder(&target, opts), ready: VecDeque::new(), ended: false };
@@ -189,11 +253,11 @@ pub(super) async fn exchange(
     let mut first = BytesMut::new();
     loop {
         let Some(item) = stream.next_out(spec.retry_on).await? else {
-            return Ok((status, Some(HeaderValue::from_static("text/event-stream")), first.freeze(), None));
+            return Ok(Answer::new(status, Some(HeaderValue::from_static("text/event-stream")), first.freeze(), None));
         };
         first.extend_from_slice(&item.bytes);
         if item.content {
-            return Ok((status, Some(HeaderValue::from_static("text/event-stream")), first.freeze(), Some(Box::pin(stream))));
+            return Ok(Answer::new(status, Some(HeaderValue::from_static("text/event-stream")), first.freeze(), Some(Box::pin(stream))));
         }
     }
 }

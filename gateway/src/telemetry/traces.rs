@@ -4,23 +4,28 @@
 //!
 //! Tracing is off unless an OTLP endpoint is configured ([`TraceArgs`]); a gateway
 //! without one has no [`Tracing`], every [`RequestTrace`] is empty and no span is made
-//! or attribute computed. When on, the spans are `tracing` spans owned by the gateway's
-//! own dispatcher (a registry with the `tracing-opentelemetry` layer, [`export`]), not
-//! by the process's log subscriber: log lines stay as they were, and each gateway (a
-//! test's, say) exports where it was told to.
+//! or attribute computed. When on, the spans are made with the OpenTelemetry API
+//! directly (the gateway's own [`SdkTracer`], attributes as [`KeyValue`]s with static
+//! keys), not through `tracing` and a bridging layer: the process's log subscriber never
+//! sees them, each gateway (a test's, say) exports where it was told to, and a span costs
+//! the request path only its own data. Finished spans are queued to the batch
+//! processor's thread, which encodes and sends them ([`export`]).
 //!
 //! Prompt and completion text is never recorded unless `--trace-content` is given.
 
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex, MutexGuard};
+
 use http::{HeaderMap, HeaderValue};
-use opentelemetry::trace::{Status, TraceContextExt};
-use opentelemetry::{Array, StringValue, Value};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry_sdk::trace::{SdkTracer, Span};
 use sluice_crds::snapshot::Protocol;
-use tracing::{Dispatch, Span};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::attempt::TRACEPARENT;
 use crate::attempt::outcome::Outcome;
 use crate::config::Route;
 use crate::relay::sse::Usage;
@@ -30,10 +35,9 @@ pub mod export;
 
 pub use export::TraceArgs;
 
-/// A gateway's tracer: the dispatcher its spans belong to and the provider that
-/// exports them.
+/// A gateway's tracer and the provider that exports its spans.
 pub struct Tracing {
-    dispatch: Dispatch,
+    tracer: SdkTracer,
     provider: opentelemetry_sdk::trace::SdkTracerProvider,
     content: bool,
 }
@@ -42,7 +46,7 @@ impl Tracing {
     /// Exports what was batched so far; waits for the export.
     pub async fn flush(&self) {
         let provider = self.provider.clone();
-        // The batch processor's flush blocks until its task (on this runtime) answers.
+        // The batch processor's flush blocks until its thread has exported.
         match tokio::task::spawn_blocking(move || provider.force_flush()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "exporting traces failed"),
@@ -83,12 +87,36 @@ pub fn provider_name(protocol: Protocol) -> &'static str {
     }
 }
 
+/// The attributes a request span gets at most (3 at its start, up to 10 at its end):
+/// its attribute list is allocated once.
+const REQUEST_ATTRIBUTES: usize = 14;
+
+/// `a b` in one allocation (span names).
+fn joined(a: &str, b: &str) -> Cow<'static, str> {
+    let mut s = String::with_capacity(a.len() + 1 + b.len());
+    s.push_str(a);
+    s.push(' ');
+    s.push_str(b);
+    Cow::Owned(s)
+}
+
+/// A span's data, locked (the lock is never held across an await, so never contended
+/// for long); a poisoned lock still holds a usable span.
+fn lock(span: &Mutex<Span>) -> MutexGuard<'_, Span> {
+    span.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The span of one client request; empty when tracing is off. It ends when the last
 /// clone is dropped: whatever makes attempts for the request after the dispatch (a
 /// stream's resume) holds a clone to parent them.
 #[derive(Default, Clone)]
-pub struct RequestTrace {
-    span: Option<Span>,
+pub struct RequestTrace(Option<Arc<RequestSpan>>);
+
+struct RequestSpan {
+    span: Mutex<Span>,
+    /// The span's own context: the parent of its attempts.
+    context: SpanContext,
+    tracer: SdkTracer,
     content: bool,
 }
 
@@ -97,92 +125,88 @@ impl RequestTrace {
     pub fn start(tracing: Option<&Tracing>, headers: &HeaderMap, endpoint: Endpoint, model: &str, route: &Route, body: &[u8]) -> Self {
         let Some(t) = tracing else { return Self::default() };
         let op = operation(endpoint);
-        let span = tracing::dispatcher::with_default(&t.dispatch, || {
-            tracing::info_span!(
-                target: "sluice::trace",
-                parent: None,
-                "request",
-                otel.name = %format_args!("{op} {model}"),
-                otel.kind = "server",
-                gen_ai.operation.name = op,
-                gen_ai.request.model = model,
-                sluice.route = route.cfg.name.as_str(),
-            )
-        });
-        let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
-        if parent.span().span_context().is_valid() {
-            let _ = span.set_parent(parent);
-        }
+        let mut attributes = Vec::with_capacity(REQUEST_ATTRIBUTES);
+        attributes.extend([
+            KeyValue::new("gen_ai.operation.name", op),
+            KeyValue::new("gen_ai.request.model", model.to_owned()),
+            KeyValue::new("sluice.route", route.cfg.name.clone()),
+        ]);
+        let builder = SpanBuilder { span_kind: Some(SpanKind::Server), attributes: Some(attributes), ..SpanBuilder::from_name(joined(op, model)) };
+        // Without a `traceparent` there is nothing to extract: the span starts a trace.
+        let parent = if headers.contains_key(TRACEPARENT) {
+            TraceContextPropagator::new().extract_with_context(&Context::new(), &HeaderExtractor(headers))
+        } else {
+            Context::new()
+        };
+        let mut span = t.tracer.build_with_context(builder, &parent);
         if t.content
             && let Ok(v) = serde_json::from_slice::<serde_json::Value>(body)
             && let Some(input) = v.get("messages").or_else(|| v.get("prompt")).or_else(|| v.get("input"))
         {
-            span.set_attribute("gen_ai.input.messages", input.to_string());
+            span.set_attribute(KeyValue::new("gen_ai.input.messages", input.to_string()));
         }
-        Self { span: Some(span), content: t.content }
+        let context = span.span_context().clone();
+        Self(Some(Arc::new(RequestSpan { span: Mutex::new(span), context, tracer: t.tracer.clone(), content: t.content })))
     }
 
     /// Starts the span of an attempt at `upstream`.
     pub fn attempt(&self, upstream: &str) -> AttemptTrace {
-        let Some(parent) = &self.span else { return AttemptTrace(None) };
-        // The OpenTelemetry parent is set, not the `tracing` one: the registry closes a
-        // `tracing` parent through the thread's default dispatcher, which is the log
-        // subscriber here, so the request span would never end.
-        let child = parent
-            .with_subscriber(|(_, dispatch)| {
-                tracing::dispatcher::with_default(dispatch, || {
-                    tracing::info_span!(
-                        target: "sluice::trace",
-                        parent: None,
-                        "attempt",
-                        otel.name = %format_args!("attempt {upstream}"),
-                        otel.kind = "client",
-                        sluice.upstream = upstream,
-                    )
-                })
-            })
-            .unwrap_or_else(Span::none);
-        let _ = child.set_parent(parent.context());
-        AttemptTrace(Some(child))
+        let Some(r) = &self.0 else { return AttemptTrace(None) };
+        // The request span is a local parent: its context says so (not remote).
+        let parent = Context::new().with_remote_span_context(r.context.clone());
+        let builder = SpanBuilder {
+            span_kind: Some(SpanKind::Client),
+            attributes: Some(vec![KeyValue::new("sluice.upstream", upstream.to_owned())]),
+            ..SpanBuilder::from_name(joined("attempt", upstream))
+        };
+        AttemptTrace(Some(Mutex::new(r.tracer.build_with_context(builder, &parent))))
     }
 
-    /// Records what the whole answer of a non-streamed request says (finish reasons and,
-    /// with `--trace-content`, the completion).
-    pub fn answered(&self, body: &[u8]) {
-        let Some(span) = &self.span else { return };
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else { return };
-        let Some(choices) = v.get("choices").and_then(|c| c.as_array()) else { return };
-        let reasons: Vec<StringValue> =
-            choices.iter().filter_map(|c| c.get("finish_reason")?.as_str()).map(|r| StringValue::from(r.to_string())).collect();
-        if !reasons.is_empty() {
-            span.set_attribute("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons)));
+    /// Whether the request is traced (tracing is on and this is not an empty trace).
+    pub fn is_on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Records what the whole answer of a non-streamed request says: its choices'
+    /// `finish_reasons` (read by the caller in the pass that reads its usage) and, with
+    /// `--trace-content`, the completion.
+    pub fn answered(&self, body: &[u8], finish_reasons: Vec<String>) {
+        let Some(r) = &self.0 else { return };
+        let mut span = lock(&r.span);
+        if !finish_reasons.is_empty() {
+            let reasons = finish_reasons.into_iter().map(StringValue::from).collect();
+            span.set_attribute(KeyValue::new("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons))));
         }
-        if self.content {
-            span.set_attribute("gen_ai.output.messages", serde_json::Value::Array(choices.clone()).to_string());
+        if r.content
+            && let Ok(v) = serde_json::from_slice::<serde_json::Value>(body)
+            && let Some(choices) = v.get("choices").filter(|c| c.is_array())
+        {
+            span.set_attribute(KeyValue::new("gen_ai.output.messages", choices.to_string()));
         }
     }
 
     /// Records the finish reason the client saw at the end of a stream (none when it broke).
     pub fn stream_finished(&self, reason: Option<&str>) {
-        let (Some(span), Some(reason)) = (&self.span, reason) else { return };
+        let (Some(r), Some(reason)) = (&self.0, reason) else { return };
         let reasons = vec![StringValue::from(reason.to_string())];
-        span.set_attribute("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons)));
+        lock(&r.span).set_attribute(KeyValue::new("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons))));
     }
 
     /// Records how the request ended; the span ends when this trace is dropped.
     pub fn end(&self, route: &Route, status: u16, candidate: Option<usize>, usage: Option<&Usage>) {
-        let Some(span) = &self.span else { return };
-        span.set_attribute("http.response.status_code", i64::from(status));
+        let Some(r) = &self.0 else { return };
+        let mut span = lock(&r.span);
+        span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
         if let Some(c) = candidate.and_then(|i| route.candidates.get(i)) {
-            span.set_attribute("gen_ai.provider.name", provider_name(c.upstream.cfg.protocol));
-            span.set_attribute("gen_ai.response.model", c.cfg.model.clone());
-            span.set_attribute("sluice.upstream", c.upstream.cfg.name.clone());
+            span.set_attribute(KeyValue::new("gen_ai.provider.name", provider_name(c.upstream.cfg.protocol)));
+            span.set_attribute(KeyValue::new("gen_ai.response.model", c.cfg.model.clone()));
+            span.set_attribute(KeyValue::new("sluice.upstream", c.upstream.cfg.name.clone()));
             if let Some(u) = usage {
-                span.set_attribute("gen_ai.usage.input_tokens", saturating_i64(u.prompt_tokens));
-                span.set_attribute("gen_ai.usage.output_tokens", saturating_i64(u.completion_tokens));
+                span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", saturating_i64(u.prompt_tokens)));
+                span.set_attribute(KeyValue::new("gen_ai.usage.output_tokens", saturating_i64(u.completion_tokens)));
                 let (uncached, cache_read, cache_write, output) = u.priced_parts();
                 let cost = c.cfg.price.map_or(0, |p| p.cost_nanos_usage(uncached, cache_read, cache_write, output));
-                span.set_attribute("sluice.cost.nanodollars", saturating_i64(cost));
+                span.set_attribute(KeyValue::new("sluice.cost.nanodollars", saturating_i64(cost)));
             }
         }
         if status >= 500 || status == 429 {
@@ -192,7 +216,7 @@ impl RequestTrace {
 }
 
 /// The span of one upstream attempt; empty when tracing is off. Ends when dropped.
-pub struct AttemptTrace(Option<Span>);
+pub struct AttemptTrace(Option<Mutex<Span>>);
 
 impl AttemptTrace {
     /// An attempt that is not traced.
@@ -203,28 +227,59 @@ impl AttemptTrace {
     /// The W3C `traceparent` naming this attempt's span, for the upstream request.
     pub fn traceparent(&self) -> Option<HeaderValue> {
         let span = self.0.as_ref()?;
-        let cx = span.context();
-        let sc = cx.span().span_context().clone();
+        let span = lock(span);
+        let sc = span.span_context();
         if !sc.is_valid() {
             return None;
         }
-        HeaderValue::from_str(&format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8())).ok()
+        // `00-{trace id}-{span id}-{flags}`, lowercase hex.
+        let mut out = [0u8; 55];
+        out[..3].copy_from_slice(b"00-");
+        hex(&sc.trace_id().to_bytes(), &mut out[3..35]);
+        out[35] = b'-';
+        hex(&sc.span_id().to_bytes(), &mut out[36..52]);
+        out[52] = b'-';
+        hex(&[sc.trace_flags().to_u8()], &mut out[53..55]);
+        HeaderValue::from_bytes(&out).ok()
     }
 
     /// Records the attempt's outcome (the metric's label); a failed attempt that the
     /// request failed over from also says why (`sluice.failover.reason`).
     pub fn outcome(&self, outcome: Outcome, failed_over: bool) {
         let Some(span) = &self.0 else { return };
-        span.set_attribute("sluice.attempt.outcome", outcome.as_str());
+        let mut span = lock(span);
+        span.set_attribute(KeyValue::new("sluice.attempt.outcome", outcome.as_str()));
         if outcome != Outcome::Ok {
             if failed_over {
-                span.set_attribute("sluice.failover.reason", outcome.as_str());
+                span.set_attribute(KeyValue::new("sluice.failover.reason", outcome.as_str()));
             }
             span.set_status(Status::error(outcome.as_str()));
         }
     }
 }
 
+/// Lowercase hex of `bytes` into `out` (twice as long).
+fn hex(bytes: &[u8], out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
+    }
+}
+
 fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_is_lowercase_and_padded() {
+        let mut out = [0u8; 6];
+        hex(&[0x00, 0x0a, 0xff], &mut out);
+        assert_eq!(&out, b"000aff");
+    }
+
 }

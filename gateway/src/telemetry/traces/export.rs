@@ -1,23 +1,32 @@
 //! Where traces go: the standard OpenTelemetry environment variables (also flags),
 //! the OTLP exporter they describe (http/protobuf over hyper, or gRPC over tonic), the
-//! sampler, and the batch processor that exports on the tokio runtime.
+//! sampler, and the batch processor.
+//!
+//! The batch processor is the SDK's thread-based one: a finished span is queued to its
+//! thread (no task is woken per span), which encodes and sends a batch when 512 spans
+//! are queued or every [`EXPORT_EVERY`]. The exporter runs there on a current-thread
+//! tokio runtime of its own, so neither the encoding nor the sending of a batch is a
+//! task on the runtime that serves requests, and a flush or shutdown never waits on a
+//! runtime that the caller is blocking.
 
+use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, Sampler, SdkTracerProvider, span_processor_with_async_runtime::BatchSpanProcessor};
-use tracing_subscriber::layer::SubscriberExt as _;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter};
 
 use super::Tracing;
 
 /// How long an export may take.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Batches leave at least this often (a full batch of 512 spans leaves at once). Half
-/// the 5 s of docs/design.md §11: the processor skips its first tick, so the first batch
-/// after start leaves at twice this; an empty batch sends nothing.
+/// Batches leave at least this often (a full batch of 512 spans leaves at once; an
+/// empty batch sends nothing): the "within 5 s" of docs/design.md §11, with room for
+/// the export itself.
 const EXPORT_EVERY: Duration = Duration::from_millis(2500);
 
 /// Trace export options. Off unless an endpoint is set.
@@ -90,10 +99,45 @@ impl TraceArgs {
     }
 }
 
-/// Starts exporting as `args` say; `None` when no endpoint is set. Must run on the
-/// tokio runtime that will export.
-pub fn start(args: &TraceArgs) -> anyhow::Result<Option<Tracing>> {
-    let Some((endpoint, wire)) = args.target()? else { return Ok(None) };
+/// An exporter driven on the batch processor's thread by a runtime of its own (see the
+/// module's doc). Its runtime also runs the connection tasks of its HTTP client or gRPC
+/// channel, made inside it.
+struct OwnRuntime<E> {
+    runtime: tokio::runtime::Runtime,
+    inner: E,
+}
+
+impl<E> fmt::Debug for OwnRuntime<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OwnRuntime")
+    }
+}
+
+impl<E: SpanExporter> SpanExporter for OwnRuntime<E> {
+    fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+        // Called on the processor's thread, never on a runtime's.
+        std::future::ready(self.runtime.block_on(self.inner.export(batch)))
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _inside = self.runtime.enter();
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        let _inside = self.runtime.enter();
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// The OTLP exporter for `endpoint`, made inside `runtime` (tonic spawns its channel's
+/// worker where it is made).
+fn exporter(endpoint: &str, wire: Wire, runtime: &tokio::runtime::Runtime) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
+    let _inside = runtime.enter();
     let exporter = match wire {
         Wire::HttpProtobuf => {
             let client = opentelemetry_http::hyper::HyperClient::new(crate::egress::plain_or_tls()?, EXPORT_TIMEOUT, None);
@@ -101,38 +145,46 @@ pub fn start(args: &TraceArgs) -> anyhow::Result<Option<Tracing>> {
                 .with_http()
                 .with_http_client(client)
                 .with_protocol(Protocol::HttpBinary)
-                .with_endpoint(endpoint.clone())
+                .with_endpoint(endpoint)
                 .with_timeout(EXPORT_TIMEOUT)
                 .build()
         }
         Wire::Grpc => {
-            let mut builder = opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint.clone()).with_timeout(EXPORT_TIMEOUT);
+            let mut builder = opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint).with_timeout(EXPORT_TIMEOUT);
             if endpoint.starts_with("https://") {
                 use opentelemetry_otlp::WithTonicConfig as _;
                 builder = builder.with_tls_config(opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new().with_webpki_roots());
             }
             builder.build()
         }
-    }
-    .with_context(|| format!("building the OTLP exporter for {endpoint}"))?;
+    };
+    exporter.with_context(|| format!("building the OTLP exporter for {endpoint}"))
+}
+
+/// Starts exporting as `args` say; `None` when no endpoint is set.
+pub fn start(args: &TraceArgs) -> anyhow::Result<Option<Tracing>> {
+    let Some((endpoint, wire)) = args.target()? else { return Ok(None) };
+    let sampler = args.sampler()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the trace exporter's runtime")?;
+    let inner = match exporter(&endpoint, wire, &runtime) {
+        Ok(e) => e,
+        Err(e) => {
+            // Dropping a runtime may block, which an async caller must not.
+            runtime.shutdown_background();
+            return Err(e);
+        }
+    };
     let batches = BatchConfigBuilder::default().with_scheduled_delay(EXPORT_EVERY).build();
-    let processor = BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).with_batch_config(batches).build();
+    let processor = BatchSpanProcessor::builder(OwnRuntime { runtime, inner }).with_batch_config(batches).build();
     let service = args.otel_service_name.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "sluice-gateway".into());
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
-        .with_sampler(args.sampler()?)
+        .with_sampler(sampler)
         .with_resource(Resource::builder_empty().with_service_name(service.clone()).build())
         .build();
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer("sluice-gateway"))
-        .with_location(false)
-        .with_threads(false)
-        .with_target(false)
-        .with_level(false)
-        .with_tracked_inactivity(false);
-    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let tracer = provider.tracer("sluice-gateway");
     tracing::info!(%endpoint, protocol = ?wire, service, "exporting traces");
-    Ok(Some(Tracing { dispatch, provider, content: args.trace_content }))
+    Ok(Some(Tracing { tracer, provider, content: args.trace_content }))
 }
 
 #[cfg(test)]
