@@ -43,6 +43,10 @@ use book::Book;
 use store::{Take, Taken};
 use writer::{Job, Msg};
 
+/// How many [`BillerConfig::wait`]s a request waits for a renewal that the account can
+/// afford but that has not covered it yet.
+pub const PATIENCE: u32 = 10;
+
 /// How a [`Biller`] sizes, keeps and returns grants.
 #[derive(Clone, Debug)]
 pub struct BillerConfig {
@@ -56,7 +60,10 @@ pub struct BillerConfig {
     pub settle_window: Duration,
     /// A grant unused this long (and with nothing in flight) is returned.
     pub idle: Duration,
-    /// How long a request that finds no room waits for a renewal.
+    /// How long a request that finds no room waits for a renewal before a known
+    /// shortfall is refused (402). While renewals say the account can cover it but have
+    /// not yet (a burst, a slow database), it waits up to [`PATIENCE`] times this, then
+    /// is refused as unavailable (503).
     pub wait: Duration,
     /// A renewal refused (or failed) this recently is not retried for a request it could
     /// not cover; it also spaces background renewals.
@@ -326,7 +333,9 @@ impl Biller {
             ));
         }
         let slot = self.shared.slot(account_id);
-        let deadline = tokio::time::Instant::now() + cfg.wait;
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + cfg.wait;
+        let patience = cfg.wait * PATIENCE;
         let mut waiting = Waiting {
             slot: &slot,
             amount: 0,
@@ -358,12 +367,21 @@ impl Biller {
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 let now = now_ms();
                 let room = lock(&slot.book).room(now);
-                return Err(slot
-                    .refusal(now, i64::MAX, room, estimate_nanos, true)
-                    .unwrap_or(LedgerError::InsufficientFunds {
-                        available_nanos: room + slot.last_free(),
-                        needed_nanos: estimate_nanos,
-                    }));
+                // 402 only when the account is known to be short. When the last renewal
+                // said the money is there but none has covered this request yet (a
+                // burst of new requests, a slow database), that is not a lack of money:
+                // wait on, and give up with 503 only once the database has had
+                // `patience` to answer.
+                if let Some(refusal) = slot.refusal(now, i64::MAX, room, estimate_nanos, true) {
+                    return Err(refusal);
+                }
+                if deadline >= started + patience {
+                    return Err(LedgerError::Unavailable(format!(
+                        "no balance grant renewal covered the request within {} ms",
+                        patience.as_millis()
+                    )));
+                }
+                deadline = (deadline + cfg.wait).min(started + patience);
             }
         }
     }
@@ -420,6 +438,12 @@ impl Biller {
                 )
             };
             let waiting = slot.waiting.load(Ordering::Relaxed).max(0);
+            if current.is_none() && need == 0 && waiting == 0 {
+                // A background renewal (validity, refill) whose grant was closed
+                // meanwhile (idle, reaped): nobody needs a new one; the next request
+                // that does takes it.
+                return;
+            }
             let by_rate = rate.saturating_mul(ms(cfg.horizon)) / 1000;
             let target = by_rate.max(waiting).min(cfg.grant_max_nanos).max(need);
             let valid_until = now.saturating_add(ms(cfg.validity));
@@ -580,6 +604,32 @@ impl Biller {
         }
     }
 
+    /// Whether this process holds a grant that still serves new requests at `now` (open,
+    /// within its validity, with room): while the database is away such a process can
+    /// still bill, so it stays ready (docs/design.md §3.1).
+    pub fn serving(&self, now: SystemTime) -> bool {
+        let now = unix_ms(now);
+        let slots: Vec<Arc<Slot>> = lock(&self.shared.slots).values().cloned().collect();
+        slots.iter().any(|slot| lock(&slot.book).room(now) > 0)
+    }
+
+    /// Waits until no renewal started so far is running (tests: a process that is to
+    /// "die" must not renew behind the test's back).
+    pub async fn renewals_done(&self) {
+        let slots: Vec<Arc<Slot>> = lock(&self.shared.slots).values().cloned().collect();
+        for slot in slots {
+            loop {
+                let notified = slot.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if !slot.renewing.load(Ordering::Acquire) {
+                    break;
+                }
+                notified.await;
+            }
+        }
+    }
+
     /// The in-memory state of `account_id`'s grants in this process (tests, audits).
     pub fn book(&self, account_id: i64) -> Option<Book> {
         lock(&self.shared.slots)
@@ -650,13 +700,6 @@ impl Slot {
         lock(&self.last)
             .as_ref()
             .is_some_and(|a| now - a.at_ms < ms(window))
-    }
-
-    fn last_free(&self) -> i64 {
-        match lock(&self.last).as_ref().map(|a| &a.result) {
-            Some(Ok(free)) => *free,
-            _ => 0,
-        }
     }
 }
 
