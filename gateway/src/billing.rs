@@ -77,16 +77,18 @@ pub async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: 
 }
 
 /// A ledger failure while `doing` something for a request, classified once: a ledger
-/// that cannot be reached, or that fails a statement (busy, pool exhausted), is 503 and
-/// the request may be retried; an account that vanished since its key was checked is
-/// 401; anything else is a value the gateway should not have sent, 500. Only the first
-/// is called unreachable.
+/// that cannot be reached, or that fails a statement (busy, pool exhausted), is 503
+/// `ledger_unavailable` and the request may be retried; an account that vanished since
+/// its key was checked is 401; anything else is a value the gateway should not have
+/// sent, 500. Only a connection failure is called unreachable.
 pub fn ledger_failure(doing: &str, e: LedgerError) -> ApiError {
     match &e {
         LedgerError::Database(_) | LedgerError::Migrate(_) if reaches_io_error(&e) => {
-            ApiError::NotReady(format!("the ledger is unreachable ({doing}): {e}"))
+            ApiError::LedgerUnavailable(format!("the ledger is unreachable ({doing}): {e}"))
         }
-        LedgerError::Database(_) | LedgerError::Migrate(_) => ApiError::NotReady(format!("the ledger failed ({doing}): {e}")),
+        LedgerError::Database(_) | LedgerError::Migrate(_) | LedgerError::Unavailable(_) => {
+            ApiError::LedgerUnavailable(format!("the ledger failed ({doing}): {e}"))
+        }
         LedgerError::UnknownAccount(_) | LedgerError::UnknownAccountId(_) => {
             ApiError::InvalidApiKey(format!("the account of this API key no longer exists ({e})"))
         }
@@ -151,5 +153,9 @@ mod tests {
         assert_eq!(refused_value.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(refused_value.body()["error"]["code"], "internal_error");
         assert!(!refused_value.to_string().contains("unreachable"), "{refused_value}");
+
+        let away = ledger_failure("authenticating the API key", LedgerError::Unavailable("pool timed out".into()));
+        assert_eq!((away.status(), away.body()["error"]["code"].as_str()), (http::StatusCode::SERVICE_UNAVAILABLE, Some("ledger_unavailable")));
+        assert!(away.to_string().starts_with("the ledger failed (authenticating the API key)"), "{away}");
     }
 }

@@ -9,6 +9,14 @@
 //! that anything may have ([`Change::All`], or a lagged feed). So a key revoked by
 //! `admin key revoke` in any process is refused within the feed's delay, and within
 //! `ttl` even if the feed is silent. The cache holds at most `capacity` entries.
+//!
+//! While the ledger cannot be reached, an entry confirmed within the last
+//! [`DEFAULT_STALE`] is served all the same (stale-if-error): during a database restart
+//! the keys in use keep authenticating, and their requests are billed from the balance
+//! grants the process holds (docs/design.md §5a); a key not seen lately is refused
+//! with 503 `ledger_unavailable`. A feed that says "anything may have changed" (its
+//! reconnects during such an outage) expires the entries rather than dropping them; a
+//! key the feed names as changed is dropped.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -22,10 +30,15 @@ use tokio::sync::broadcast::error::TryRecvError;
 pub const DEFAULT_TTL: Duration = Duration::from_secs(1);
 /// Entries kept at most (a few hundred bytes each).
 pub const DEFAULT_CAPACITY: usize = 65_536;
+/// How long after its last confirmation an entry may still be served while the ledger
+/// cannot be reached: the default grant validity, the time a grant also serves without
+/// the database.
+pub const DEFAULT_STALE: Duration = Duration::from_secs(30);
 
 /// A bounded, briefly-lived map from key hash to account (or to "no such key").
 pub struct KeyCache {
     ttl: Duration,
+    stale: Duration,
     capacity: usize,
     state: Mutex<State>,
 }
@@ -50,6 +63,9 @@ struct State {
 
 struct Entry {
     account: Option<AccountRef>,
+    /// When the ledger last said so.
+    confirmed: Instant,
+    /// Served without asking until then.
     expires: Instant,
 }
 
@@ -58,6 +74,7 @@ impl KeyCache {
     pub fn new(capacity: usize, ttl: Duration) -> Self {
         Self {
             ttl,
+            stale: DEFAULT_STALE.max(ttl),
             capacity: capacity.max(1),
             state: Mutex::new(State {
                 entries: HashMap::new(),
@@ -92,9 +109,25 @@ impl KeyCache {
             Lookup::Hit(found) => return Ok(found),
             Lookup::Miss(generation) => generation,
         };
-        let found = ledger.authenticate_hash(&hash).await?;
+        let found = match ledger.authenticate_hash(&hash).await {
+            Ok(found) => found,
+            Err(e) if unreachable(&e) => match self.stale(&hash, Instant::now()) {
+                Some(found) => return Ok(found),
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
         self.put(hash, found.clone(), generation, Instant::now());
         Ok(found)
+    }
+
+    /// What the cache last knew of `hash`, if confirmed within the stale bound of `now`
+    /// (served only while the ledger cannot be reached).
+    pub fn stale(&self, hash: &str, now: Instant) -> Option<Option<AccountRef>> {
+        let mut state = self.lock();
+        state.drain();
+        let e = state.entries.get(hash)?;
+        (now.saturating_duration_since(e.confirmed) <= self.stale).then(|| e.account.clone())
     }
 
     /// Invalidates by the changes of `changes` from now on (the gateway's is the
@@ -129,6 +162,7 @@ impl KeyCache {
             hash,
             Entry {
                 account,
+                confirmed: now,
                 expires: now + self.ttl,
             },
         );
@@ -175,12 +209,12 @@ impl State {
                 }
                 // A top-up does not change what a key authenticates as.
                 Ok(Change::Account(_)) => {}
-                Ok(Change::All) | Err(TryRecvError::Lagged(_)) => self.clear(),
+                Ok(Change::All) | Err(TryRecvError::Lagged(_)) => self.expire_all(),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Closed) => {
                     // The feed is gone: what it would have said is unknown. Subscribe again
                     // on the next lookup.
-                    self.clear();
+                    self.expire_all();
                     return;
                 }
             }
@@ -188,13 +222,18 @@ impl State {
         self.changes = Some(changes);
     }
 
-    fn clear(&mut self) {
-        self.entries.clear();
+    /// Nothing may be served without asking the ledger again; what was known stays for
+    /// [`KeyCache::stale`].
+    fn expire_all(&mut self) {
+        for e in self.entries.values_mut() {
+            e.expires = e.confirmed;
+        }
         self.generation += 1;
     }
 
-    /// Makes room: expired entries first, then arbitrary ones down to 7/8 of `capacity`
-    /// (so a flood of new keys evicts in batches, not on every insert).
+    /// Makes room: expired entries first (the stale copies they keep are a fallback,
+    /// worth less than fresh entries), then arbitrary ones down to 7/8 of `capacity` (so
+    /// a flood of new keys evicts in batches, not on every insert).
     fn evict(&mut self, capacity: usize, now: Instant) {
         self.entries.retain(|_, e| e.expires > now);
         let keep = capacity - capacity / 8 - 1;
@@ -206,6 +245,11 @@ impl State {
             }
         }
     }
+}
+
+/// Whether `e` says the ledger could not be reached (rather than refusing the key).
+fn unreachable(e: &LedgerError) -> bool {
+    matches!(e, LedgerError::Database(_) | LedgerError::Unavailable(_))
 }
 
 #[cfg(test)]

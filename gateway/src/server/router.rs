@@ -117,6 +117,12 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     if let Some(ledger) = &gw.ledger
         && let Err(e) = ledger.ping().await
     {
+        // A process that still holds a balance grant bills from it without the database
+        // (docs/design.md §5a): taking every such pod out of its Service at once would
+        // turn a database blip into an outage that the grants exist to prevent.
+        if gw.biller.as_ref().is_some_and(|b| b.serving(std::time::SystemTime::now())) {
+            return (StatusCode::OK, format!("ready (ledger unreachable, billing from the balance grants held: {e})\n")).into_response();
+        }
         return (StatusCode::SERVICE_UNAVAILABLE, format!("ledger unreachable: {e}\n")).into_response();
     }
     (StatusCode::OK, "ready\n").into_response()
@@ -139,4 +145,57 @@ async fn not_found(req: Request) -> Response {
     let message = format!("unknown endpoint {} {}", req.method(), req.uri().path());
     let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error", "code": "unknown_url"}});
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http_body_util::BodyExt;
+    use sluice_ledger::{Biller, BillerConfig, Ledger, NANOS_PER_USD};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::config::source::Secrets;
+    use crate::route::health::HealthSettings;
+    use crate::server::AuthMode;
+
+    async fn ready(gw: &Arc<Gateway>) -> (StatusCode, String) {
+        let req = Request::get("/readyz").body(axum::body::Body::empty()).unwrap_or_default();
+        let resp = router(gw.clone()).oneshot(req).await.unwrap_or_else(|e| match e {});
+        let status = resp.status();
+        let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn gateway(ledger: &Ledger, biller: Biller) -> Arc<Gateway> {
+        let mut gw = Gateway::new(HealthSettings::default(), Secrets::new(None), Some(ledger.clone()), AuthMode::Keys);
+        gw.biller = Some(biller);
+        assert!(gw.install(sluice_crds::Snapshot::default()).is_ok());
+        Arc::new(gw)
+    }
+
+    /// A database blip must not take a gateway that can still bill out of its Service;
+    /// one that cannot bill any more is not ready.
+    #[tokio::test]
+    async fn readiness_holds_through_a_ledger_outage_while_a_grant_can_bill() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ledger = Ledger::connect(&format!("sqlite://{}", dir.path().join("l.db").display())).await.unwrap_or_else(|e| panic!("{e}"));
+        let account = ledger.create_account("acme", 10 * NANOS_PER_USD).await.unwrap_or_else(|e| panic!("{e}"));
+        let (holding, empty) = (Biller::start(ledger.clone(), BillerConfig::new("a"), None), Biller::start(ledger.clone(), BillerConfig::new("b"), None));
+        let hold = holding.reserve(account.id, NANOS_PER_USD / 100, "r1").await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(hold.release().await.is_ok());
+        let (a, b) = (gateway(&ledger, holding.clone()), gateway(&ledger, empty.clone()));
+        assert_eq!(ready(&a).await, (StatusCode::OK, "ready\n".to_owned()));
+
+        ledger.close().await;
+        let (status, body) = ready(&a).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.starts_with("ready (ledger unreachable, billing from the balance grants held"), "{body}");
+        let (status, body) = ready(&b).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.starts_with("ledger unreachable: "), "{body}");
+        holding.shutdown(Duration::from_millis(10)).await;
+        assert_eq!(ready(&a).await.0, StatusCode::SERVICE_UNAVAILABLE, "a returned grant bills nothing");
+    }
 }

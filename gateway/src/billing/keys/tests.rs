@@ -64,7 +64,42 @@ fn a_key_change_drops_that_key_and_all_drops_everything() {
     assert_eq!(hit(&c, "b", now), Some(acme()), "a top-up changes no key");
     tx.send(Change::All).unwrap();
     assert_eq!((hit(&c, "b", now), hit(&c, "c", now)), (None, None));
-    assert!(c.is_empty());
+    // Kept only as the fallback for a ledger that cannot be reached; the revoked key
+    // is not even that.
+    assert_eq!((c.stale("b", now), c.stale("a", now)), (Some(acme()), None));
+}
+
+#[test]
+fn while_the_ledger_is_away_a_recent_answer_is_served_stale_within_the_bound() {
+    let (c, tx) = cache(8);
+    let t0 = Instant::now();
+    fill(&c, "k", acme(), t0);
+    fill(&c, "gone", None, t0);
+    // The feed reconnects during the outage: nothing is fresh any more.
+    tx.send(Change::All).unwrap();
+    let during = t0 + Duration::from_secs(5);
+    assert_eq!(hit(&c, "k", during), None);
+    assert_eq!(c.stale("k", during), Some(acme()));
+    assert_eq!(c.stale("gone", during), Some(None), "an unknown key stays unknown");
+    assert_eq!(c.stale("never-seen", during), None);
+    assert_eq!(c.stale("k", t0 + DEFAULT_STALE), Some(acme()));
+    assert_eq!(c.stale("k", t0 + DEFAULT_STALE + Duration::from_millis(1)), None, "too old to vouch for");
+}
+
+#[tokio::test]
+async fn an_unreachable_ledger_serves_the_keys_seen_lately_and_refuses_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys.db");
+    let ledger = Ledger::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+    ledger.create_account("acme", 0).await.unwrap();
+    let (seen, unseen) = (ledger.create_key("acme").await.unwrap(), ledger.create_key("acme").await.unwrap());
+    let c = KeyCache::new(16, Duration::from_millis(1));
+    assert_eq!(c.authenticate(&ledger, &seen).await.unwrap().map(|a| a.name).as_deref(), Some("acme"));
+    ledger.close().await;
+    std::thread::sleep(Duration::from_millis(5));
+    let stale = c.authenticate(&ledger, &seen).await.unwrap();
+    assert_eq!(stale.map(|a| a.name).as_deref(), Some("acme"), "served from the entry");
+    assert!(c.authenticate(&ledger, &unseen).await.is_err(), "a key nobody vouches for is not guessed");
 }
 
 #[test]
