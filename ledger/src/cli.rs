@@ -3,7 +3,9 @@
 //! output can be tested.
 //!
 //! Output contract: `account show --json` prints
-//! `{"account","balance_nanodollars","reserved_nanodollars","balance_usd"}`; `key create`
+//! `{"account","balance_nanodollars","reserved_nanodollars","balance_usd"}` plus
+//! `"granted_nanodollars","grants_open"` (what gateways' balance grants hold of
+//! `reserved`); `key create`
 //! prints the key alone on one line, or `{"account","key"}` with `--json`; `key list`
 //! prints a table `ID PREFIX CREATED REVOKED` (times in UTC, RFC 3339; `-` when not
 //! revoked), or with `--json` one array of `{"id","account","prefix","created","revoked"}`
@@ -16,6 +18,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::error::LedgerError;
+use crate::journal::JournalCheck;
 use crate::keys::{KEY_PREFIX, KeyInfo, KeySelector};
 use crate::ledger::Ledger;
 use crate::money::{format_usd, parse_usd};
@@ -56,6 +59,16 @@ pub enum AccountCommand {
     },
     /// Show an account's balance.
     Show {
+        /// Account name.
+        name: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add the account's journal up and compare it with its balance, reserved amount,
+    /// open reservations and balance grants (docs/operate.md#auditing-an-account-from-the-journal);
+    /// exits non-zero when they disagree.
+    Audit {
         /// Account name.
         name: String,
         /// Print JSON instead of a table.
@@ -105,6 +118,16 @@ struct AccountJson<'a> {
     balance_nanodollars: i64,
     reserved_nanodollars: i64,
     balance_usd: String,
+    /// The part of `reserved` held by gateways' open balance grants (docs/design.md §5a).
+    granted_nanodollars: i64,
+    grants_open: u64,
+}
+
+#[derive(Serialize)]
+struct AuditJson<'a> {
+    consistent: bool,
+    #[serde(flatten)]
+    check: &'a JournalCheck,
 }
 
 #[derive(Serialize)]
@@ -143,12 +166,15 @@ pub async fn run_admin(
                 .account(&name)
                 .await?
                 .ok_or(LedgerError::UnknownAccount(name))?;
+            let (grants, granted) = ledger.granted(account.id).await?;
             if json {
                 let body = AccountJson {
                     account: &account.name,
                     balance_nanodollars: account.balance_nanos,
                     reserved_nanodollars: account.reserved_nanos,
                     balance_usd: format_usd(account.balance_nanos),
+                    granted_nanodollars: granted,
+                    grants_open: grants,
                 };
                 writeln!(out, "{}", json_line(&body))?;
             } else {
@@ -160,7 +186,15 @@ pub async fn run_admin(
                     ),
                     (
                         "RESERVED",
-                        format!("{} USD", format_usd(account.reserved_nanos)),
+                        match grants {
+                            0 => format!("{} USD", format_usd(account.reserved_nanos)),
+                            n => format!(
+                                "{} USD ({} USD in {n} balance grant{} of gateways)",
+                                format_usd(account.reserved_nanos),
+                                format_usd(granted),
+                                if n == 1 { "" } else { "s" }
+                            ),
+                        },
                     ),
                     (
                         "AVAILABLE",
@@ -179,6 +213,18 @@ pub async fn run_admin(
                 for (label, value) in rows {
                     writeln!(out, "{label:<10} {value}")?;
                 }
+            }
+        }
+        AdminCommand::Account(AccountCommand::Audit { name, json }) => {
+            let check = ledger.journal_verify(&name).await?;
+            if json {
+                writeln!(out, "{}", json_line(&AuditJson { consistent: check.is_consistent(), check: &check }))?;
+            } else {
+                write_audit(out, &check)?;
+            }
+            if !check.is_consistent() {
+                out.flush()?;
+                return Err(LedgerError::Inconsistent(name));
             }
         }
         AdminCommand::Account(AccountCommand::Topup { name, amount }) => {
@@ -242,6 +288,49 @@ pub async fn run_admin(
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// The audit as aligned lines: what is stored next to what the journal adds up to.
+fn write_audit(out: &mut impl Write, c: &JournalCheck) -> std::io::Result<()> {
+    let usd = |n: i64| format!("{} USD", format_usd(n));
+    let mark = |ok: bool| if ok { "ok" } else { "MISMATCH" };
+    let rows = [
+        ("ACCOUNT", c.account.clone(), String::new()),
+        ("ENTRIES", c.entries.to_string(), "journal rows".to_owned()),
+        (
+            "BALANCE",
+            usd(c.balance_nanos),
+            format!("journal {} {}", usd(c.journal_balance_nanos), mark(c.balance_nanos == c.journal_balance_nanos)),
+        ),
+        (
+            "RESERVED",
+            usd(c.reserved_nanos),
+            format!("journal {} {}", usd(c.journal_reserved_nanos), mark(c.reserved_nanos == c.journal_reserved_nanos)),
+        ),
+        (
+            "HELD BY",
+            usd(c.open_reservations_nanos + c.open_grants_nanos),
+            format!(
+                "{} in reservations + {} in balance grants {}",
+                usd(c.open_reservations_nanos),
+                usd(c.open_grants_nanos),
+                mark(c.reserved_nanos == c.open_reservations_nanos + c.open_grants_nanos)
+            ),
+        ),
+        (
+            "UNEXPLAINED",
+            c.unexplained_grants.to_string(),
+            format!("grants whose journal rows do not add up to what they hold {}", mark(c.unexplained_grants == 0)),
+        ),
+        ("UNCOLLECTED", usd(c.uncollected_nanos), "charges above an estimate, or settled after an expiry".to_owned()),
+        ("RESULT", if c.is_consistent() { "consistent" } else { "INCONSISTENT" }.to_owned(), String::new()),
+    ];
+    let width = rows.iter().map(|(_, v, _)| v.chars().count()).max().unwrap_or(0);
+    for (label, value, note) in rows {
+        let line = format!("{label:<12} {value:<width$}  {note}");
+        writeln!(out, "{}", line.trim_end())?;
+    }
     Ok(())
 }
 

@@ -59,6 +59,9 @@ pub enum LedgerError {
         /// The estimate that was asked for.
         needed_nanos: i64,
     },
+    /// `admin account audit` found a disagreement.
+    #[error("the journal of account {0:?} does not add up to its balance and holds (see the audit)")]
+    Inconsistent(String),
     /// No reservation has this id.
     #[error("no reservation with id {0}")]
     UnknownReservation(i64),

@@ -80,7 +80,7 @@ async fn account_and_key_commands_print_the_contract() {
     assert_eq!(
         out,
         "{\"account\":\"team-a\",\"balance_nanodollars\":15500000000,\
-         \"reserved_nanodollars\":0,\"balance_usd\":\"15.50\"}\n"
+         \"reserved_nanodollars\":0,\"balance_usd\":\"15.50\",\"granted_nanodollars\":0,\"grants_open\":0}\n"
     );
     let out = run(&ledger, &["account", "show", "team-a"]).await.unwrap();
     assert_eq!(
@@ -310,4 +310,68 @@ async fn the_synthetic_account_shows_its_spend() {
         "ACCOUNT    sluice-synthetic\nBALANCE    0.00 USD\nRESERVED   0.00 USD\n\
          AVAILABLE  0.00 USD\nSPENT      0.000004 USD (synthetic checks)\n"
     );
+}
+
+#[tokio::test]
+async fn account_show_says_what_balance_grants_hold() {
+    let ledger = Ledger::connect("sqlite::memory:").await.unwrap();
+    let account = ledger
+        .create_account("team-b", 10 * crate::NANOS_PER_USD)
+        .await
+        .unwrap();
+    let biller = crate::Biller::start(ledger.clone(), crate::BillerConfig::new("gw-1"), None);
+    let hold = biller
+        .reserve(account.id, crate::NANOS_PER_USD / 2, "r1")
+        .await
+        .unwrap();
+    let out = run(&ledger, &["account", "show", "team-b"]).await.unwrap();
+    let reserved = out.lines().find(|l| l.starts_with("RESERVED")).unwrap();
+    assert_eq!(
+        reserved,
+        "RESERVED   0.50 USD (0.50 USD in 1 balance grant of gateways)"
+    );
+    let out = run(&ledger, &["account", "show", "team-b", "--json"])
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["reserved_nanodollars"].as_i64(), v["granted_nanodollars"].as_i64(), v["grants_open"].as_u64()),
+        (Some(500_000_000), Some(500_000_000), Some(1))
+    );
+    hold.release().await.unwrap();
+    biller.shutdown(std::time::Duration::from_secs(5)).await;
+    let out = run(&ledger, &["account", "show", "team-b"]).await.unwrap();
+    assert!(out.contains("RESERVED   0.00 USD\n"), "{out}");
+}
+
+#[tokio::test]
+async fn account_audit_adds_the_journal_up() {
+    let ledger = Ledger::connect("sqlite::memory:").await.unwrap();
+    let account = ledger
+        .create_account("team-c", 10 * crate::NANOS_PER_USD)
+        .await
+        .unwrap();
+    let biller = crate::Biller::start(ledger.clone(), crate::BillerConfig::new("gw-1"), None);
+    let hold = biller
+        .reserve(account.id, crate::NANOS_PER_USD, "r1")
+        .await
+        .unwrap();
+    hold.settle(
+        crate::NANOS_PER_USD / 4,
+        crate::Usage { input_tokens: 1, output_tokens: 2, upstream: None },
+    )
+    .await
+    .unwrap();
+    let out = run(&ledger, &["account", "audit", "team-c"]).await.unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "ACCOUNT      team-c");
+    assert!(lines[2].starts_with("BALANCE      9.75 USD") && lines[2].ends_with("journal 9.75 USD ok"), "{out}");
+    assert!(out.contains("0.00 USD in reservations + 0.75 USD in balance grants ok"), "{out}");
+    assert_eq!(lines.last(), Some(&"RESULT       consistent"), "{out}");
+    let out = run(&ledger, &["account", "audit", "team-c", "--json"]).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["consistent"].as_bool(), v["balance_nanos"].as_i64()), (Some(true), Some(9_750_000_000)));
+    biller.shutdown(std::time::Duration::from_secs(5)).await;
+    let err = run(&ledger, &["account", "audit", "nobody"]).await.unwrap_err();
+    assert_eq!(err.to_string(), "no account named \"nobody\"");
 }

@@ -250,6 +250,19 @@ impl Ledger {
         Ok(reaped)
     }
 
+    /// The open grants of account `account_id`: how many, and what they hold of its
+    /// `reserved` (the rest is held by per-request reservations).
+    pub async fn granted(&self, account_id: i64) -> Result<(u64, i64), LedgerError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(amount_nanos), 0) AS BIGINT) FROM grants WHERE account_id = $1 AND state = 'open'",
+        )
+        .bind(account_id)
+        .fetch_one(&self.inner.reader)
+        .await?;
+        let (n, held): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        Ok((u64::try_from(n).unwrap_or(0), held))
+    }
+
     /// Number of open grants (all accounts, all processes).
     pub async fn open_grants(&self) -> Result<u64, LedgerError> {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM grants WHERE state = 'open'")
