@@ -113,9 +113,10 @@ def test_valid_key_is_served_and_billed(keys_gateway):
     assert raw.headers["x-sluice-upstream"] == "primary"
     usage = raw.parse().usage
     account = keys_gateway.account("alice")
-    # Settled at the served candidate's price ($1/M input, $2/M output), nothing left reserved.
+    # Settled at the served candidate's price ($1/M input, $2/M output) before the answer
+    # was sent; nothing is reserved but the gateway's balance grant (docs/design.md §5a).
     cost = usage.prompt_tokens * 1_000 + usage.completion_tokens * 2_000
-    assert account["reserved_nanodollars"] == 0
+    assert account["reserved_nanodollars"] == account["granted_nanodollars"]
     assert account["balance_nanodollars"] == 10_000_000_000 - cost
 
 

@@ -271,6 +271,14 @@ impl TestDb {
         rows?.iter().map(read).collect()
     }
 
+    /// The settlement rows of the journal (`settle`, or `late_settle` after an expiry),
+    /// in order: what a billed request left with balance grants (docs/design.md §5a).
+    pub async fn settlements(&self) -> Result<Vec<JournalRow>, TestDbError> {
+        let mut rows = self.journal().await?;
+        rows.retain(|j| j.kind == "settle" || j.kind == "late_settle");
+        Ok(rows)
+    }
+
     /// Every grant, by id.
     pub async fn grants(&self) -> Result<Vec<GrantRow>, TestDbError> {
         let pool = self.pool().await?;

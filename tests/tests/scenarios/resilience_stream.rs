@@ -60,11 +60,13 @@ async fn still_healthy(b: &Billed) -> anyhow::Result<()> {
 /// content that reached the client, and the journal adds up.
 async fn billed_for_delivered(b: &Billed, contents: i64) -> anyhow::Result<()> {
     assert!(eventually(Duration::from_secs(3), async || b.gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
-    let rows = b.db.reservations().await?;
-    let row = rows.first().ok_or_else(|| anyhow::anyhow!("no reservation"))?;
-    assert_eq!(row.state, "settled", "{row:?}");
+    let rows = b.db.settlements().await?;
+    let row = rows.first().ok_or_else(|| anyhow::anyhow!("no settlement"))?;
+    assert_eq!((rows.len(), row.kind.as_str()), (1, "settle"), "{rows:?}");
     assert_eq!(row.output_tokens, Some(contents), "one token per content event that reached the client");
-    assert!(row.charged.is_some_and(|c| c > 0 && c <= row.amount), "{row:?}");
+    let input = row.input_tokens.and_then(|n| u64::try_from(n).ok()).unwrap_or_default();
+    assert_eq!((row.amount, row.balance_delta), (PRICE.cost(input, contents.unsigned_abs()), -row.amount), "{row:?}");
+    // Within the estimate: nothing uncollected.
     let check = b.gw.ledger()?.journal_verify("acme").await?;
     assert!(check.is_consistent() && check.uncollected_nanos == 0, "{check:?}");
     Ok(())
@@ -117,8 +119,8 @@ async fn a_malformed_chunk_is_dropped_and_the_answer_completes() -> anyhow::Resu
     let (input, output) = s.usage().ok_or_else(|| anyhow::anyhow!("no usage"))?;
     assert_eq!(output, 5);
     assert!(eventually(Duration::from_secs(3), async || b.gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
-    let rows = b.db.reservations().await?;
-    assert_eq!(rows.first().and_then(|r| r.charged), Some(PRICE.cost(input, output)));
+    let rows = b.db.settlements().await?;
+    assert_eq!(rows.iter().map(|r| r.amount).collect::<Vec<_>>(), [PRICE.cost(input, output)]);
     still_healthy(&b).await
 }
 
@@ -133,9 +135,9 @@ async fn a_stream_without_done_is_finalised_at_once_with_its_usage() -> anyhow::
     assert!(done.saturating_sub(finish) < Duration::from_millis(200), "[DONE] {:?} after the finish chunk", done.saturating_sub(finish));
     let (input, output) = s.usage().ok_or_else(|| anyhow::anyhow!("the usage chunk is reported: {:?}", s.datas()))?;
     assert_eq!(output, 3);
-    let rows = b.db.reservations().await?;
-    let row = rows.first().ok_or_else(|| anyhow::anyhow!("no reservation"))?;
-    assert_eq!((row.state.as_str(), row.charged), ("settled", Some(PRICE.cost(input, output))), "settled before [DONE] was sent");
+    let rows = b.db.settlements().await?;
+    let row = rows.first().ok_or_else(|| anyhow::anyhow!("no settlement"))?;
+    assert_eq!((row.kind.as_str(), row.amount), ("settle", PRICE.cost(input, output)), "settled before [DONE] was sent");
     let roll = b.gw.rollups(&["chat"], &["only"]).await?;
     assert_eq!((roll.route("chat"), roll.attempts("only", "ok")), ((1, 0), 1));
     still_healthy(&b).await
