@@ -29,14 +29,18 @@ impl Price {
     /// contract's "USD per 1M tokens", computed here independently of the gateway.
     pub fn cost(self, input_tokens: u64, output_tokens: u64) -> i64 {
         let per_mtok = |usd: &str| u128::try_from(parse_usd(usd).unwrap_or(0)).unwrap_or(0);
-        let total = u128::from(input_tokens) * per_mtok(self.input) + u128::from(output_tokens) * per_mtok(self.output);
+        let total = u128::from(input_tokens) * per_mtok(self.input)
+            + u128::from(output_tokens) * per_mtok(self.output);
         i64::try_from(total.div_ceil(1_000_000)).unwrap_or(i64::MAX)
     }
 }
 
 /// `(prompt_tokens, completion_tokens)` of an OpenAI `usage` object.
 pub fn usage_of(v: &Value) -> Option<(u64, u64)> {
-    Some((v.get("prompt_tokens")?.as_u64()?, v.get("completion_tokens")?.as_u64()?))
+    Some((
+        v.get("prompt_tokens")?.as_u64()?,
+        v.get("completion_tokens")?.as_u64()?,
+    ))
 }
 
 /// What the sampler saw.
@@ -48,6 +52,8 @@ pub struct SampleReport {
     pub min_available: i64,
     /// The largest `reserved` read.
     pub max_reserved: i64,
+    /// The smallest `reserved` read.
+    pub min_reserved: i64,
     /// Journal checks run during the run, and how many were inconsistent.
     pub journal_checks: u64,
     /// Inconsistent journal checks, with what they read.
@@ -70,13 +76,18 @@ impl Sampler {
         let flag = stop.clone();
         let account = account.to_string();
         let task = tokio::spawn(async move {
-            let mut r = SampleReport { min_available: i64::MAX, ..SampleReport::default() };
+            let mut r = SampleReport {
+                min_available: i64::MAX,
+                min_reserved: i64::MAX,
+                ..SampleReport::default()
+            };
             while !flag.load(Ordering::Relaxed) {
                 match ledger.account(&account).await {
                     Ok(Some(a)) => {
                         r.samples += 1;
                         r.min_available = r.min_available.min(a.balance_nanos - a.reserved_nanos);
                         r.max_reserved = r.max_reserved.max(a.reserved_nanos);
+                        r.min_reserved = r.min_reserved.min(a.reserved_nanos);
                     }
                     _ => r.errors += 1,
                 }

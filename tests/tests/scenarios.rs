@@ -29,6 +29,8 @@ mod egress;
 mod errors;
 #[path = "scenarios/failover.rs"]
 mod failover;
+#[path = "scenarios/grants.rs"]
+mod grants;
 #[path = "scenarios/hostile.rs"]
 mod hostile;
 #[path = "scenarios/hostile_socket.rs"]
@@ -59,6 +61,8 @@ mod resilience_transport;
 mod soak;
 #[path = "scenarios/resume.rs"]
 mod resume;
+#[path = "scenarios/status_page.rs"]
+mod status_page;
 #[path = "scenarios/stream_break.rs"]
 mod stream_break;
 #[path = "scenarios/synthetic.rs"]
