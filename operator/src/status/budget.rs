@@ -14,7 +14,7 @@ use sluice_crds::error_budget::ErrorBudgetStatus;
 use sluice_crds::{ErrorBudget, Severity};
 use sluice_ledger::budget::{BudgetReport, BudgetState};
 
-use super::conditions::{Status, set_condition};
+use super::conditions::{Status, set_condition, with_runbook};
 use super::format::{rfc3339, time};
 use super::upstream::describe;
 use super::Transition;
@@ -57,13 +57,16 @@ pub fn budget_status(prev: Option<&ErrorBudgetStatus>, inputs: &BudgetInputs<'_>
     let ready = match (&inputs.view.config, inputs.report) {
         (None, _) | (_, None) => {
             clear(&mut next);
-            (Status::False, "Invalid", errors.join("; "))
+            (Status::False, "Invalid", with_runbook(errors.join("; "), "config-rejected"))
         }
-        (Some(_), Some(Err(e))) => (Status::False, "EvaluationFailed", format!("the ledger could not be read: {e}")),
+        (Some(_), Some(Err(e))) => {
+            (Status::False, "EvaluationFailed", with_runbook(format!("the ledger could not be read: {e}"), "ledger-unreachable"))
+        }
         (Some(_), Some(Ok(report))) => {
             fill(&mut next, report);
             if counted == 0 {
-                (Status::False, "NoRoutes", format!("none of its routes is served; {}", warnings.join("; ")))
+                let message = format!("none of its routes is served; {}", warnings.join("; "));
+                (Status::False, "NoRoutes", with_runbook(message, "config-rejected"))
             } else if warnings.is_empty() {
                 (Status::True, "Evaluated", format!("{counted} routes counted"))
             } else {
@@ -75,7 +78,8 @@ pub fn budget_status(prev: Option<&ErrorBudgetStatus>, inputs: &BudgetInputs<'_>
 
     let firing = !next.firing_alerts.is_empty();
     let (status, reason, message) = if firing {
-        (Status::True, "AlertsFiring", format!("burn-rate alerts firing: {}", next.firing_alerts.join(", ")))
+        let message = format!("burn-rate alerts firing: {}", next.firing_alerts.join(", "));
+        (Status::True, "AlertsFiring", with_runbook(message, "budget-burning"))
     } else {
         (Status::False, "NoAlertsFiring", "no burn-rate alert fires".to_string())
     };
@@ -84,7 +88,7 @@ pub fn budget_status(prev: Option<&ErrorBudgetStatus>, inputs: &BudgetInputs<'_>
     let exhausted = next.state.as_deref() == Some("Exhausted");
     let consumed = next.consumed_percent.clone().unwrap_or_else(|| "0.0".into());
     let (status, reason, message) = if exhausted {
-        (Status::True, "BudgetExhausted", format!("{consumed}% of the error budget is consumed"))
+        (Status::True, "BudgetExhausted", with_runbook(format!("{consumed}% of the error budget is consumed"), "budget-burning"))
     } else {
         (Status::False, "BudgetRemaining", format!("{consumed}% of the error budget is consumed"))
     };

@@ -65,6 +65,12 @@ pub fn set_condition(
     }
 }
 
+/// `message` with a pointer to its runbook in docs/operate.md (`anchor` is a heading
+/// there, checked by the chart's docs test), for a condition that needs someone.
+pub fn with_runbook(message: impl Into<String>, anchor: &str) -> String {
+    format!("{}; runbook: docs/operate.md#{anchor}", message.into())
+}
+
 /// The status of condition `type_`, if set.
 pub fn status_of<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a str> {
     conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())

@@ -22,7 +22,7 @@ use sluice_crds::snapshot::RouteConfig;
 use sluice_crds::{ModelRoute, Problem, Severity};
 
 use super::Observations;
-use super::conditions::{Status, set_condition};
+use super::conditions::{Status, set_condition, with_runbook};
 use super::format::{one_decimal, percent, time};
 use super::upstream::describe;
 
@@ -90,14 +90,16 @@ pub fn route_status(prev: Option<&ModelRouteStatus>, inputs: &RouteInputs<'_>) -
     } else if resolved_count > 0 {
         (Status::True, "PartiallyResolved", format!("Upstreams not found: {missing_list}"))
     } else {
-        (Status::False, "NoCandidateResolved", format!("no candidate resolved to an Upstream; not found: {missing_list}"))
+        let message = format!("no candidate resolved to an Upstream; not found: {missing_list}");
+        (Status::False, "NoCandidateResolved", with_runbook(message, "config-rejected"))
     };
     set_condition(&mut next.conditions, "ResolvedRefs", status, reason, message, generation, &now);
 
     let total = route.spec.candidates.len();
     let (status, reason, message) = match (inputs.config.is_some(), missing.is_empty()) {
         (true, false) => {
-            (Status::True, "CandidatesMissing", format!("serving with {resolved_count} of {total} candidates; missing: {missing_list}"))
+            let message = format!("serving with {resolved_count} of {total} candidates; missing: {missing_list}");
+            (Status::True, "CandidatesMissing", with_runbook(message, "config-rejected"))
         }
         (true, true) => (Status::False, "AllCandidatesResolved", "no candidate is missing".to_string()),
         (false, _) => (Status::False, "NotServed", "the route is not served (see Ready)".to_string()),
@@ -115,14 +117,18 @@ fn ready(inputs: &RouteInputs<'_>) -> (Status, &'static str, String) {
         let errors: Vec<&&Problem> = inputs.problems.iter().filter(|p| p.severity == Severity::Error).collect();
         let reason = errors.first().map_or("Invalid", |p| reason_for(p));
         let message = errors.iter().map(|p| describe(p)).collect::<Vec<_>>().join("; ");
-        return (Status::False, reason, if message.is_empty() { "the route is not served".into() } else { message });
+        let message = if message.is_empty() { "the route is not served".into() } else { message };
+        return (Status::False, reason, with_runbook(message, "config-rejected"));
     }
     match inputs.gateway {
         None => (Status::Unknown, "GatewayPending", format!("waiting for Deployment sluice-gateway-{group}")),
         Some(g) if g.available > 0 => {
             (Status::True, "Serving", format!("served by gateway {group} ({}/{} replicas available)", g.available, g.desired))
         }
-        Some(g) => (Status::False, "GatewayUnavailable", format!("no gateway pod of {group} is available (0/{} replicas)", g.desired)),
+        Some(g) => {
+            let message = format!("no gateway pod of {group} is available (0/{} replicas)", g.desired);
+            (Status::False, "GatewayUnavailable", with_runbook(message, "gateway-pods-not-ready"))
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use sluice_crds::upstream::{CircuitState, LastFailure, UpstreamStatus};
 use sluice_crds::{Problem, Severity};
 
-use super::conditions::{Status, set_condition};
+use super::conditions::{Status, set_condition, with_runbook};
 use super::format::{duration, histogram_quantile, percent, rfc3339, time};
 use super::{Observations, Transition};
 
@@ -53,12 +53,12 @@ pub fn upstream_status(prev: Option<&UpstreamStatus>, inputs: &UpstreamInputs<'_
     let errors: Vec<String> = inputs.problems.iter().filter(|p| p.severity == Severity::Error).map(describe).collect();
     let warnings: Vec<String> = inputs.problems.iter().filter(|p| p.severity == Severity::Warning).map(describe).collect();
     let (status, reason, message) = if !errors.is_empty() {
-        (Status::False, "Invalid", errors.join("; "))
+        (Status::False, "Invalid", with_runbook(errors.join("; "), "config-rejected"))
     } else if !warnings.is_empty() {
-        (Status::False, "SecretMissing", warnings.join("; "))
+        (Status::False, "SecretMissing", with_runbook(warnings.join("; "), "config-rejected"))
     } else if next.circuit == Some(CircuitState::Open) {
         let (pods, open) = inputs.observations.map(|o| o.open_in(inputs.key)).unwrap_or((0, 0));
-        (Status::False, "CircuitOpen", format!("the circuit is open in {open} of {pods} gateway pods"))
+        (Status::False, "CircuitOpen", with_runbook(format!("the circuit is open in {open} of {pods} gateway pods"), "upstream-down"))
     } else {
         (Status::True, "Available", "valid, and no gateway pod has the circuit open".to_string())
     };

@@ -141,7 +141,7 @@ async fn one_bad_route_does_not_block_the_others() {
         let b = api.expect("PATCH", &format!("{ROUTES}/bad/status{SSA}"), status_echo).await;
         let refs = condition(&b.body["status"], "ResolvedRefs");
         assert_eq!((&refs["status"], &refs["reason"]), (&json!("False"), &json!("NoCandidateResolved")));
-        assert_eq!(refs["message"], "no candidate resolved to an Upstream; not found: \"nowhere\"");
+        assert_eq!(refs["message"], "no candidate resolved to an Upstream; not found: \"nowhere\"; runbook: docs/operate.md#config-rejected");
         assert_eq!(condition(&b.body["status"], "Ready")["status"], "False");
         let g = api.expect("PATCH", &format!("{ROUTES}/good/status{SSA}"), status_echo).await;
         assert_eq!(condition(&g.body["status"], "Ready")["status"], "True");

@@ -58,7 +58,7 @@ fn a_missing_candidate_degrades_the_route() {
     let s = status_of_route(&v, "chat", UP, None, None);
     assert_eq!(s.candidate_count, Some(1));
     assert_eq!(condition(&s, "ResolvedRefs"), ("True", "PartiallyResolved", "Upstreams not found: \"gone\""));
-    assert_eq!(condition(&s, "Degraded"), ("True", "CandidatesMissing", "serving with 1 of 2 candidates; missing: \"gone\""));
+    assert_eq!(condition(&s, "Degraded"), ("True", "CandidatesMissing", "serving with 1 of 2 candidates; missing: \"gone\"; runbook: docs/operate.md#config-rejected"));
     assert_eq!(condition(&s, "Ready").0, "True");
 }
 
@@ -69,12 +69,12 @@ fn no_resolved_candidate_means_not_resolved_and_not_ready() {
     assert_eq!(s.candidate_count, Some(0));
     assert_eq!(
         condition(&s, "ResolvedRefs"),
-        ("False", "NoCandidateResolved", "no candidate resolved to an Upstream; not found: \"gone\", \"lost\"")
+        ("False", "NoCandidateResolved", "no candidate resolved to an Upstream; not found: \"gone\", \"lost\"; runbook: docs/operate.md#config-rejected")
     );
     assert_eq!(condition(&s, "Degraded").1, "NotServed");
     let ready = condition(&s, "Ready");
     assert_eq!((ready.0, ready.1), ("False", "NoCandidateResolved"));
-    assert_eq!(ready.2, "spec.candidates: no candidate resolved to an Upstream; the route is left out");
+    assert_eq!(ready.2, "spec.candidates: no candidate resolved to an Upstream; the route is left out; runbook: docs/operate.md#config-rejected");
 }
 
 #[test]
@@ -91,7 +91,7 @@ fn readiness_follows_the_gateway_deployment() {
     let pending = status_of_route(&v, "chat", None, None, None);
     assert_eq!(condition(&pending, "Ready"), ("Unknown", "GatewayPending", "waiting for Deployment sluice-gateway-default"));
     let down = status_of_route(&v, "chat", Some(GatewayState { desired: 2, available: 0 }), None, Some(&pending));
-    assert_eq!(condition(&down, "Ready"), ("False", "GatewayUnavailable", "no gateway pod of default is available (0/2 replicas)"));
+    assert_eq!(condition(&down, "Ready"), ("False", "GatewayUnavailable", "no gateway pod of default is available (0/2 replicas); runbook: docs/operate.md#gateway-pods-not-ready"));
 }
 
 #[test]

@@ -78,7 +78,7 @@ fn an_open_circuit_anywhere_wins_and_is_a_transition() {
     assert_eq!(after.circuit, Some(CircuitState::Open));
     let ready = after.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "CircuitOpen"));
-    assert_eq!(ready.message, "the circuit is open in 1 of 2 gateway pods");
+    assert_eq!(ready.message, "the circuit is open in 1 of 2 gateway pods; runbook: docs/operate.md#upstream-down");
     let t = transition(Some(&before), &after).expect("opened");
     assert_eq!((t.warning, t.reason), (true, "CircuitOpened"));
     assert_eq!(transition(Some(&after), &after), None, "staying open is not a new transition");
@@ -112,7 +112,7 @@ fn problems_make_it_not_ready() {
     let s = upstream_status(None, &inputs(&missing, None));
     let ready = &s.conditions[0];
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "SecretMissing"));
-    assert_eq!(ready.message, "spec.auth.secretRef: Secret team-a/keys has no key \"apiKey\"");
+    assert_eq!(ready.message, "spec.auth.secretRef: Secret team-a/keys has no key \"apiKey\"; runbook: docs/operate.md#config-rejected");
     let invalid = [Problem::error("Upstream team-a/east", "spec.baseUrl", "baseUrl must be an http:// or https:// URL with a host")];
     let s = upstream_status(None, &inputs(&invalid, None));
     assert_eq!(s.conditions[0].reason, "Invalid");
