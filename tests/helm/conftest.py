@@ -96,7 +96,7 @@ NON_DEFAULT: dict[str, Any] = {
 
 
 # Values whose content is an open structure (a ResourceRequirements), not more keys.
-OPAQUE = {"gateway.resources", "operator.resources", "ledger.postgres.resources"}
+OPAQUE = {"gateway.resources", "operator.resources", "ledger.postgres.resources", "statusPage.ingress.annotations"}
 
 
 def load_values() -> dict[str, Any]:

@@ -71,3 +71,18 @@ def test_docs_anchors_used_by_the_chart_exist():
     for template in (CHART / "templates").iterdir():
         for anchor in re.findall(r"docs/operate\.md#([a-z0-9-]+)", template.read_text()):
             assert anchor in headings, f"{template.name} links to a missing runbook #{anchor}"
+
+
+def test_runbook_anchors_of_the_status_page_and_the_operator_exist():
+    # The status page links runbooks as "{runbooks}#anchor"; operator messages as
+    # "docs/operate.md#anchor" (both must name a heading of operate.md).
+    operate = (DOCS / "operate.md").read_text()
+    headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^## (.+)$", operate, re.M)}
+    sources = [REPO / "status" / "src" / "html.rs", *sorted((REPO / "operator" / "src").rglob("*.rs"))]
+    found = 0
+    for source in sources:
+        text = source.read_text()
+        for anchor in re.findall(r"(?:\{r\}|\{}|docs/operate\.md)#([a-z0-9-]+)", text):
+            assert anchor in headings, f"{source.relative_to(REPO)} links to a missing runbook #{anchor}"
+            found += 1
+    assert found >= 6

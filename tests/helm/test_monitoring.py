@@ -57,6 +57,10 @@ def test_prometheus_rule_structure():
                 assert isinstance(v, str), (k, v)
             if "alert" in r:
                 assert r["labels"]["severity"] in ("page", "ticket")
+                # Every alert links its runbook in docs/operate.md (test_docs checks the anchors).
+                url = r["annotations"]["runbook_url"]
+                assert url.startswith("https://github.com/sluice-dev/sluice/blob/main/docs/operate.md#"), (r["alert"], url)
+                assert url.split("#")[1] in r["annotations"]["description"], (r["alert"], url)
 
 
 def test_burn_rate_alerts_use_the_sre_workbook_tiers_and_the_objective():
@@ -152,6 +156,7 @@ tests:
             exp_annotations:
               summary: "Route team-a/chat burns its error budget 14.4× too fast"
               description: "Over the last 1h and 5m more than 14.4 × 0.001 of the route's requests were answered with 5xx or 429 (objective 99.9%). Runbook: docs/operate.md#budget-burning"
+              runbook_url: "https://github.com/sluice-dev/sluice/blob/main/docs/operate.md#budget-burning"
       - eval_time: 90m
         alertname: SluiceErrorBudgetBurn6h
         exp_alerts:
@@ -159,6 +164,7 @@ tests:
             exp_annotations:
               summary: "Route team-a/chat burns its error budget 6× too fast"
               description: "Over the last 6h and 30m more than 6 × 0.001 of the route's requests were answered with 5xx or 429 (objective 99.9%). Runbook: docs/operate.md#budget-burning"
+              runbook_url: "https://github.com/sluice-dev/sluice/blob/main/docs/operate.md#budget-burning"
       - eval_time: 90m
         alertname: SluiceConfigRejected
         exp_alerts: []
@@ -184,6 +190,7 @@ tests:
             exp_annotations:
               summary: "Route n/r burns its error budget 14.4× too fast"
               description: "Over the last 1h and 5m more than 14.4 × 0.001 of the route's requests were answered with 5xx or 429 (objective 99.9%). Runbook: docs/operate.md#budget-burning"
+              runbook_url: "https://github.com/sluice-dev/sluice/blob/main/docs/operate.md#budget-burning"
       - eval_time: 90m
         alertname: SluiceErrorBudgetBurn1h
         exp_alerts: []

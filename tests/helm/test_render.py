@@ -21,8 +21,24 @@ KUBE_VERSIONS = ["1.33.0", "1.37.0"]
 # no schema for them; test_monitoring.py checks their structure instead.
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
+# The status page with every Ingress option (docs/install.md, statusPage.*).
+STATUS_PAGE: dict[str, Any] = {
+    "statusPage": {
+        "enabled": True,
+        "ingress": {
+            "enabled": True,
+            "host": "status.example.com",
+            "className": "nginx",
+            "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+            "tls": [{"hosts": ["status.example.com"], "secretName": "status-tls"}],
+        },
+    },
+    "runbooksUrl": "https://docs.example.com/sluice/operate.html",
+}
+
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": {},
+    "status-page": STATUS_PAGE,
     "non-default": NON_DEFAULT,
     "ledger-url": {"ledger": {"url": "postgres://sluice:pw@db.example.com:5432/sluice?sslmode=require", "postgres": {"enabled": False}}},
     "bundled-postgres-with-policies": {"networkPolicy": {"enabled": True}, "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
@@ -42,6 +58,7 @@ def test_default_values_render_operator_rbac_and_bundled_postgres(default_object
         ("ClusterRole", "sluice-operator"),
         ("ClusterRoleBinding", "sluice-operator"),
         ("Service", "sluice-operator"),
+        ("Service", "sluice-operator-status"),
         ("Secret", "sluice-postgres"),
         ("Service", "sluice-postgres"),
         ("StatefulSet", "sluice-postgres"),
@@ -57,6 +74,7 @@ def test_non_default_values_render_election_monitoring_and_policies(non_default_
         ("Role", "sluice-operator-leader-election"),
         ("RoleBinding", "sluice-operator-leader-election"),
         ("Service", "sluice-operator"),
+        ("Service", "sluice-operator-status"),
         ("ServiceMonitor", "sluice-operator"),
         ("ServiceMonitor", "sluice-gateways"),
         ("PrometheusRule", "sluice"),
@@ -114,7 +132,10 @@ def test_operator_env_follows_the_cli_contract_with_defaults(default_objects):
     assert set(env) == {
         "SLUICE_LEDGER_URL", "SLUICE_GATEWAY_IMAGE", "SLUICE_GATEWAY_REPLICAS", "SLUICE_GATEWAY_AUTH",
         "SLUICE_GATEWAY_RESOURCES", "SLUICE_LEADER_ELECTION", "POD_NAMESPACE", "POD_NAME", "SLUICE_OPERATOR_LISTEN",
+        "SLUICE_STATUS_PAGE", "SLUICE_RUNBOOKS_URL",
     }
+    assert env["SLUICE_STATUS_PAGE"] == "true"
+    assert env["SLUICE_RUNBOOKS_URL"] == "https://github.com/sluice-dev/sluice/blob/main/docs/operate.md"
     assert operator(default_objects)["image"] == "ghcr.io/sluice-dev/sluice-operator:0.1.0"
 
 
@@ -240,6 +261,38 @@ def test_operator_metrics_service_targets_the_operator(default_objects):
     pod_labels = one(default_objects, "Deployment", "sluice-operator")["spec"]["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+
+
+def test_status_page_service_and_ingress_route_status_to_the_operator():
+    objs = objects(STATUS_PAGE)
+    env = env_of(operator(objs))
+    assert env["SLUICE_STATUS_PAGE"] == "true"
+    assert env["SLUICE_RUNBOOKS_URL"] == "https://docs.example.com/sluice/operate.html"
+    svc = one(objs, "Service", "sluice-operator-status")
+    pod_labels = one(objs, "Deployment", "sluice-operator")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+    ing = one(objs, "Ingress", "sluice-operator-status")
+    assert ing["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt"}
+    assert ing["spec"]["ingressClassName"] == "nginx"
+    assert ing["spec"]["tls"] == [{"hosts": ["status.example.com"], "secretName": "status-tls"}]
+    [rule] = ing["spec"]["rules"]
+    assert rule["host"] == "status.example.com"
+    # Only /status: the operator's /metrics is not published.
+    assert rule["http"]["paths"] == [
+        {"path": "/status", "pathType": "Prefix", "backend": {"service": {"name": "sluice-operator-status", "port": {"name": "http"}}}}
+    ]
+
+
+def test_status_page_objects_only_when_enabled(default_objects):
+    # On by default (a ClusterIP Service); the Ingress only when asked for.
+    assert one(default_objects, "Service", "sluice-operator-status")
+    assert not [o for o in default_objects if o["kind"] == "Ingress"]
+    off = objects({"statusPage": {"enabled": False}})
+    assert not [o for o in off if o["metadata"]["name"] == "sluice-operator-status"]
+    bare = one(objects({"statusPage": {"enabled": True, "ingress": {"enabled": True}}}), "Ingress", "sluice-operator-status")
+    assert "ingressClassName" not in bare["spec"] and "tls" not in bare["spec"] and "annotations" not in bare["metadata"]
+    assert "host" not in bare["spec"]["rules"][0]
 
 
 def test_network_policies_open_gateways_in_cluster_and_pin_the_operator(non_default_objects):

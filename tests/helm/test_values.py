@@ -44,6 +44,13 @@ ADDED_KEYS = {
     "tracing.samplerArg",
     "tracing.serviceName",
     "tracing.captureContent",
+    "statusPage.enabled",
+    "statusPage.ingress.enabled",
+    "statusPage.ingress.host",
+    "statusPage.ingress.className",
+    "statusPage.ingress.annotations",
+    "statusPage.ingress.tls",
+    "runbooksUrl",
 }
 def load_schema() -> dict[str, Any]:
     return json.loads((CHART / "values.schema.json").read_text())
@@ -128,6 +135,7 @@ def test_every_value_key_is_described_by_the_schema():
         ({"image": {"repository": "x"}}, "'repository' not allowed"),
         ({"tracing": {"endpoint": "http://c:4318"}}, "'endpoint' not allowed"),
         ({"grafanaDashboard": {"enabled": True, "label": "x"}}, "'label' not allowed"),
+        ({"statusPage": {"ingress": {"hosts": ["a"]}}}, "'hosts' not allowed"),
     ],
 )
 def test_schema_refuses_an_unknown_values_key(values, where):
@@ -180,6 +188,7 @@ def test_schema_refuses_invalid_values(values, where):
         ({"ledger": {"postgres": {"enabled": False}}}, "no ledger"),
         ({"ledger": {"existingSecret": "sluice-ledger", "postgres": {"enabled": False}}}, "must not be named sluice-ledger"),
         ({"operator": {"replicas": 3}}, "leaderElection.enabled=true"),
+        ({"statusPage": {"enabled": False, "ingress": {"enabled": True}}}, "statusPage.enabled=true"),
     ],
 )
 def test_contradictory_values_fail_with_a_message_naming_the_fix(values, message):

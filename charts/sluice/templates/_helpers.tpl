@@ -104,6 +104,9 @@ Included once, from the operator Deployment.
 {{- if and (gt (int .Values.operator.replicas) 1) (not .Values.operator.leaderElection.enabled) -}}
 {{- fail "operator.replicas > 1 needs operator.leaderElection.enabled=true: without it every replica reconciles and writes status" -}}
 {{- end -}}
+{{- if and .Values.statusPage.ingress.enabled (not .Values.statusPage.enabled) -}}
+{{- fail "statusPage.ingress.enabled needs statusPage.enabled=true: the Ingress routes to the operator's status page" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The restricted Pod Security Standard, for every container of the chart. */}}
