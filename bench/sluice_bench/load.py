@@ -26,6 +26,9 @@ class System:
     # The request body; None sends the common BODY.
     body: str | None = None
     ledger_cpu: bool = False
+    # More ports serving the same thing (another gateway process): the load is split
+    # evenly, one oha process per port at its share of the rate (oha targets one URL).
+    more_ports: list[int] = field(default_factory=list)
 
     def pids(self) -> list[int]:
         out = []
@@ -86,15 +89,39 @@ def run_oha(system: System, rate: int, duration: int, workdir: Path, conns: int 
     return best
 
 
-def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns: int = 64) -> dict:
-    url = f"http://127.0.0.1:{system.port}{system.path}"
-    cmd = ["taskset", "-c", LOAD_CPU, OHA, "-z", f"{duration}s", "-q", str(rate), "--latency-correction",
+def oha_cmd(system: System, port: int, rate: float, duration: int, conns: int) -> list[str]:
+    cmd = ["taskset", "-c", LOAD_CPU, OHA, "-z", f"{duration}s", "-q", f"{rate:g}", "--latency-correction",
            "--no-tui", "--output-format", "json", "--worker-threads", "1", "-c", str(conns), "-t", "10s",
            "-m", "POST", "-H", "content-type: application/json", "-d", system.body or BODY]
     for k, v in system.headers.items():
         cmd += ["-H", f"{k}: {v}"]
-    cmd.append(url)
-    out_path = workdir / "oha.json"
+    cmd.append(f"http://127.0.0.1:{port}{system.path}")
+    return cmd
+
+
+def merge_oha(raws: list[dict]) -> dict:
+    """One oha result out of several run side by side: counts added up, each percentile
+    the largest of the parts (an upper bound of the pooled percentile), the mean weighted
+    by requests."""
+    if len(raws) == 1:
+        return raws[0]
+    out: dict = {"statusCodeDistribution": {}, "errorDistribution": {}, "latencyPercentiles": {}, "summary": {}}
+    for raw in raws:
+        for part in ("statusCodeDistribution", "errorDistribution"):
+            for k, v in (raw.get(part) or {}).items():
+                out[part][str(k)] = out[part].get(str(k), 0) + int(v)
+    for p in PERCENTILES:
+        vals = [(raw.get("latencyPercentiles") or {}).get(p) for raw in raws]
+        out["latencyPercentiles"][p] = max(vals) if all(v is not None for v in vals) else None
+    n = [sum((raw.get("statusCodeDistribution") or {}).values()) for raw in raws]
+    avg = [(raw.get("summary") or {}).get("average") or 0 for raw in raws]
+    out["summary"]["average"] = sum(a * k for a, k in zip(avg, n)) / sum(n) if sum(n) else 0
+    return out
+
+
+def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns: int = 64) -> dict:
+    ports = [system.port] + system.more_ports
+    cmds = [oha_cmd(system, port, rate / len(ports), duration, max(1, conns // len(ports))) for port in ports]
     pids = system.pids()
     pg = postgres_pids() if system.ledger_cpu else []
     peak = [rss_mb(pids)]
@@ -109,26 +136,36 @@ def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns:
     cpu0, pg0, t0 = cpu_seconds(pids), cpu_seconds(pg), time.time()
     busy0, ours0 = total_busy_seconds(), ours_seconds()
     sampler.start()
-    with open(out_path, "wb") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        try:
+    out_paths = [workdir / f"oha-{i}.json" if i else workdir / "oha.json" for i in range(len(cmds))]
+    outs = [open(path, "wb") for path in out_paths]
+    procs: list[subprocess.Popen] = []
+    oha_cpu = 0.0
+    try:
+        for cmd, out in zip(cmds, outs):
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL))
+        for p in procs:
             _, status, usage = os.wait4(p.pid, 0)
-        except BaseException:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            oha_cpu += usage.ru_utime + usage.ru_stime
+    except BaseException:
+        for p in procs:
             p.kill()
-            raise
-        p.returncode = os.waitstatus_to_exitcode(status)
+        raise
+    finally:
+        for out in outs:
+            out.close()
     wall = time.time() - t0
     cpu1, pg1 = cpu_seconds(pids), cpu_seconds(pg)
     busy1, ours1 = total_busy_seconds(), ours_seconds()
-    oha_cpu = usage.ru_utime + usage.ru_stime
     # Postgres serves the Postgres billing run: it is part of that system, not foreign.
     foreign = (busy1 - busy0) - (ours1 - ours0) - oha_cpu - (pg1 - pg0)
     stop.set()
     sampler.join()
-    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-    if p.returncode != 0:
-        raise RuntimeError(f"oha failed ({p.returncode}): {err[-2000:]}")
-    raw = json.loads(out_path.read_text())
+    for p in procs:
+        err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+        if p.returncode != 0:
+            raise RuntimeError(f"oha failed ({p.returncode}): {err[-2000:]}")
+    raw = merge_oha([json.loads(path.read_text()) for path in out_paths])
     codes = {str(k): int(v) for k, v in (raw.get("statusCodeDistribution") or {}).items()}
     errors = {str(k): int(v) for k, v in (raw.get("errorDistribution") or {}).items()}
     aborted = sum(v for k, v in errors.items() if "deadline" in k)

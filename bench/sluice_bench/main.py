@@ -115,6 +115,14 @@ def main() -> int:
                 s_pg, p_pg = start_sluice("sluice-pg", work, man, pg_url, "keys")
                 systems.append(System("sluice-pg", "sluice, billing on Postgres", p_pg,
                                       headers={"authorization": f"Bearer {key_pg}"}, services=[s_pg], ledger_cpu=True))
+                # Two more gateway processes on the same database, account and key, each
+                # holding its own grant; the second on the load generator's core (the
+                # only other core on a 2-core box: see bench/README.md).
+                s_a, p_a = start_sluice("sluice-pg-a", work, man, pg_url, "keys")
+                s_b, p_b = start_sluice("sluice-pg-b", work, man, pg_url, "keys", cpus=LOAD_CPU)
+                systems.append(System("sluice-pg-2gw", "sluice, billing on Postgres, two gateways on one account", p_a,
+                                      headers={"authorization": f"Bearer {key_pg}"}, services=[s_a, s_b], ledger_cpu=True,
+                                      more_ports=[p_b]))
             except Exception as e:  # noqa: BLE001 - the rest of the run is still worth having
                 log(f"Postgres billing skipped: {e}")
                 results["postgres_skipped"] = str(e)
@@ -165,6 +173,23 @@ def main() -> int:
                 log("ceiling " + describe(r))
                 if not r["sustained"]:
                     alive.remove(s)
+
+        # ---- scaling: one gateway vs two on one Postgres account, at the ceiling rates
+        # and twice the highest, whatever their latency, until neither answers a rate in
+        # full (the target compares the highest rate each answered in full)
+        pair = [s for s in systems if s.key in ("sluice-pg", "sluice-pg-2gw")]
+        scaling_rates = mode.ceiling_rates + [2 * mode.ceiling_rates[-1]]
+        for rate in scaling_rates if len(pair) == 2 else []:
+            full = []
+            for s in pair:
+                r = next((x for x in ceiling_runs if x["system"] == s.key and x["rate"] == rate), None)
+                if r is None:
+                    r = run_oha(s, rate, mode.ceiling_duration, work)
+                    ceiling_runs.append(r)
+                    log("scaling " + describe(r))
+                full.append(r["non2xx"] == 0 and r["errors"] == 0 and r["achieved_rps"] >= 0.95 * rate)
+            if not any(full):
+                break
 
         # ---- streaming: TTFB and inter-chunk gaps, direct vs through sluice
         results["streaming"] = streaming_phase(mock_port, p_off, mode.streams)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .procs import Service
-from .settings import ANTHROPIC_MODEL, BIN, MODEL, PG_ADMIN_URL, PG_DB, log
+from .settings import ANTHROPIC_MODEL, BIN, MODEL, PG_ADMIN_URL, PG_DB, SUT_CPU, log
 
 
 def wait_http(port: int, path: str, timeout: float = 90, method: str = "GET") -> None:
@@ -57,9 +57,17 @@ def start_mock(name: str, workdir: Path) -> tuple[Service, int]:
     return s, int(m.group(1))
 
 
-def start_sluice(name: str, workdir: Path, manifests: Path, ledger: str, auth: str, extra: list[str] | None = None) -> tuple[Service, int]:
+# Billing runs hold balance grants (docs/design.md §5a): named here, at their defaults,
+# so that the configuration BENCHMARKS.md records says what was measured.
+GRANT_FLAGS = ["--grant-validity", "30s", "--grant-max", "10", "--settle-window", "2ms"]
+
+
+def start_sluice(name: str, workdir: Path, manifests: Path, ledger: str, auth: str, extra: list[str] | None = None,
+                 cpus: str = SUT_CPU) -> tuple[Service, int]:
     cmd = [str(BIN), "serve", "--manifests", str(manifests), "--listen", "127.0.0.1:0", "--ledger", ledger, "--auth", auth]
-    s = Service(name, cmd + (extra or []), workdir, env={"NO_COLOR": "1"})
+    if auth == "keys":
+        cmd += GRANT_FLAGS
+    s = Service(name, cmd + (extra or []), workdir, cpus=cpus, env={"NO_COLOR": "1"})
     m = s.wait_log(r"listening on http://127\.0\.0\.1:(\d+)")
     port = int(m.group(1))
     wait_http(port, "/readyz")

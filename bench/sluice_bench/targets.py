@@ -44,6 +44,7 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
         rows.append(("5k req/s on 2 cores, 100 % success, RSS < 100 MB (billing off)",
                      f"{c['success'] * 100:.3f} % ok, {c['achieved_rps']:.0f} req/s answered, peak RSS {c['rss_mb']:.1f} MB, "
                      f"p99 {f(c['lat_ms']['p99'])} ms", ok))
+    rows += billing_targets(results)
     best, _ = ceiling(results, "sluice")
     lc = litellm_ceiling(results)
     allruns = results.get("runs", []) + results.get("ceiling_runs", [])
@@ -65,4 +66,37 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
                          f"sluice {best or 0} req/s; LiteLLM sustained none of the rates tried (lowest {lowest} req/s), "
                          f"so the ratio is above {(best or 0) / lowest:.0f}×" if lowest else "LiteLLM not measured",
                          bool(best and lowest and best >= 20 * lowest)))
+    return rows
+
+
+#: Billing on may add at most this much to billing off's p99 at BILLING_RATE.
+BILLING_P99_SLACK_MS = 15.0
+BILLING_RATE = 5000
+
+
+def billing_targets(results: dict) -> list[tuple[str, str, bool | None]]:
+    """Billing on one account (docs/design.md §5a): SQLite and Postgres each at 5k req/s
+    through one gateway, every request answered and p99 within 15 ms of billing off; two
+    gateways on the same Postgres account together answer in full a higher rate than
+    one does."""
+    runs = results.get("runs", [])
+    rows = []
+    off = combine(by(runs, "sluice", BILLING_RATE))
+    for key, what in (("sluice-pg", "Postgres"), ("sluice-sqlite", "SQLite")):
+        c = combine(by(runs, key, BILLING_RATE))
+        if not c or not off:
+            continue
+        p99, p99_off = c["lat_ms"]["p99"], off["lat_ms"]["p99"]
+        ok = (c["success"] >= 1.0 and c["non2xx"] == 0 and c["errors"] == 0 and c["achieved_rps"] >= 0.95 * BILLING_RATE
+              and p99 is not None and p99_off is not None and p99 <= p99_off + BILLING_P99_SLACK_MS)
+        rows.append((f"billing on {what}, one account, one gateway: {BILLING_RATE // 1000}k req/s all answered, "
+                     f"p99 ≤ billing off's + {BILLING_P99_SLACK_MS:.0f} ms",
+                     f"{c['success'] * 100:.3f} % ok, {c['achieved_rps']:.0f} req/s answered, p99 {f(p99)} ms vs {f(p99_off)} ms off",
+                     ok))
+    allruns = runs + results.get("ceiling_runs", [])
+    if by(allruns, "sluice-pg-2gw", BILLING_RATE):
+        one, two = capacity(allruns, "sluice-pg"), capacity(allruns, "sluice-pg-2gw")
+        rows.append(("two gateways on one Postgres account together answer in full more than one gateway does",
+                     f"two: {two or 0} req/s, one: {one or 0} req/s (highest rate tried answered in full, any latency)",
+                     bool(two and (one is None or two > one))))
     return rows
