@@ -116,15 +116,23 @@ def test_dashboard_shows_what_operators_ask_first():
     assert dashboard()["uid"] == "sluice-gateway"
 
 
+GRANT_ENV = [
+    {"name": "SLUICE_GRANT_VALIDITY", "value": "30s"},
+    {"name": "SLUICE_GRANT_MAX", "value": "10"},
+    {"name": "SLUICE_SETTLE_WINDOW", "value": "2ms"},
+]
+
+
 def test_tracing_is_off_by_default_and_sets_no_environment(default_objects):
-    env = {e["name"]: e for e in one(default_objects, "Deployment", "sluice-operator")["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert "SLUICE_GATEWAY_ENV" not in env
+    env = {e["name"]: e.get("value") for e in one(default_objects, "Deployment", "sluice-operator")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    # Only gateway.billing's grant flags (gateway.auth=keys by default), no OTEL_*.
+    assert json.loads(env["SLUICE_GATEWAY_ENV"]) == GRANT_ENV
 
 
 def test_tracing_alone_makes_the_gateway_environment():
     d = one(objects({"tracing": {"otlpEndpoint": "http://otel:4318"}}), "Deployment", "sluice-operator")
     env = {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert json.loads(env["SLUICE_GATEWAY_ENV"]) == [
+    assert json.loads(env["SLUICE_GATEWAY_ENV"]) == GRANT_ENV + [
         {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel:4318"},
         {"name": "OTEL_EXPORTER_OTLP_PROTOCOL", "value": "http/protobuf"},
         {"name": "OTEL_TRACES_SAMPLER", "value": "parentbased_traceidratio"},

@@ -132,8 +132,12 @@ def test_operator_env_follows_the_cli_contract_with_defaults(default_objects):
     assert set(env) == {
         "SLUICE_LEDGER_URL", "SLUICE_GATEWAY_IMAGE", "SLUICE_GATEWAY_REPLICAS", "SLUICE_GATEWAY_AUTH",
         "SLUICE_GATEWAY_RESOURCES", "SLUICE_LEADER_ELECTION", "POD_NAMESPACE", "POD_NAME", "SLUICE_OPERATOR_LISTEN",
-        "SLUICE_STATUS_PAGE", "SLUICE_RUNBOOKS_URL",
+        "SLUICE_STATUS_PAGE", "SLUICE_RUNBOOKS_URL", "SLUICE_GATEWAY_ENV",
     }
+    # gateway.billing's grant flags, for every gateway (auth is keys by default).
+    assert [e["name"] for e in json.loads(env["SLUICE_GATEWAY_ENV"])] == [
+        "SLUICE_GRANT_VALIDITY", "SLUICE_GRANT_MAX", "SLUICE_SETTLE_WINDOW",
+    ]
     assert env["SLUICE_STATUS_PAGE"] == "true"
     assert env["SLUICE_RUNBOOKS_URL"] == "https://github.com/sluice-dev/sluice/blob/main/docs/operate.md"
     assert operator(default_objects)["image"] == "ghcr.io/sluice-dev/sluice-operator:0.1.0"
@@ -147,7 +151,8 @@ def test_operator_env_follows_non_default_values(non_default_objects):
     assert env["SLUICE_GATEWAY_REPLICAS"] == "4"
     assert env["SLUICE_GATEWAY_AUTH"] == "none"
     assert json.loads(env["SLUICE_GATEWAY_RESOURCES"]) == NON_DEFAULT["gateway"]["resources"]
-    # gateway.env, then the OTEL_* environment that tracing.* turns into.
+    # gateway.env, then the OTEL_* environment that tracing.* turns into (no grant flags:
+    # auth is none there).
     assert json.loads(env["SLUICE_GATEWAY_ENV"]) == NON_DEFAULT["gateway"]["env"] + [
         {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.observability:4317"},
         {"name": "OTEL_EXPORTER_OTLP_PROTOCOL", "value": "grpc"},
