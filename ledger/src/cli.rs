@@ -12,7 +12,7 @@
 //! (`revoked` null when not revoked); `key revoke` prints one line saying what it did.
 
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -376,28 +376,9 @@ fn write_key_table(out: &mut impl Write, keys: &[KeyInfo]) -> std::io::Result<()
     Ok(())
 }
 
-/// `2026-12-01T10:44:44Z`: UTC, whole seconds (before 1970 reads as the epoch).
+/// `2026-12-01T10:44:44Z`: UTC, whole seconds.
 fn format_utc(at: SystemTime) -> String {
-    let secs = at
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    jiff::Timestamp::try_from(at).map_or_else(|_| "-".to_owned(), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 /// Serialises a flat struct of strings and integers (cannot fail).

@@ -250,12 +250,7 @@ impl Biller {
             dropped: AtomicU64::new(0),
             closing: AtomicBool::new(false),
         });
-        tokio::spawn(writer::run(
-            ledger,
-            shared.clone(),
-            shared.cfg.settle_window,
-            rx,
-        ));
+        writer::start(ledger, shared.clone(), shared.cfg.settle_window, rx);
         let weak: Weak<Shared> = Arc::downgrade(&shared);
         let maintenance = tx.clone().downgrade();
         tokio::spawn(async move {

@@ -35,6 +35,9 @@ pub(crate) struct Inner {
     pub(crate) dropped: AtomicU64,
     /// The change feed of [`Ledger::changes`].
     pub(crate) changes: Feed,
+    /// The URL of a Postgres ledger (it may hold a password: never printed), for
+    /// [`Ledger::for_own_runtime`].
+    postgres_url: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +113,7 @@ impl Ledger {
             Backend::Sqlite => Feed::sqlite(),
             Backend::Postgres => Feed::postgres(url),
         };
+        let postgres_url = (backend == Backend::Postgres).then(|| url.to_owned());
         Ok(Ledger {
             inner: Arc::new(Inner {
                 backend,
@@ -117,6 +121,34 @@ impl Ledger {
                 reader,
                 dropped: AtomicU64::new(0),
                 changes,
+                postgres_url,
+            }),
+        })
+    }
+
+    /// A handle for work on a runtime of its own (the settlement writer, docs/design.md
+    /// §5a), to be called on that runtime. On Postgres a pool of its own (two
+    /// connections, opened when first used): a connection's socket is driven by the
+    /// runtime it was opened on, and a serving runtime busy with thousands of requests
+    /// polls its sockets late, which a commit waited on by every answer cannot afford.
+    /// On SQLite this same handle: its connections run on threads of their own and the
+    /// one writer connection must stay the only one.
+    pub(crate) fn for_own_runtime(&self) -> Result<Ledger, LedgerError> {
+        let Some(url) = &self.inner.postgres_url else {
+            return Ok(self.clone());
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy(url)?;
+        Ok(Ledger {
+            inner: Arc::new(Inner {
+                backend: Backend::Postgres,
+                writer: pool.clone(),
+                reader: pool,
+                dropped: AtomicU64::new(0),
+                changes: Feed::postgres(url),
+                postgres_url: Some(url.clone()),
             }),
         })
     }

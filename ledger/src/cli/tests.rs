@@ -165,7 +165,7 @@ fn parses_key_list_and_revoke() {
 
 #[test]
 fn times_print_as_utc_rfc3339() {
-    let at = |secs: u64| UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
     assert_eq!(format_utc(at(0)), "1970-01-01T00:00:00Z");
     assert_eq!(format_utc(at(951_782_400)), "2000-02-29T00:00:00Z");
     assert_eq!(format_utc(at(1_796_121_884)), "2026-12-01T10:44:44Z");
@@ -174,7 +174,7 @@ fn times_print_as_utc_rfc3339() {
 
 #[test]
 fn the_key_table_aligns_its_columns() {
-    let at = |secs: u64| UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
     let key = |id, revoked| KeyInfo {
         id,
         account: "team-a".into(),

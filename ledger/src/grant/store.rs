@@ -283,6 +283,9 @@ impl Ledger {
         row_by_row: bool,
     ) -> Result<Vec<bool>, LedgerError> {
         let pg = self.is_postgres();
+        if pg && !row_by_row {
+            return self.settle_batch_postgres(jobs).await;
+        }
         let mut tx = self.begin_write().await?;
         let mut accounts: BTreeMap<i64, (i64, i64, bool)> = BTreeMap::new();
         for id in jobs.iter().map(|j| j.account_id).collect::<BTreeSet<_>>() {
@@ -411,6 +414,140 @@ impl Ledger {
     }
 }
 
+/// Values bound per settlement in the Postgres batch statement.
+const PG_COLUMNS: usize = 11;
+
+impl Ledger {
+    /// [`Ledger::settle_batch`] on Postgres as one statement, so one round trip and its
+    /// implicit commit: it locks the batch's accounts and grants, leaves out the rows in
+    /// the journal already (a batch retried after an unknown commit outcome), computes
+    /// the other rows' "after" values as a running sum per account, inserts them and
+    /// moves exactly what the inserted rows say. The statement is padded to a power of
+    /// two of rows (padding rows are NULL and drop out), so that a connection prepares
+    /// only a few of them.
+    async fn settle_batch_postgres(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
+        let mut applied = Vec::with_capacity(jobs.len());
+        for chunk in jobs.chunks(MAX_PG_ROWS) {
+            let (padded, sql) = pg_batch_sql(chunk.len());
+            let mut q = sqlx::query(sql);
+            for (ord, j) in chunk.iter().enumerate() {
+                q = q
+                    .bind(i64::try_from(ord).unwrap_or(i64::MAX))
+                    .bind(j.account_id)
+                    .bind(j.grant_id)
+                    .bind(j.hold_id)
+                    .bind(j.charged)
+                    .bind(j.uncollected)
+                    .bind(j.request_id.clone())
+                    .bind(j.at_ms)
+                    .bind(to_db("input tokens", j.usage.input_tokens)?)
+                    .bind(to_db("output tokens", j.usage.output_tokens)?)
+                    .bind(j.usage.upstream.clone());
+            }
+            for _ in chunk.len()..padded {
+                q = q
+                    .bind(None::<i64>)
+                    .bind(None::<i64>)
+                    .bind(None::<i64>)
+                    .bind(None::<i64>)
+                    .bind(None::<i64>)
+                    .bind(None::<i64>)
+                    .bind(None::<String>)
+                    .bind(None::<i64>)
+                    .bind(None::<i64>)
+                    .bind(None::<i64>)
+                    .bind(None::<String>);
+            }
+            let rows = q.fetch_all(&self.inner.writer).await?;
+            let mut open = vec![false; chunk.len()];
+            for r in rows {
+                let (ord, account, is_open): (i64, Option<i64>, Option<bool>) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                let i = usize::try_from(ord).unwrap_or(usize::MAX);
+                if i >= chunk.len() {
+                    continue;
+                }
+                if account.is_none() {
+                    return Err(LedgerError::UnknownAccountId(chunk[i].account_id));
+                }
+                open[i] = is_open == Some(true);
+            }
+            applied.extend(open);
+        }
+        Ok(applied)
+    }
+}
+
+/// Rows of one Postgres batch statement at most (11 binds each, well within the
+/// protocol's 65 535).
+const MAX_PG_ROWS: usize = 1024;
+
+/// Sizes of the batch statement: the powers of two up to [`MAX_PG_ROWS`].
+const PG_SIZES: usize = MAX_PG_ROWS.trailing_zeros() as usize + 1;
+
+/// The batch statement of [`Ledger::settle_batch_postgres`] for `rows` settlements (at
+/// most [`MAX_PG_ROWS`]) and how many rows it has: `rows` rounded up to a power of two.
+/// Each of the few sizes is written once per process.
+fn pg_batch_sql(rows: usize) -> (usize, &'static str) {
+    static MADE: [std::sync::OnceLock<String>; PG_SIZES] = [const { std::sync::OnceLock::new() }; PG_SIZES];
+    let slot = (rows.max(1).next_power_of_two().trailing_zeros() as usize).min(PG_SIZES - 1);
+    let padded = 1 << slot;
+    (padded, MADE[slot].get_or_init(|| make_pg_batch_sql(padded)))
+}
+
+fn make_pg_batch_sql(n: usize) -> String {
+    const TYPES: [&str; PG_COLUMNS] = ["bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "bigint", "bigint", "bigint", "text"];
+    let mut values = String::new();
+    for i in 0..n {
+        values.push_str(if i == 0 { "(" } else { ", (" });
+        for (c, ty) in TYPES.iter().enumerate() {
+            if c > 0 {
+                values.push_str(", ");
+            }
+            values.push_str(&format!("${}::{ty}", i * PG_COLUMNS + c + 1));
+        }
+        values.push(')');
+    }
+    PG_BATCH.replace("{values}", &values)
+}
+
+/// The Postgres batch statement; `{values}` becomes the rows `($1::bigint, …)`. Accounts
+/// and grants are locked in id order (every writer locks accounts before grants); `f`
+/// leaves out the rows a committed attempt of the batch wrote already.
+const PG_BATCH: &str = "
+WITH v (ord, account_id, grant_id, hold_id, charged, uncollected, request_id, at_ms,
+        input_tokens, output_tokens, upstream) AS (VALUES {values}),
+a AS (SELECT id, balance_nanos, reserved_nanos FROM accounts
+      WHERE id IN (SELECT account_id FROM v) ORDER BY id FOR NO KEY UPDATE),
+g AS (SELECT id, state = 'open' AS open FROM grants
+      WHERE id IN (SELECT grant_id FROM v) ORDER BY id FOR NO KEY UPDATE),
+f AS (SELECT v.*, NOT EXISTS (SELECT 1 FROM journal j WHERE j.grant_id = v.grant_id AND j.hold_id = v.hold_id) AS fresh
+      FROM v WHERE v.ord IS NOT NULL),
+r AS (SELECT f.*, a.id AS found, COALESCE(g.open, false) AS open,
+             CASE WHEN g.open THEN f.charged ELSE 0 END AS amount,
+             CASE WHEN g.open THEN f.uncollected ELSE f.charged + f.uncollected END AS uncoll,
+             a.balance_nanos - SUM(CASE WHEN g.open AND f.fresh THEN f.charged ELSE 0 END) OVER w AS balance_after,
+             a.reserved_nanos - SUM(CASE WHEN g.open AND f.fresh THEN f.charged ELSE 0 END) OVER w AS reserved_after
+      FROM f LEFT JOIN a ON a.id = f.account_id LEFT JOIN g ON g.id = f.grant_id
+      WINDOW w AS (PARTITION BY f.account_id ORDER BY f.ord)),
+ins AS (INSERT INTO journal (account_id, kind, amount_nanos, balance_delta, reserved_delta, balance_after,
+                             reserved_after, uncollected_nanos, request_id, at_ms, grant_id, hold_id,
+                             input_tokens, output_tokens, upstream)
+        SELECT account_id, CASE WHEN open THEN 'settle' ELSE 'late_settle' END, amount, -amount, -amount,
+               balance_after, reserved_after, uncoll, request_id, at_ms, grant_id, hold_id,
+               input_tokens, output_tokens, upstream
+        FROM r WHERE found IS NOT NULL AND fresh ORDER BY ord
+        ON CONFLICT DO NOTHING
+        RETURNING account_id, grant_id, amount_nanos),
+ua AS (UPDATE accounts SET balance_nanos = accounts.balance_nanos - s.total,
+                           reserved_nanos = accounts.reserved_nanos - s.total
+       FROM (SELECT account_id, SUM(amount_nanos) AS total FROM ins GROUP BY account_id) s
+       WHERE accounts.id = s.account_id AND s.total > 0),
+ug AS (UPDATE grants SET amount_nanos = grants.amount_nanos - s.total,
+                         settled_nanos = grants.settled_nanos + s.total
+       FROM (SELECT grant_id, SUM(amount_nanos) AS total FROM ins GROUP BY grant_id) s
+       WHERE grants.id = s.grant_id AND s.total > 0)
+SELECT ord, found, open FROM r ORDER BY ord";
+
 /// A journal row about a grant as a whole (take, return, expiry).
 struct GrantRow {
     account_id: i64,
@@ -517,3 +654,6 @@ fn placeholders(n: usize) -> String {
     sql.push_str(" ON CONFLICT DO NOTHING RETURNING hold_id");
     sql
 }
+
+#[cfg(test)]
+mod tests;

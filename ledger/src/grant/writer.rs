@@ -47,8 +47,35 @@ pub(crate) enum Msg {
     Flush(oneshot::Sender<()>),
 }
 
+/// Starts the writer on a thread and runtime of its own, so that its commits (which
+/// every answer waits for) are not queued behind the serving runtime's request tasks:
+/// under load that runtime gets to a socket's readiness only every few milliseconds,
+/// and a batch takes several round trips. If the thread or its runtime cannot be made
+/// (the OS refuses), that is logged and settlements fail as "the writer has stopped".
+pub(crate) fn start(ledger: Ledger, shared: Arc<Shared>, window: Duration, rx: mpsc::UnboundedReceiver<Msg>) {
+    let spawned = std::thread::Builder::new().name("sluice-settle".into()).spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => return tracing::error!(error = %e, "the settlement writer's runtime could not start"),
+        };
+        runtime.block_on(async move {
+            let ledger = match ledger.for_own_runtime() {
+                Ok(own) => own,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the settlement writer has no pool of its own; it uses the shared one");
+                    ledger
+                }
+            };
+            run(ledger, shared, window, rx).await;
+        });
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "no thread for the settlement writer");
+    }
+}
+
 /// Runs the writer until every sender is gone and the queue is empty.
-pub(crate) async fn run(
+async fn run(
     ledger: Ledger,
     shared: Arc<Shared>,
     window: Duration,

@@ -1,0 +1,65 @@
+//! A settlement batch retried after an unknown commit outcome, whole or in part, on both
+//! databases: nothing is inserted or moved twice, and the journal still adds up.
+
+use super::*;
+use crate::reservation::Usage;
+use crate::testing::TestDb;
+
+fn job(account_id: i64, grant_id: i64, hold_id: i64, charged: i64) -> Job {
+    Job {
+        account_id,
+        grant_id,
+        hold_id,
+        request_id: format!("r{hold_id}"),
+        charged,
+        uncollected: 0,
+        usage: Usage { input_tokens: 3, output_tokens: 4, upstream: Some("default/up".into()) },
+        at_ms: 1,
+        reply: None,
+    }
+}
+
+async fn retried_batches(db: &TestDb) {
+    let l = db.connect().await.unwrap();
+    let account = l.create_account("retry", 1_000).await.unwrap();
+    let take = Take {
+        account_id: account.id,
+        grant_id: None,
+        holder: "gw",
+        need: 500,
+        target: 500,
+        now_ms: 1,
+        valid_until_ms: i64::MAX / 4,
+        expires_at_ms: i64::MAX / 4,
+    };
+    let Taken::Took { grant_id, amount, .. } = l.take_grant(&take).await.unwrap() else { panic!("no grant") };
+    assert_eq!(amount, 500);
+    let first = [job(account.id, grant_id, 1, 10), job(account.id, grant_id, 2, 20)];
+    assert_eq!(l.settle_batch(&first, false).await.unwrap(), [true, true]);
+    // The same batch again (its commit was not acknowledged): nothing moves.
+    assert_eq!(l.settle_batch(&first, false).await.unwrap(), [true, true]);
+    let a = l.account("retry").await.unwrap().unwrap();
+    assert_eq!((a.balance_nanos, a.reserved_nanos), (970, 470));
+    // A batch that overlaps one already committed: only the new row goes in.
+    let overlapping = [job(account.id, grant_id, 2, 20), job(account.id, grant_id, 3, 40)];
+    l.settle_batch(&overlapping, false).await.unwrap();
+    let a = l.account("retry").await.unwrap().unwrap();
+    assert_eq!((a.balance_nanos, a.reserved_nanos), (930, 430));
+    let settles = db.settlements().await.unwrap();
+    assert_eq!(settles.iter().map(|j| j.amount).collect::<Vec<_>>(), [10, 20, 40]);
+    let check = l.journal_verify("retry").await.unwrap();
+    assert!(check.is_consistent(), "{check:?}");
+    l.close().await;
+}
+
+#[tokio::test]
+async fn a_retried_batch_moves_nothing_twice_on_sqlite() {
+    retried_batches(&TestDb::sqlite()).await;
+}
+
+#[tokio::test]
+async fn a_retried_batch_moves_nothing_twice_on_postgres() {
+    if let Some(db) = TestDb::postgres().await.unwrap() {
+        retried_batches(&db).await;
+    }
+}
