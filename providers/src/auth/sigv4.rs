@@ -162,36 +162,15 @@ fn compute(
     Ok((signature, out))
 }
 
-/// `YYYYMMDD'T'HHMMSS'Z'` for `t` (the `x-amz-date` format).
+/// The `x-amz-date` format, `YYYYMMDD'T'HHMMSS'Z'`.
+const AMZ_DATE: &str = "%Y%m%dT%H%M%SZ";
+
+/// `t` as an `x-amz-date` value.
 pub(crate) fn amz_date(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    let (year, month, day) = crate::date::civil_from_days(days);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    crate::date::format_utc(t, AMZ_DATE).unwrap_or_default()
 }
 
 /// Parses an `x-amz-date` value.
 pub(crate) fn parse_amz_date(text: &str) -> Option<SystemTime> {
-    let b = text.as_bytes();
-    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
-        return None;
-    }
-    let iso = format!(
-        "{}-{}-{}T{}:{}:{}Z",
-        text.get(0..4)?,
-        text.get(4..6)?,
-        text.get(6..8)?,
-        text.get(9..11)?,
-        text.get(11..13)?,
-        text.get(13..15)?
-    );
-    super::aws::parse_timestamp(&iso)
+    crate::date::parse_utc(AMZ_DATE, text)
 }
