@@ -6,16 +6,16 @@
 //! `postgres://postgres@127.0.0.1:5432/test`) and is skipped with a note when
 //! unreachable. `SLUICE_BENCH_FLOWS` sets flows per run (default 4000).
 
-use std::error::Error;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_ledger::{Biller, BillerConfig, BillerObserver, Ledger, RenewalResult, Usage};
-use sqlx::postgres::PgPoolOptions;
 
-type BoxError = Box<dyn Error + Send + Sync>;
+mod common;
+
+use common::BoxError;
 
 const CONCURRENCY: [usize; 3] = [1, 32, 128];
 const ESTIMATE: i64 = 1_000_000;
@@ -53,50 +53,15 @@ struct Row {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let flows: usize = std::env::var("SLUICE_BENCH_FLOWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4000);
+    let flows = common::flows();
     let mut out = std::io::stdout().lock();
     let mut rows = Vec::new();
-
-    let path = std::env::temp_dir().join(format!("sluice_bench_grants_{}.db", std::process::id()));
-    let ledger = Ledger::connect(&format!("sqlite://{}", path.display())).await?;
-    for tasks in CONCURRENCY {
-        rows.push(run(&ledger, "sqlite", false, tasks, flows).await?);
-        rows.push(run(&ledger, "sqlite", true, tasks, flows).await?);
-    }
-    ledger.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
-
-    let base = std::env::var("SLUICE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    match PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&base)
-        .await
-    {
-        Err(e) => writeln!(out, "postgres skipped: {base} unreachable: {e}")?,
-        Ok(admin) => {
-            let schema = format!("sluice_bench_grants_{}", std::process::id());
-            sqlx::query(&format!("CREATE SCHEMA {schema}"))
-                .execute(&admin)
-                .await?;
-            let sep = if base.contains('?') { '&' } else { '?' };
-            let ledger =
-                Ledger::connect(&format!("{base}{sep}options=-c%20search_path%3D{schema}")).await?;
-            for tasks in CONCURRENCY {
-                rows.push(run(&ledger, "postgres", false, tasks, flows).await?);
-                rows.push(run(&ledger, "postgres", true, tasks, flows).await?);
-            }
-            ledger.close().await;
-            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-                .execute(&admin)
-                .await?;
+    for db in common::ledgers("grants", &mut out).await? {
+        for tasks in CONCURRENCY {
+            rows.push(run(&db.ledger, db.backend, false, tasks, flows).await?);
+            rows.push(run(&db.ledger, db.backend, true, tasks, flows).await?);
         }
+        db.remove().await?;
     }
 
     writeln!(
@@ -115,7 +80,6 @@ async fn main() -> Result<(), BoxError> {
     )?;
     for mut r in rows {
         r.latencies.sort();
-        let pct = |p: usize| r.latencies[(r.latencies.len() - 1) * p / 100].as_secs_f64() * 1e3;
         let secs = r.elapsed.as_secs_f64();
         let (grants, batch) = if r.path == "grants" {
             (
@@ -136,8 +100,8 @@ async fn main() -> Result<(), BoxError> {
             r.flows as f64 / secs,
             grants,
             batch,
-            pct(50),
-            pct(99),
+            common::percentile_ms(&r.latencies, 50),
+            common::percentile_ms(&r.latencies, 99),
         )?;
     }
     Ok(())

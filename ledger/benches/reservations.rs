@@ -3,14 +3,14 @@
 //! `SLUICE_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and is
 //! skipped with a note when unreachable. `SLUICE_BENCH_FLOWS` sets flows per run.
 
-use std::error::Error;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use sluice_ledger::{Ledger, Usage};
-use sqlx::postgres::PgPoolOptions;
 
-type BoxError = Box<dyn Error + Send + Sync>;
+mod common;
+
+use common::BoxError;
 
 const CONCURRENCY: [usize; 4] = [1, 8, 32, 128];
 
@@ -24,48 +24,14 @@ struct Row {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let flows: usize = std::env::var("SLUICE_BENCH_FLOWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4000);
+    let flows = common::flows();
     let mut out = std::io::stdout().lock();
     let mut rows = Vec::new();
-
-    let path = std::env::temp_dir().join(format!("sluice_bench_{}.db", std::process::id()));
-    let ledger = Ledger::connect(&format!("sqlite://{}", path.display())).await?;
-    for tasks in CONCURRENCY {
-        rows.push(run(&ledger, "sqlite", tasks, flows).await?);
-    }
-    ledger.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
-
-    let base = std::env::var("SLUICE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    match PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&base)
-        .await
-    {
-        Err(e) => writeln!(out, "postgres skipped: {base} unreachable: {e}")?,
-        Ok(admin) => {
-            let schema = format!("sluice_bench_{}", std::process::id());
-            sqlx::query(&format!("CREATE SCHEMA {schema}"))
-                .execute(&admin)
-                .await?;
-            let sep = if base.contains('?') { '&' } else { '?' };
-            let ledger =
-                Ledger::connect(&format!("{base}{sep}options=-c%20search_path%3D{schema}")).await?;
-            for tasks in CONCURRENCY {
-                rows.push(run(&ledger, "postgres", tasks, flows).await?);
-            }
-            ledger.close().await;
-            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-                .execute(&admin)
-                .await?;
+    for db in common::ledgers("reservations", &mut out).await? {
+        for tasks in CONCURRENCY {
+            rows.push(run(&db.ledger, db.backend, tasks, flows).await?);
         }
+        db.remove().await?;
     }
 
     writeln!(
@@ -75,7 +41,6 @@ async fn main() -> Result<(), BoxError> {
     )?;
     for mut r in rows {
         r.latencies.sort();
-        let pct = |p: usize| r.latencies[(r.latencies.len() - 1) * p / 100].as_secs_f64() * 1e3;
         writeln!(
             out,
             "{:<9} {:>5} {:>6} {:>8.2} {:>9.0} {:>8.2} {:>8.2}",
@@ -84,8 +49,8 @@ async fn main() -> Result<(), BoxError> {
             r.flows,
             r.elapsed.as_secs_f64(),
             r.flows as f64 / r.elapsed.as_secs_f64(),
-            pct(50),
-            pct(99),
+            common::percentile_ms(&r.latencies, 50),
+            common::percentile_ms(&r.latencies, 99),
         )?;
     }
     Ok(())

@@ -51,21 +51,7 @@ impl Ledger {
              AND route IN ({}) ORDER BY route, minute",
             placeholders(2, routes.len())
         );
-        let mut q = sqlx::query(&text).bind(from_minute);
-        for r in routes {
-            q = q.bind(r);
-        }
-        let rows = q.fetch_all(&self.inner.reader).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(RouteCount {
-                    route: row.try_get(0)?,
-                    at: row.try_get(1)?,
-                    total: from_db(row.try_get(2)?),
-                    bad: from_db(row.try_get(3)?),
-                })
-            })
-            .collect()
+        self.counts(&text, &[from_minute], routes).await
     }
 
     /// Requests per unix day of `routes` for `from_day ≤ day ≤ to_day`, ordered by
@@ -80,28 +66,12 @@ impl Ledger {
             return Ok(Vec::new());
         }
         let text = format!(
-            "SELECT route, minute / 1440 AS day, CAST(SUM(total) AS BIGINT), \
-             CAST(SUM(bad) AS BIGINT) FROM route_minutes WHERE minute >= $1 AND minute < $2 \
+            "SELECT route, minute / 1440 AS day, CAST(COALESCE(SUM(total), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(bad), 0) AS BIGINT) FROM route_minutes WHERE minute >= $1 AND minute < $2 \
              AND route IN ({}) GROUP BY route, minute / 1440 ORDER BY route, day",
             placeholders(3, routes.len())
         );
-        let mut q = sqlx::query(&text)
-            .bind(from_day * 1440)
-            .bind((to_day + 1) * 1440);
-        for r in routes {
-            q = q.bind(r);
-        }
-        let rows = q.fetch_all(&self.inner.reader).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(RouteCount {
-                    route: row.try_get(0)?,
-                    at: row.try_get(1)?,
-                    total: from_db(row.try_get::<Option<i64>, _>(2)?.unwrap_or(0)),
-                    bad: from_db(row.try_get::<Option<i64>, _>(3)?.unwrap_or(0)),
-                })
-            })
-            .collect()
+        self.counts(&text, &[from_day * 1440, (to_day + 1) * 1440], routes).await
     }
 
     /// Synthetic checks of `routes` × `upstreams` that finished at or after `since_ms`,
@@ -135,6 +105,29 @@ impl Ledger {
                     upstream: row.try_get(1)?,
                     at_ms: row.try_get(2)?,
                     outcome: row.try_get(3)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Runs a [`RouteCount`] query: `text` binds `head` first, then `routes`, and
+    /// selects route, time, total, bad.
+    async fn counts(&self, text: &str, head: &[i64], routes: &[String]) -> Result<Vec<RouteCount>, LedgerError> {
+        let mut q = sqlx::query(text);
+        for value in head {
+            q = q.bind(*value);
+        }
+        for r in routes {
+            q = q.bind(r);
+        }
+        let rows = q.fetch_all(&self.inner.reader).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(RouteCount {
+                    route: row.try_get(0)?,
+                    at: row.try_get(1)?,
+                    total: from_db(row.try_get(2)?),
+                    bad: from_db(row.try_get(3)?),
                 })
             })
             .collect()

@@ -73,39 +73,9 @@ pub fn spawn(
         ready: AtomicBool::new(false),
     });
     let ns = namespace.as_deref();
-    let drive = |stream: futures::stream::BoxStream<'static, ()>, token: CancellationToken| {
-        tokio::spawn(async move {
-            tokio::select! {
-                () = token.cancelled() => {}
-                () = stream.for_each(|()| async {}) => {}
-            }
-        })
-    };
-    let config = watcher::Config::default;
-    drive(
-        watcher(api(&client, ns), config())
-            .default_backoff()
-            .reflect(routes_w)
-            .map(|_| ())
-            .boxed(),
-        token.clone(),
-    );
-    drive(
-        watcher(api(&client, ns), config())
-            .default_backoff()
-            .reflect(upstreams_w)
-            .map(|_| ())
-            .boxed(),
-        token.clone(),
-    );
-    drive(
-        watcher(api(&client, ns), config())
-            .default_backoff()
-            .reflect(budgets_w)
-            .map(|_| ())
-            .boxed(),
-        token.clone(),
-    );
+    mirror(api(&client, ns), routes_w, token.clone());
+    mirror(api(&client, ns), upstreams_w, token.clone());
+    mirror(api(&client, ns), budgets_w, token.clone());
     let listed = source.clone();
     tokio::spawn(async move {
         let all = async {
@@ -152,6 +122,21 @@ where
 }
 
 /// An `Api` over all namespaces, or over the watched one.
+/// Keeps `writer`'s store in step with the resources `api` sees, until `token` is
+/// cancelled.
+fn mirror<K>(api: kube::Api<K>, writer: reflector::store::Writer<K>, token: CancellationToken)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+    tokio::spawn(async move {
+        tokio::select! {
+            () = token.cancelled() => {}
+            () = stream.for_each(|_| async {}) => {}
+        }
+    });
+}
+
 fn api<K>(client: &Client, namespace: Option<&str>) -> kube::Api<K>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,

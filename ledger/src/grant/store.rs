@@ -511,15 +511,18 @@ fn make_pg_batch_sql(n: usize) -> String {
 }
 
 /// The Postgres batch statement; `{values}` becomes the rows `($1::bigint, …)`. Accounts
-/// and grants are locked in id order (every writer locks accounts before grants); `f`
-/// leaves out the rows a committed attempt of the batch wrote already.
+/// and grants are locked in id order, accounts first as every writer does. Postgres
+/// runs CTEs in whatever order the plan pulls them (the outer joins of `r` may be
+/// reordered to read `g` first), so `g` waits on a count of `a`: an InitPlan, run to its
+/// end, and so every account locked, before the first grant row is read. `f` leaves out
+/// the rows a committed attempt of the batch wrote already.
 const PG_BATCH: &str = "
 WITH v (ord, account_id, grant_id, hold_id, charged, uncollected, request_id, at_ms,
         input_tokens, output_tokens, upstream) AS (VALUES {values}),
 a AS (SELECT id, balance_nanos, reserved_nanos FROM accounts
       WHERE id IN (SELECT account_id FROM v) ORDER BY id FOR NO KEY UPDATE),
 g AS (SELECT id, state = 'open' AS open FROM grants
-      WHERE id IN (SELECT grant_id FROM v) ORDER BY id FOR NO KEY UPDATE),
+      WHERE id IN (SELECT grant_id FROM v) AND (SELECT count(*) FROM a) >= 0 ORDER BY id FOR NO KEY UPDATE),
 f AS (SELECT v.*, NOT EXISTS (SELECT 1 FROM journal j WHERE j.grant_id = v.grant_id AND j.hold_id = v.hold_id) AS fresh
       FROM v WHERE v.ord IS NOT NULL),
 r AS (SELECT f.*, a.id AS found, COALESCE(g.open, false) AS open,
