@@ -414,51 +414,49 @@ impl Ledger {
     }
 }
 
-/// Values bound per settlement in the Postgres batch statement.
-const PG_COLUMNS: usize = 11;
-
 impl Ledger {
     /// [`Ledger::settle_batch`] on Postgres as one statement, so one round trip and its
     /// implicit commit: it locks the batch's accounts and grants, leaves out the rows in
     /// the journal already (a batch retried after an unknown commit outcome), computes
     /// the other rows' "after" values as a running sum per account, inserts them and
-    /// moves exactly what the inserted rows say. The statement is padded to a power of
-    /// two of rows (padding rows are NULL and drop out), so that a connection prepares
-    /// only a few of them.
+    /// moves exactly what the inserted rows say.
+    ///
+    /// The settlements travel as one JSON parameter (`json_to_recordset`), and the
+    /// statement is not kept prepared: it is planned at every execution with the tables
+    /// as they are then. A plan cached per connection was made when the journal was
+    /// empty (a sequential scan for the "already in the journal?" check) and kept while
+    /// the journal grew, until an ANALYZE that a database with autovacuum off or behind
+    /// never runs: in a bench run on such a database one gateway's batches of 64 took
+    /// ~300 ms after a few minutes. Planning it costs about a millisecond per batch.
     async fn settle_batch_postgres(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
         let mut applied = Vec::with_capacity(jobs.len());
         for chunk in jobs.chunks(MAX_PG_ROWS) {
-            let (padded, sql) = pg_batch_sql(chunk.len());
-            let mut q = sqlx::query(sql);
-            for (ord, j) in chunk.iter().enumerate() {
-                q = q
-                    .bind(i64::try_from(ord).unwrap_or(i64::MAX))
-                    .bind(j.account_id)
-                    .bind(j.grant_id)
-                    .bind(j.hold_id)
-                    .bind(j.charged)
-                    .bind(j.uncollected)
-                    .bind(j.request_id.clone())
-                    .bind(j.at_ms)
-                    .bind(to_db("input tokens", j.usage.input_tokens)?)
-                    .bind(to_db("output tokens", j.usage.output_tokens)?)
-                    .bind(j.usage.upstream.clone());
-            }
-            for _ in chunk.len()..padded {
-                q = q
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<String>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<String>);
-            }
-            let rows = q.fetch_all(&self.inner.writer).await?;
+            let rows = chunk
+                .iter()
+                .enumerate()
+                .map(|(ord, j)| {
+                    Ok(PgRow {
+                        ord,
+                        account_id: j.account_id,
+                        grant_id: j.grant_id,
+                        hold_id: j.hold_id,
+                        charged: j.charged,
+                        uncollected: j.uncollected,
+                        request_id: &j.request_id,
+                        at_ms: j.at_ms,
+                        input_tokens: to_db("input tokens", j.usage.input_tokens)?,
+                        output_tokens: to_db("output tokens", j.usage.output_tokens)?,
+                        upstream: j.usage.upstream.as_deref(),
+                    })
+                })
+                .collect::<Result<Vec<_>, LedgerError>>()?;
+            // Serialising these rows cannot fail (plain numbers and strings).
+            let json = serde_json::to_string(&rows).unwrap_or_default();
+            let rows = sqlx::query(PG_BATCH)
+                .persistent(false)
+                .bind(json)
+                .fetch_all(&self.inner.writer)
+                .await?;
             let mut open = vec![false; chunk.len()];
             for r in rows {
                 let (ord, account, is_open): (i64, Option<i64>, Option<bool>) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
@@ -477,54 +475,43 @@ impl Ledger {
     }
 }
 
-/// Rows of one Postgres batch statement at most (11 binds each, well within the
-/// protocol's 65 535).
+/// Settlements per Postgres batch statement at most (a writer's batch closes at 256).
 const MAX_PG_ROWS: usize = 1024;
 
-/// Sizes of the batch statement: the powers of two up to [`MAX_PG_ROWS`].
-const PG_SIZES: usize = MAX_PG_ROWS.trailing_zeros() as usize + 1;
-
-/// The batch statement of [`Ledger::settle_batch_postgres`] for `rows` settlements (at
-/// most [`MAX_PG_ROWS`]) and how many rows it has: `rows` rounded up to a power of two.
-/// Each of the few sizes is written once per process.
-fn pg_batch_sql(rows: usize) -> (usize, &'static str) {
-    static MADE: [std::sync::OnceLock<String>; PG_SIZES] = [const { std::sync::OnceLock::new() }; PG_SIZES];
-    let slot = (rows.max(1).next_power_of_two().trailing_zeros() as usize).min(PG_SIZES - 1);
-    let padded = 1 << slot;
-    (padded, MADE[slot].get_or_init(|| make_pg_batch_sql(padded)))
+/// One settlement as the Postgres batch statement reads it: the record type of its
+/// `json_to_recordset`.
+#[derive(serde::Serialize)]
+struct PgRow<'a> {
+    ord: usize,
+    account_id: i64,
+    grant_id: i64,
+    hold_id: i64,
+    charged: i64,
+    uncollected: i64,
+    request_id: &'a str,
+    at_ms: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    upstream: Option<&'a str>,
 }
 
-fn make_pg_batch_sql(n: usize) -> String {
-    const TYPES: [&str; PG_COLUMNS] = ["bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "text", "bigint", "bigint", "bigint", "text"];
-    let mut values = String::new();
-    for i in 0..n {
-        values.push_str(if i == 0 { "(" } else { ", (" });
-        for (c, ty) in TYPES.iter().enumerate() {
-            if c > 0 {
-                values.push_str(", ");
-            }
-            values.push_str(&format!("${}::{ty}", i * PG_COLUMNS + c + 1));
-        }
-        values.push(')');
-    }
-    PG_BATCH.replace("{values}", &values)
-}
-
-/// The Postgres batch statement; `{values}` becomes the rows `($1::bigint, …)`. Accounts
-/// and grants are locked in id order, accounts first as every writer does. Postgres
-/// runs CTEs in whatever order the plan pulls them (the outer joins of `r` may be
-/// reordered to read `g` first), so `g` waits on a count of `a`: an InitPlan, run to its
-/// end, and so every account locked, before the first grant row is read. `f` leaves out
-/// the rows a committed attempt of the batch wrote already.
+/// The Postgres batch statement; `$1` is the settlements as a JSON array of [`PgRow`].
+/// Accounts and grants are locked in id order, accounts first as every writer does.
+/// Postgres runs CTEs in whatever order the plan pulls them (the outer joins of `r` may
+/// be reordered to read `g` first), so `g` waits on a count of `a`: an InitPlan, run to
+/// its end, and so every account locked, before the first grant row is read. `f`
+/// (materialised, so that its check runs once a row) leaves out the rows a committed
+/// attempt of the batch wrote already.
 const PG_BATCH: &str = "
-WITH v (ord, account_id, grant_id, hold_id, charged, uncollected, request_id, at_ms,
-        input_tokens, output_tokens, upstream) AS (VALUES {values}),
+WITH v AS (SELECT * FROM json_to_recordset($1::json) AS x(ord bigint, account_id bigint, grant_id bigint,
+        hold_id bigint, charged bigint, uncollected bigint, request_id text, at_ms bigint,
+        input_tokens bigint, output_tokens bigint, upstream text)),
 a AS (SELECT id, balance_nanos, reserved_nanos FROM accounts
       WHERE id IN (SELECT account_id FROM v) ORDER BY id FOR NO KEY UPDATE),
 g AS (SELECT id, state = 'open' AS open FROM grants
       WHERE id IN (SELECT grant_id FROM v) AND (SELECT count(*) FROM a) >= 0 ORDER BY id FOR NO KEY UPDATE),
-f AS (SELECT v.*, NOT EXISTS (SELECT 1 FROM journal j WHERE j.grant_id = v.grant_id AND j.hold_id = v.hold_id) AS fresh
-      FROM v WHERE v.ord IS NOT NULL),
+f AS MATERIALIZED (SELECT v.*, NOT EXISTS (SELECT 1 FROM journal j WHERE j.grant_id = v.grant_id
+                                                AND j.hold_id = v.hold_id) AS fresh FROM v),
 r AS (SELECT f.*, a.id AS found, COALESCE(g.open, false) AS open,
              CASE WHEN g.open THEN f.charged ELSE 0 END AS amount,
              CASE WHEN g.open THEN f.uncollected ELSE f.charged + f.uncollected END AS uncoll,
