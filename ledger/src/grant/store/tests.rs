@@ -19,11 +19,10 @@ fn job(account_id: i64, grant_id: i64, hold_id: i64, charged: i64) -> Job {
     }
 }
 
-async fn retried_batches(db: &TestDb) {
-    let l = db.connect().await.unwrap();
-    let account = l.create_account("retry", 1_000).await.unwrap();
-    let take = Take {
-        account_id: account.id,
+/// A new grant of 500 that stays valid for the whole test.
+fn take_500(account_id: i64) -> Take<'static> {
+    Take {
+        account_id,
         grant_id: None,
         holder: "gw",
         need: 500,
@@ -31,7 +30,13 @@ async fn retried_batches(db: &TestDb) {
         now_ms: 1,
         valid_until_ms: i64::MAX / 4,
         expires_at_ms: i64::MAX / 4,
-    };
+    }
+}
+
+async fn retried_batches(db: &TestDb) {
+    let l = db.connect().await.unwrap();
+    let account = l.create_account("retry", 1_000).await.unwrap();
+    let take = take_500(account.id);
     let Taken::Took { grant_id, amount, .. } = l.take_grant(&take).await.unwrap() else { panic!("no grant") };
     assert_eq!(amount, 500);
     let first = [job(account.id, grant_id, 1, 10), job(account.id, grant_id, 2, 20)];
@@ -76,16 +81,7 @@ async fn a_batch_locks_no_grant_before_its_account_on_postgres() {
     let merged = format!("{}%20-c%20enable_nestloop%3Doff%20-c%20enable_hashjoin%3Doff", db.url);
     let l = Ledger::connect(&merged).await.unwrap();
     let account = l.create_account("order", 1_000).await.unwrap();
-    let take = Take {
-        account_id: account.id,
-        grant_id: None,
-        holder: "gw",
-        need: 500,
-        target: 500,
-        now_ms: 1,
-        valid_until_ms: i64::MAX / 4,
-        expires_at_ms: i64::MAX / 4,
-    };
+    let take = take_500(account.id);
     let Taken::Took { grant_id, .. } = l.take_grant(&take).await.unwrap() else { panic!("no grant") };
 
     // What a take does first: the account, in a transaction that stays open.
