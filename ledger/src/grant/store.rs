@@ -277,19 +277,22 @@ impl Ledger {
     /// Idempotent: a row whose `(grant_id, hold_id)` is in the journal already (a batch
     /// retried after an unknown commit outcome) is not inserted, and only inserted rows
     /// move money. Returns, per job, whether its grant was open (money moved).
-    pub(crate) async fn settle_batch(
-        &self,
-        jobs: &[Job],
-        row_by_row: bool,
-    ) -> Result<Vec<bool>, LedgerError> {
-        let pg = self.is_postgres();
-        if pg && !row_by_row {
-            return self.settle_batch_postgres(jobs).await;
+    pub(crate) async fn settle_batch(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
+        if self.is_postgres() {
+            self.settle_batch_postgres(jobs).await
+        } else {
+            self.settle_batch_sqlite(jobs, false).await
         }
+    }
+
+    /// [`Ledger::settle_batch`] on SQLite: one `BEGIN IMMEDIATE` transaction with a
+    /// multi-row insert, or, `row_by_row`, an insert a row (after a multi-row insert
+    /// found some rows there already) with the "after" values recomputed.
+    async fn settle_batch_sqlite(&self, jobs: &[Job], row_by_row: bool) -> Result<Vec<bool>, LedgerError> {
         let mut tx = self.begin_write().await?;
         let mut accounts: BTreeMap<i64, (i64, i64, bool)> = BTreeMap::new();
         for id in jobs.iter().map(|j| j.account_id).collect::<BTreeSet<_>>() {
-            let (b, r) = Self::lock_account(&mut tx, pg, id)
+            let (b, r) = Self::lock_account(&mut tx, false, id)
                 .await?
                 .ok_or(LedgerError::UnknownAccountId(id))?;
             accounts.insert(id, (b, r, false));
@@ -344,12 +347,12 @@ impl Ledger {
             Some(0) => false,
             _ if !row_by_row => {
                 tx.rollback().await?;
-                return Box::pin(self.settle_batch(jobs, true)).await;
+                return Box::pin(self.settle_batch_sqlite(jobs, true)).await;
             }
             _ => {
                 // Row by row: recompute the "after" values from the rows that go in.
                 for (id, (b, r, _)) in accounts.iter_mut() {
-                    let (b0, r0) = Self::lock_account(&mut tx, pg, *id)
+                    let (b0, r0) = Self::lock_account(&mut tx, false, *id)
                         .await?
                         .ok_or(LedgerError::UnknownAccountId(*id))?;
                     (*b, *r) = (b0, r0);
@@ -413,176 +416,6 @@ impl Ledger {
         Ok(applied)
     }
 }
-
-impl Ledger {
-    /// [`Ledger::settle_batch`] on Postgres as one statement, so one round trip and its
-    /// implicit commit: it locks the batch's accounts and grants, computes the rows'
-    /// "after" values as a running sum per account, inserts them and moves what they
-    /// say. The settlements travel as one JSON parameter (`json_to_recordset`), so one
-    /// prepared statement serves every batch size.
-    ///
-    /// A batch retried after an unknown commit outcome may be in the journal already,
-    /// whole or in part: its insert then fails on the journal's unique `(grant_id,
-    /// hold_id)` and changes nothing, and the batch goes again without the rows found
-    /// there ([`Ledger::settled_already`]). The check is not in the prepared statement: a
-    /// plan cached while the journal was small makes it a sequential scan, and Postgres
-    /// keeps a cached plan until the journal's statistics change, which on a database
-    /// with autovacuum off never happens (in a bench run on such a database, one
-    /// gateway's 64-row batches took ~300 ms after a few minutes).
-    async fn settle_batch_postgres(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
-        let mut applied = Vec::with_capacity(jobs.len());
-        for chunk in jobs.chunks(MAX_PG_ROWS) {
-            let ords: Vec<usize> = (0..chunk.len()).collect();
-            let open = match self.settle_rows_postgres(chunk, &ords).await {
-                Err(LedgerError::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
-                    let mut open = vec![false; chunk.len()];
-                    let done = self.settled_already(chunk).await?;
-                    let rest: Vec<usize> = ords.into_iter().filter(|i| !done.contains_key(i)).collect();
-                    if !rest.is_empty() {
-                        for (i, moved) in rest.iter().zip(self.settle_rows_postgres(chunk, &rest).await?) {
-                            open[*i] = moved;
-                        }
-                    }
-                    for (i, moved) in done {
-                        open[i] = moved;
-                    }
-                    open
-                }
-                other => other?,
-            };
-            applied.extend(open);
-        }
-        Ok(applied)
-    }
-
-    /// The batch statement on the settlements of `chunk` at `ords`; per row, in the
-    /// order of `ords`, whether its grant was open.
-    async fn settle_rows_postgres(&self, chunk: &[Job], ords: &[usize]) -> Result<Vec<bool>, LedgerError> {
-        let rows = ords
-            .iter()
-            .map(|&ord| {
-                let j = &chunk[ord];
-                Ok(PgRow {
-                    ord,
-                    account_id: j.account_id,
-                    grant_id: j.grant_id,
-                    hold_id: j.hold_id,
-                    charged: j.charged,
-                    uncollected: j.uncollected,
-                    request_id: &j.request_id,
-                    at_ms: j.at_ms,
-                    input_tokens: to_db("input tokens", j.usage.input_tokens)?,
-                    output_tokens: to_db("output tokens", j.usage.output_tokens)?,
-                    upstream: j.usage.upstream.as_deref(),
-                })
-            })
-            .collect::<Result<Vec<_>, LedgerError>>()?;
-        // Serialising these rows cannot fail (plain numbers and strings).
-        let json = serde_json::to_string(&rows).unwrap_or_default();
-        let found = sqlx::query(PG_BATCH).bind(json).fetch_all(&self.inner.writer).await?;
-        let mut open = vec![false; chunk.len()];
-        for r in found {
-            let (ord, account, is_open): (i64, Option<i64>, Option<bool>) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-            let i = usize::try_from(ord).unwrap_or(usize::MAX);
-            if i >= chunk.len() {
-                continue;
-            }
-            if account.is_none() {
-                return Err(LedgerError::UnknownAccountId(chunk[i].account_id));
-            }
-            open[i] = is_open == Some(true);
-        }
-        Ok(ords.iter().map(|&i| open[i]).collect())
-    }
-
-    /// The settlements of `chunk` in the journal already, by index: whether each moved
-    /// money (`settle`) or not (`late_settle`). Planned at each execution (not prepared),
-    /// so that it reads the journal through its index however large it has grown.
-    async fn settled_already(&self, chunk: &[Job]) -> Result<BTreeMap<usize, bool>, LedgerError> {
-        #[derive(serde::Serialize)]
-        struct Hold {
-            ord: usize,
-            grant_id: i64,
-            hold_id: i64,
-        }
-        let holds: Vec<Hold> =
-            chunk.iter().enumerate().map(|(ord, j)| Hold { ord, grant_id: j.grant_id, hold_id: j.hold_id }).collect();
-        let json = serde_json::to_string(&holds).unwrap_or_default();
-        let rows = sqlx::query(
-            "SELECT x.ord, j.kind = 'settle' FROM json_to_recordset($1::json) AS x(ord bigint, grant_id bigint, hold_id bigint) \
-             JOIN journal j ON j.grant_id = x.grant_id AND j.hold_id = x.hold_id",
-        )
-        .persistent(false)
-        .bind(json)
-        .fetch_all(&self.inner.writer)
-        .await?;
-        let mut done = BTreeMap::new();
-        for r in rows {
-            let (ord, moved): (i64, bool) = (r.try_get(0)?, r.try_get(1)?);
-            done.insert(usize::try_from(ord).unwrap_or(usize::MAX), moved);
-        }
-        Ok(done)
-    }
-}
-
-/// Settlements per Postgres batch statement at most (a writer's batch closes at 256).
-const MAX_PG_ROWS: usize = 1024;
-
-/// One settlement as the Postgres batch statement reads it: the record type of its
-/// `json_to_recordset`.
-#[derive(serde::Serialize)]
-struct PgRow<'a> {
-    ord: usize,
-    account_id: i64,
-    grant_id: i64,
-    hold_id: i64,
-    charged: i64,
-    uncollected: i64,
-    request_id: &'a str,
-    at_ms: i64,
-    input_tokens: i64,
-    output_tokens: i64,
-    upstream: Option<&'a str>,
-}
-
-/// The Postgres batch statement; `$1` is the settlements as a JSON array of [`PgRow`].
-/// Accounts and grants are locked in id order, accounts first as every writer does.
-/// Postgres runs CTEs in whatever order the plan pulls them (the outer joins of `r` may
-/// be reordered to read `g` first), so `g` waits on a count of `a`: an InitPlan, run to
-/// its end, and so every account locked, before the first grant row is read. A row in
-/// the journal already fails the whole statement (see [`Ledger::settle_batch_postgres`]).
-const PG_BATCH: &str = "
-WITH v AS (SELECT * FROM json_to_recordset($1::json) AS x(ord bigint, account_id bigint, grant_id bigint,
-        hold_id bigint, charged bigint, uncollected bigint, request_id text, at_ms bigint,
-        input_tokens bigint, output_tokens bigint, upstream text)),
-a AS (SELECT id, balance_nanos, reserved_nanos FROM accounts
-      WHERE id IN (SELECT account_id FROM v) ORDER BY id FOR NO KEY UPDATE),
-g AS (SELECT id, state = 'open' AS open FROM grants
-      WHERE id IN (SELECT grant_id FROM v) AND (SELECT count(*) FROM a) >= 0 ORDER BY id FOR NO KEY UPDATE),
-r AS (SELECT f.*, a.id AS found, COALESCE(g.open, false) AS open,
-             CASE WHEN g.open THEN f.charged ELSE 0 END AS amount,
-             CASE WHEN g.open THEN f.uncollected ELSE f.charged + f.uncollected END AS uncoll,
-             a.balance_nanos - SUM(CASE WHEN g.open THEN f.charged ELSE 0 END) OVER w AS balance_after,
-             a.reserved_nanos - SUM(CASE WHEN g.open THEN f.charged ELSE 0 END) OVER w AS reserved_after
-      FROM v f LEFT JOIN a ON a.id = f.account_id LEFT JOIN g ON g.id = f.grant_id
-      WINDOW w AS (PARTITION BY f.account_id ORDER BY f.ord)),
-ins AS (INSERT INTO journal (account_id, kind, amount_nanos, balance_delta, reserved_delta, balance_after,
-                             reserved_after, uncollected_nanos, request_id, at_ms, grant_id, hold_id,
-                             input_tokens, output_tokens, upstream)
-        SELECT account_id, CASE WHEN open THEN 'settle' ELSE 'late_settle' END, amount, -amount, -amount,
-               balance_after, reserved_after, uncoll, request_id, at_ms, grant_id, hold_id,
-               input_tokens, output_tokens, upstream
-        FROM r WHERE found IS NOT NULL ORDER BY ord
-        RETURNING account_id, grant_id, amount_nanos),
-ua AS (UPDATE accounts SET balance_nanos = accounts.balance_nanos - s.total,
-                           reserved_nanos = accounts.reserved_nanos - s.total
-       FROM (SELECT account_id, SUM(amount_nanos) AS total FROM ins GROUP BY account_id) s
-       WHERE accounts.id = s.account_id AND s.total > 0),
-ug AS (UPDATE grants SET amount_nanos = grants.amount_nanos - s.total,
-                         settled_nanos = grants.settled_nanos + s.total
-       FROM (SELECT grant_id, SUM(amount_nanos) AS total FROM ins GROUP BY grant_id) s
-       WHERE grants.id = s.grant_id AND s.total > 0)
-SELECT ord, found, open FROM r ORDER BY ord";
 
 /// A journal row about a grant as a whole (take, return, expiry).
 struct GrantRow {
@@ -691,5 +524,6 @@ fn placeholders(n: usize) -> String {
     sql
 }
 
+mod postgres;
 #[cfg(test)]
 mod tests;

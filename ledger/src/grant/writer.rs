@@ -129,7 +129,7 @@ async fn commit(ledger: &Ledger, shared: &Shared, batch: &mut Vec<Job>) {
         // Its own task: a transaction is never cancelled half way.
         let (l, jobs) = (ledger.clone(), std::mem::take(batch));
         let task = tokio::spawn(async move {
-            let r = l.settle_batch(&jobs, false).await;
+            let r = l.settle_batch(&jobs).await;
             (jobs, r)
         });
         match task.await {

@@ -40,14 +40,14 @@ async fn retried_batches(db: &TestDb) {
     let Taken::Took { grant_id, amount, .. } = l.take_grant(&take).await.unwrap() else { panic!("no grant") };
     assert_eq!(amount, 500);
     let first = [job(account.id, grant_id, 1, 10), job(account.id, grant_id, 2, 20)];
-    assert_eq!(l.settle_batch(&first, false).await.unwrap(), [true, true]);
+    assert_eq!(l.settle_batch(&first).await.unwrap(), [true, true]);
     // The same batch again (its commit was not acknowledged): nothing moves.
-    assert_eq!(l.settle_batch(&first, false).await.unwrap(), [true, true]);
+    assert_eq!(l.settle_batch(&first).await.unwrap(), [true, true]);
     let a = l.account("retry").await.unwrap().unwrap();
     assert_eq!((a.balance_nanos, a.reserved_nanos), (970, 470));
     // A batch that overlaps one already committed: only the new row goes in.
     let overlapping = [job(account.id, grant_id, 2, 20), job(account.id, grant_id, 3, 40)];
-    l.settle_batch(&overlapping, false).await.unwrap();
+    l.settle_batch(&overlapping).await.unwrap();
     let a = l.account("retry").await.unwrap().unwrap();
     assert_eq!((a.balance_nanos, a.reserved_nanos), (930, 430));
     let settles = db.settlements().await.unwrap();
@@ -95,7 +95,7 @@ async fn a_batch_locks_no_grant_before_its_account_on_postgres() {
         .unwrap();
     let batch = tokio::spawn({
         let l = l.clone();
-        async move { l.settle_batch(&[job(account.id, grant_id, 1, 10)], false).await }
+        async move { l.settle_batch(&[job(account.id, grant_id, 1, 10)]).await }
     });
     // Until the batch waits on the taker's lock.
     let mut watcher = sqlx::AnyConnection::connect(&db.url).await.unwrap();
