@@ -1,9 +1,12 @@
 //! Error-budget maths (docs/design.md §2 ErrorBudget): pure functions from a policy and
 //! per-minute route rollups to what `status` and `sluice-gateway budgets` show.
 //!
-//! Start at [`evaluate`]; [`Ledger::evaluate_budget`](crate::Ledger::evaluate_budget)
-//! runs it for a resolved ErrorBudget resource (its policy is
-//! `BudgetPolicy::from(&BudgetConfig)`) over the rollups in the ledger.
+//! Start at [`evaluate`]; [`evaluate_minutes`] is the same over minutes already summed
+//! across the routes (what [`Ledger::budget_minutes`](crate::Ledger::budget_minutes)
+//! reads, the histogram reduced to slow and not slow in the database).
+//! [`Ledger::evaluate_budget`](crate::Ledger::evaluate_budget) runs it for a resolved
+//! ErrorBudget resource (its policy is `BudgetPolicy::from(&BudgetConfig)`) over the
+//! rollups in the ledger.
 //!
 //! Definitions, all over whole unix minutes; a window of length `L` ending at
 //! `now_minute` covers the minutes `now_minute − L + 1 ..= now_minute`:
@@ -38,9 +41,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::rollup::RouteMinute;
+use crate::rollup::{RouteMinute, latency_bucket_index};
 use format::{format_tenths, round_div};
-use series::{Counts, PPB, Series, Validated, whole_minutes};
+use series::{PPB, Series, Validated, whole_minutes};
 
 mod format;
 mod resource;
@@ -49,6 +52,7 @@ mod series;
 mod tests;
 
 pub use format::format_duration;
+pub use series::MinuteCounts;
 pub use resource::{EvaluateError, unix_minute};
 
 /// The burn-rate windows every report shows, by label.
@@ -213,6 +217,15 @@ impl BudgetPolicy {
             .max()
             .unwrap_or(3 * 1440)
     }
+
+    /// The first bucket of [`LATENCY_BUCKETS_MS`](crate::LATENCY_BUCKETS_MS) whose
+    /// requests are slow: the one after the bucket holding the threshold. `None`
+    /// without a latency SLI.
+    pub fn slow_from(&self) -> Option<usize> {
+        self.latency
+            .as_ref()
+            .map(|l| latency_bucket_index(l.threshold_ms) + 1)
+    }
 }
 
 /// Evaluates `policy` over `minutes` (any number of routes; rows outside the lookback
@@ -222,19 +235,30 @@ pub fn evaluate(
     minutes: &[RouteMinute],
     now_minute: i64,
 ) -> Result<BudgetReport, BudgetError> {
-    let p = Validated::new(policy)?;
-    let mut by_minute: BTreeMap<i64, Counts> = BTreeMap::new();
-    for m in minutes.iter().filter(|m| m.minute <= now_minute) {
-        let c = by_minute.entry(m.minute).or_default();
-        c.total += m.total;
-        c.bad += m.bad;
-        for (i, n) in m.latency_buckets.iter().enumerate() {
-            c.timed += n;
-            if p.slow_from.is_some_and(|first_slow| i >= first_slow) {
-                c.slow += n;
-            }
-        }
+    let slow_from = policy.slow_from();
+    let mut by_minute: BTreeMap<i64, MinuteCounts> = BTreeMap::new();
+    for m in minutes {
+        let timed: u64 = m.latency_buckets.iter().sum();
+        let slow = slow_from.map_or(0, |first| m.latency_buckets.iter().skip(first).sum());
+        by_minute.entry(m.minute).or_default().add(&MinuteCounts {
+            total: m.total,
+            bad: m.bad,
+            timed,
+            slow,
+        });
     }
+    evaluate_minutes(policy, &by_minute, now_minute)
+}
+
+/// [`evaluate`] over counts already summed per minute across the routes, with `slow`
+/// counted from `policy.slow_from()` (minutes after `now_minute` or before the lookback
+/// are ignored).
+pub fn evaluate_minutes(
+    policy: &BudgetPolicy,
+    by_minute: &BTreeMap<i64, MinuteCounts>,
+    now_minute: i64,
+) -> Result<BudgetReport, BudgetError> {
+    let p = Validated::new(policy)?;
     let series = Series {
         by_minute,
         now: now_minute,

@@ -6,11 +6,15 @@
 //! What may still change: a minute is added to by every flush of every gateway until
 //! the flushes have passed it, so the last [`REREAD_MINUTES`] are read again each time;
 //! a check row is written when it finishes, so checks of the last [`REREAD_CHECKS_MS`]
-//! are read again. Days before yesterday are summed once.
+//! are read again. Days before yesterday are summed once. Each ErrorBudget keeps its
+//! lookback of minutes, summed over its routes by the database, and is evaluated in
+//! memory on every refresh after reading its last [`REREAD_MINUTES`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
+use sluice_crds::snapshot::BudgetConfig;
+use sluice_ledger::budget::{self, BudgetPolicy, BudgetReport, EvaluateError, MinuteCounts};
 use sluice_ledger::{LATENCY_BUCKET_COUNT, Ledger, LedgerError};
 
 use crate::catalog::Catalog;
@@ -24,8 +28,6 @@ pub const LOOKBACK: Duration = Duration::from_secs(24 * 3600);
 pub const REREAD_MINUTES: i64 = 3;
 /// Checks of this last span are read again on every refresh.
 pub const REREAD_CHECKS_MS: i64 = 120_000;
-/// Budget reports are evaluated again after this.
-pub const BUDGET_TTL: Duration = Duration::from_secs(60);
 /// Gateways seen within this are listed.
 pub const HEARTBEATS_SINCE: Duration = Duration::from_secs(3600);
 
@@ -45,7 +47,50 @@ pub struct Cache {
     days_summed_to: Option<i64>,
     /// First-byte histograms by upstream, then minute, over the last hour.
     first_byte: HashMap<String, BTreeMap<i64, [u64; LATENCY_BUCKET_COUNT]>>,
-    budgets_at: Option<SystemTime>,
+    /// Minutes by ErrorBudget key.
+    budgets: HashMap<String, BudgetMinutes>,
+}
+
+/// One ErrorBudget's lookback of minutes, summed over its routes.
+#[derive(Debug, Default)]
+struct BudgetMinutes {
+    /// Routes, first slow bucket and lookback they were read for; others start over.
+    read_for: (Vec<String>, Option<usize>, i64),
+    minutes: BTreeMap<i64, MinuteCounts>,
+    /// Minutes from this one on are read again.
+    read_to: Option<i64>,
+}
+
+impl BudgetMinutes {
+    /// Brings the minutes up to `now_minute` and evaluates the budget over them, as
+    /// [`Ledger::evaluate_budget`] would over the same rows.
+    async fn refresh(
+        &mut self,
+        ledger: &Ledger,
+        config: &BudgetConfig,
+        now_minute: i64,
+    ) -> Result<BudgetReport, EvaluateError> {
+        let policy = BudgetPolicy::from(config);
+        let lookback = policy.lookback_minutes();
+        let read_for = (config.routes.clone(), policy.slow_from(), lookback);
+        if self.read_for != read_for {
+            *self = BudgetMinutes {
+                read_for,
+                ..BudgetMinutes::default()
+            };
+        }
+        let from = now_minute - lookback + 1;
+        let read_from = self
+            .read_to
+            .map_or(from, |m| (m - REREAD_MINUTES + 1).max(from));
+        let fresh = ledger
+            .budget_minutes(&config.routes, read_from, now_minute, policy.slow_from())
+            .await?;
+        self.minutes.retain(|m, _| *m >= from && *m < read_from);
+        self.minutes.extend(fresh);
+        self.read_to = Some(now_minute);
+        Ok(budget::evaluate_minutes(&policy, &self.minutes, now_minute)?)
+    }
 }
 
 impl Cache {
@@ -179,21 +224,16 @@ impl Cache {
             .collect();
         h.heartbeats = ledger.heartbeats(now - HEARTBEATS_SINCE).await?;
 
-        let stale = self
-            .budgets_at
-            .is_none_or(|at| now.duration_since(at).unwrap_or_default() >= BUDGET_TTL);
-        if stale {
-            let mut reports = HashMap::new();
-            for b in &catalog.budgets {
-                let report = ledger
-                    .evaluate_budget(b, now)
-                    .await
-                    .map_err(|e| e.to_string());
-                reports.insert(b.key.clone(), report);
-            }
-            h.budgets = reports;
-            self.budgets_at = Some(now);
+        let mut reports = HashMap::new();
+        let mut kept = HashMap::new();
+        for b in &catalog.budgets {
+            let mut minutes = self.budgets.remove(&b.key).unwrap_or_default();
+            let report = minutes.refresh(ledger, b, now_minute).await;
+            reports.insert(b.key.clone(), report.map_err(|e| e.to_string()));
+            kept.insert(b.key.clone(), minutes);
         }
+        self.budgets = kept;
+        h.budgets = reports;
         Ok(&self.history)
     }
 }

@@ -9,7 +9,7 @@ use sluice_crds::error_budget::BudgetMethod as CrdMethod;
 use sluice_crds::snapshot::BudgetConfig;
 
 use super::{
-    AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy, BudgetReport, LatencySli, evaluate,
+    AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy, BudgetReport, LatencySli, evaluate_minutes,
 };
 use crate::{Ledger, LedgerError};
 
@@ -61,7 +61,8 @@ pub fn unix_minute(t: SystemTime) -> i64 {
 
 impl Ledger {
     /// Evaluates the budget `config` at `now`: reads the rollups of its routes over the
-    /// policy's lookback ending at `now`'s minute and hands them to [`evaluate`].
+    /// policy's lookback ending at `now`'s minute, summed per minute
+    /// ([`Ledger::budget_minutes`]), and hands them to [`evaluate_minutes`].
     pub async fn evaluate_budget(
         &self,
         config: &BudgetConfig,
@@ -70,8 +71,10 @@ impl Ledger {
         let policy = BudgetPolicy::from(config);
         let now = unix_minute(now);
         let from = now - policy.lookback_minutes() + 1;
-        let minutes = self.route_minutes(&config.routes, from, now).await?;
-        Ok(evaluate(&policy, &minutes, now)?)
+        let minutes = self
+            .budget_minutes(&config.routes, from, now, policy.slow_from())
+            .await?;
+        Ok(evaluate_minutes(&policy, &minutes, now)?)
     }
 }
 

@@ -5,21 +5,33 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy};
-use crate::rollup::latency_bucket_index;
 
 /// Parts per billion in one.
 pub(super) const PPB: u128 = 1_000_000_000;
 
-/// Counters of one minute, all routes added up.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Counts {
+/// Counters of one minute of a budget's routes, all routes added up: what
+/// [`evaluate_minutes`](super::evaluate_minutes) reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MinuteCounts {
+    /// Requests that count for the SLO.
     pub total: u64,
     /// Bad by status.
     pub bad: u64,
     /// Requests in the latency histogram (not bad by status).
     pub timed: u64,
-    /// Of those, slower than the threshold.
+    /// Of those, in the histogram buckets from
+    /// [`BudgetPolicy::slow_from`](super::BudgetPolicy::slow_from) on; 0 without a
+    /// latency SLI.
     pub slow: u64,
+}
+
+impl MinuteCounts {
+    pub(super) fn add(&mut self, other: &MinuteCounts) {
+        self.total += other.total;
+        self.bad += other.bad;
+        self.timed += other.timed;
+        self.slow += other.slow;
+    }
 }
 
 /// A policy checked and turned into integers.
@@ -60,17 +72,16 @@ impl<'a> Validated<'a> {
                 Some(slice)
             }
         };
-        let (slow_from, allowed_slow_ppb) = match &policy.latency {
-            None => (None, 0),
+        let allowed_slow_ppb = match &policy.latency {
+            None => 0,
             Some(l) => {
                 if !(l.percentile > 0.0 && l.percentile < 100.0) {
                     return Err(BudgetError::Percentile(l.percentile));
                 }
-                // Buckets up to the one holding the threshold are fast.
-                let fast_through = latency_bucket_index(l.threshold_ms);
-                (Some(fast_through + 1), PPB - to_ppb(l.percentile / 100.0))
+                PPB - to_ppb(l.percentile / 100.0)
             }
         };
+        let slow_from = policy.slow_from();
         let mut alerts = Vec::with_capacity(policy.alerts.len());
         for a in &policy.alerts {
             let fail = |reason| BudgetError::Alert {
@@ -101,29 +112,22 @@ impl<'a> Validated<'a> {
 
 /// Per-minute counts plus the policy, to sum windows and judge slices.
 pub(super) struct Series<'a> {
-    pub by_minute: BTreeMap<i64, Counts>,
+    pub by_minute: &'a BTreeMap<i64, MinuteCounts>,
     pub now: i64,
     pub p: &'a Validated<'a>,
 }
 
 impl Series<'_> {
     /// Sum over the `minutes` minutes ending at `end` (inclusive).
-    fn sum_ending(&self, end: i64, minutes: i64) -> Counts {
-        let mut sum = Counts::default();
-        for c in self
-            .by_minute
-            .range(end - minutes + 1..=end)
-            .map(|(_, c)| c)
-        {
-            sum.total += c.total;
-            sum.bad += c.bad;
-            sum.timed += c.timed;
-            sum.slow += c.slow;
+    fn sum_ending(&self, end: i64, minutes: i64) -> MinuteCounts {
+        let mut sum = MinuteCounts::default();
+        for (_, c) in self.by_minute.range(end - minutes + 1..=end) {
+            sum.add(c);
         }
         sum
     }
 
-    pub fn sum(&self, minutes: i64) -> Counts {
+    pub fn sum(&self, minutes: i64) -> MinuteCounts {
         self.sum_ending(self.now, minutes)
     }
 
@@ -135,7 +139,7 @@ impl Series<'_> {
             .count() as u64
     }
 
-    fn slice_is_bad(&self, c: &Counts) -> bool {
+    fn slice_is_bad(&self, c: &MinuteCounts) -> bool {
         if c.total == 0 {
             return false;
         }

@@ -57,6 +57,27 @@ pub(super) fn select_route_minutes(keys: usize) -> String {
     )
 }
 
+/// The minutes of `keys` routes summed per minute, the histogram reduced to all of it
+/// and the buckets from `slow_from` on (0 without one). Binds: from, to, then the route
+/// names. Postgres sums `BIGINT` into `NUMERIC`, which the `Any` driver cannot decode:
+/// hence the casts.
+pub(super) fn select_budget_minutes(keys: usize, slow_from: Option<usize>) -> String {
+    let buckets = columns("lat_");
+    let slow = match slow_from {
+        Some(first) if first < buckets.len() => {
+            format!("CAST(SUM({}) AS BIGINT)", buckets[first..].join(" + "))
+        }
+        _ => "0".to_owned(),
+    };
+    format!(
+        "SELECT minute, CAST(SUM(total) AS BIGINT), CAST(SUM(bad) AS BIGINT), \
+         CAST(SUM({}) AS BIGINT), {slow} FROM route_minutes \
+         WHERE minute >= $1 AND minute <= $2 AND route IN ({}) GROUP BY minute ORDER BY minute",
+        buckets.join(" + "),
+        placeholders(3, keys),
+    )
+}
+
 /// Binds: from, to, then `keys` upstream names.
 pub(super) fn select_upstream_minutes(keys: usize) -> String {
     format!(

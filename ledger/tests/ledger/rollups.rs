@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use sluice_ledger::budget::{self, BudgetPolicy, LatencySli};
 use sluice_ledger::{Heartbeat, Ledger, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
 
 use crate::on_both;
@@ -102,6 +103,45 @@ async fn rollups_add_up(db: &Db) {
     other.close().await;
 }
 on_both!(rollups, super::rollups_add_up);
+
+/// The database's per-minute sums of a budget's routes are what the budget maths makes
+/// of the full rows: the same report, whatever the latency threshold.
+async fn budget_minutes_sum_in_the_database(db: &Db) {
+    let l = &db.ledger;
+    let routes = [
+        route_minute("ns/a", 100, 7, 1),
+        route_minute("ns/b", 100, 3, 2),
+        route_minute("ns/a", 101, 12, 0),
+        route_minute("ns/c", 101, 50, 50),
+    ];
+    l.write_rollups(&routes, &[]).await.unwrap();
+    let keys: Vec<String> = vec!["ns/a".into(), "ns/b".into()];
+    let rows = l.route_minutes(&keys, 0, 1000).await.unwrap();
+    for threshold_ms in [None, Some(100), Some(400), Some(100_000)] {
+        let mut policy = BudgetPolicy::new(0.99, Duration::from_secs(3600));
+        policy.latency = threshold_ms.map(|threshold_ms| LatencySli {
+            threshold_ms,
+            percentile: 90.0,
+        });
+        let summed = l
+            .budget_minutes(&keys, 0, 1000, policy.slow_from())
+            .await
+            .unwrap();
+        assert_eq!(summed.keys().copied().collect::<Vec<_>>(), [100, 101]);
+        assert_eq!((summed[&100].total, summed[&100].bad), (13, 3));
+        assert_eq!(summed[&101].timed, 12, "ns/c is not one of the budget's routes");
+        assert_eq!(
+            budget::evaluate_minutes(&policy, &summed, 110).unwrap(),
+            budget::evaluate(&policy, &rows, 110).unwrap(),
+            "threshold {threshold_ms:?}"
+        );
+    }
+    let slow = l.budget_minutes(&keys, 0, 1000, Some(0)).await.unwrap();
+    assert_eq!(slow[&101].slow, slow[&101].timed);
+    assert!(l.budget_minutes(&keys, 102, 1000, None).await.unwrap().is_empty());
+    assert!(l.budget_minutes(&[], 0, 1000, None).await.unwrap().is_empty());
+}
+on_both!(budget_minutes, super::budget_minutes_sum_in_the_database);
 
 async fn heartbeats_upsert(db: &Db) {
     let l = &db.ledger;

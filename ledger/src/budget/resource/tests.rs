@@ -6,7 +6,7 @@ use sluice_crds::Manifests;
 use sluice_crds::snapshot::BudgetConfig;
 
 use super::*;
-use crate::budget::BudgetState;
+use crate::budget::{BudgetState, evaluate};
 use crate::budget::tests::minute;
 
 const MANIFESTS: &str = r#"
