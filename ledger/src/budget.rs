@@ -52,7 +52,7 @@ mod series;
 mod tests;
 
 pub use format::format_duration;
-pub use series::MinuteCounts;
+pub use series::{MinuteCounts, MinuteSeries};
 pub use resource::{EvaluateError, unix_minute};
 
 /// The burn-rate windows every report shows, by label.
@@ -236,18 +236,21 @@ pub fn evaluate(
     now_minute: i64,
 ) -> Result<BudgetReport, BudgetError> {
     let slow_from = policy.slow_from();
-    let mut by_minute: BTreeMap<i64, MinuteCounts> = BTreeMap::new();
-    for m in minutes {
+    let mut series = MinuteSeries::new(now_minute - policy.lookback_minutes() + 1);
+    for m in minutes.iter().filter(|m| m.minute <= now_minute) {
         let timed: u64 = m.latency_buckets.iter().sum();
         let slow = slow_from.map_or(0, |first| m.latency_buckets.iter().skip(first).sum());
-        by_minute.entry(m.minute).or_default().add(&MinuteCounts {
-            total: m.total,
-            bad: m.bad,
-            timed,
-            slow,
-        });
+        series.add(
+            m.minute,
+            &MinuteCounts {
+                total: m.total,
+                bad: m.bad,
+                timed,
+                slow,
+            },
+        );
     }
-    evaluate_minutes(policy, &by_minute, now_minute)
+    evaluate_minutes(policy, &series, now_minute)
 }
 
 /// [`evaluate`] over counts already summed per minute across the routes, with `slow`
@@ -255,12 +258,12 @@ pub fn evaluate(
 /// are ignored).
 pub fn evaluate_minutes(
     policy: &BudgetPolicy,
-    by_minute: &BTreeMap<i64, MinuteCounts>,
+    minutes: &MinuteSeries,
     now_minute: i64,
 ) -> Result<BudgetReport, BudgetError> {
     let p = Validated::new(policy)?;
     let series = Series {
-        by_minute,
+        minutes,
         now: now_minute,
         p: &p,
     };

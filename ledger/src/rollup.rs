@@ -221,34 +221,55 @@ impl Ledger {
     /// What [`budget::evaluate_minutes`](crate::budget::evaluate_minutes) reads: the
     /// minutes of `routes` with `from_minute ≤ minute ≤ to_minute`, summed across the
     /// routes in the database, with the requests in histogram buckets from `slow_from`
-    /// on counted as slow. Five numbers a minute instead of a row of every bucket per
-    /// route: a 30-day budget reads 43,200 of them.
+    /// on counted as slow, ordered by minute. Five numbers a minute instead of a row of
+    /// every bucket per route: a 30-day budget reads 43,200 of them.
     pub async fn budget_minutes(
         &self,
         routes: &[String],
         from_minute: i64,
         to_minute: i64,
         slow_from: Option<usize>,
-    ) -> Result<BTreeMap<i64, MinuteCounts>, LedgerError> {
-        let mut by_minute = BTreeMap::new();
+    ) -> Result<Vec<(i64, MinuteCounts)>, LedgerError> {
+        let rows = self
+            .reduced_minutes(routes, from_minute, to_minute, slow_from, false)
+            .await?;
+        rows.iter().map(|row| Ok((row.try_get(0)?, reduced(row, 1)?))).collect()
+    }
+
+    /// [`Ledger::budget_minutes`] per route: one query for the last minutes of several
+    /// budgets that count slow requests alike, ordered by route, minute.
+    pub async fn budget_route_minutes(
+        &self,
+        routes: &[String],
+        from_minute: i64,
+        to_minute: i64,
+        slow_from: Option<usize>,
+    ) -> Result<Vec<(String, i64, MinuteCounts)>, LedgerError> {
+        let rows = self
+            .reduced_minutes(routes, from_minute, to_minute, slow_from, true)
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, reduced(row, 2)?)))
+            .collect()
+    }
+
+    async fn reduced_minutes(
+        &self,
+        routes: &[String],
+        from_minute: i64,
+        to_minute: i64,
+        slow_from: Option<usize>,
+        by_route: bool,
+    ) -> Result<Vec<AnyRow>, LedgerError> {
         if routes.is_empty() {
-            return Ok(by_minute);
+            return Ok(Vec::new());
         }
-        let text = sql::select_budget_minutes(routes.len(), slow_from);
+        let text = sql::select_budget_minutes(routes.len(), slow_from, by_route);
         let mut q = sqlx::query(&text).bind(from_minute).bind(to_minute);
         for route in routes {
             q = q.bind(route);
         }
-        for row in q.fetch_all(&self.inner.reader).await? {
-            let counts = MinuteCounts {
-                total: from_db(row.try_get(1)?),
-                bad: from_db(row.try_get(2)?),
-                timed: from_db(row.try_get(3)?),
-                slow: from_db(row.try_get(4)?),
-            };
-            by_minute.insert(row.try_get(0)?, counts);
-        }
-        Ok(by_minute)
+        Ok(q.fetch_all(&self.inner.reader).await?)
     }
 
     /// Stored minutes of `upstreams` with `from_minute ≤ minute ≤ to_minute`, ordered by
@@ -315,6 +336,16 @@ impl Ledger {
         tx.commit().await?;
         Ok(deleted)
     }
+}
+
+/// The total, bad, timed, slow columns of a reduced minute from column `at` on.
+fn reduced(row: &AnyRow, at: usize) -> Result<MinuteCounts, LedgerError> {
+    Ok(MinuteCounts {
+        total: from_db(row.try_get(at)?),
+        bad: from_db(row.try_get(at + 1)?),
+        timed: from_db(row.try_get(at + 2)?),
+        slow: from_db(row.try_get(at + 3)?),
+    })
 }
 
 fn route_minute_from_row(row: &AnyRow) -> Result<RouteMinute, LedgerError> {

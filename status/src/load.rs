@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use sluice_crds::snapshot::BudgetConfig;
-use sluice_ledger::budget::{self, BudgetPolicy, BudgetReport, EvaluateError, MinuteCounts};
+use sluice_ledger::budget::{self, BudgetPolicy, BudgetReport, MinuteCounts, MinuteSeries};
 use sluice_ledger::{LATENCY_BUCKET_COUNT, Ledger, LedgerError};
 
 use crate::catalog::Catalog;
@@ -51,46 +51,113 @@ pub struct Cache {
     budgets: HashMap<String, BudgetMinutes>,
 }
 
+/// Keeps the entries `from ≤ key < to` of `map`. Splitting walks only the entries
+/// dropped (a minute or two at each end), where `retain` would walk a day of them per
+/// series on every refresh.
+fn keep_range<V>(map: &mut BTreeMap<i64, V>, from: i64, to: i64) {
+    let mut kept = map.split_off(&from);
+    drop(kept.split_off(&to));
+    *map = kept;
+}
+
 /// One ErrorBudget's lookback of minutes, summed over its routes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct BudgetMinutes {
     /// Routes, first slow bucket and lookback they were read for; others start over.
     read_for: (Vec<String>, Option<usize>, i64),
-    minutes: BTreeMap<i64, MinuteCounts>,
-    /// Minutes from this one on are read again.
-    read_to: Option<i64>,
+    minutes: MinuteSeries,
+    /// Minutes from [`REREAD_MINUTES`] before this one on are read again.
+    read_to: i64,
 }
 
-impl BudgetMinutes {
-    /// Brings the minutes up to `now_minute` and evaluates the budget over them, as
-    /// [`Ledger::evaluate_budget`] would over the same rows.
-    async fn refresh(
-        &mut self,
-        ledger: &Ledger,
-        config: &BudgetConfig,
-        now_minute: i64,
-    ) -> Result<BudgetReport, EvaluateError> {
-        let policy = BudgetPolicy::from(config);
+/// Brings every budget's minutes up to `now_minute` and evaluates it, as
+/// [`Ledger::evaluate_budget`] would over the same rows. A budget seen for the first
+/// time reads its lookback, summed per minute by the database; the others read their
+/// last minutes together, one query per way of counting slow requests.
+async fn refresh_budgets(
+    kept: &mut HashMap<String, BudgetMinutes>,
+    ledger: &Ledger,
+    budgets: &[BudgetConfig],
+    now_minute: i64,
+) -> HashMap<String, Result<BudgetReport, String>> {
+    let mut reports = HashMap::new();
+    let mut current = HashMap::new();
+    // Budgets to bring up to date by the way they count slow requests: (key, first
+    // minute to read again).
+    let mut rereads: BTreeMap<Option<usize>, Vec<(String, i64)>> = BTreeMap::new();
+    for b in budgets {
+        let policy = BudgetPolicy::from(b);
         let lookback = policy.lookback_minutes();
-        let read_for = (config.routes.clone(), policy.slow_from(), lookback);
-        if self.read_for != read_for {
-            *self = BudgetMinutes {
-                read_for,
-                ..BudgetMinutes::default()
-            };
-        }
+        let read_for = (b.routes.clone(), policy.slow_from(), lookback);
         let from = now_minute - lookback + 1;
-        let read_from = self
-            .read_to
-            .map_or(from, |m| (m - REREAD_MINUTES + 1).max(from));
-        let fresh = ledger
-            .budget_minutes(&config.routes, read_from, now_minute, policy.slow_from())
-            .await?;
-        self.minutes.retain(|m, _| *m >= from && *m < read_from);
-        self.minutes.extend(fresh);
-        self.read_to = Some(now_minute);
-        Ok(budget::evaluate_minutes(&policy, &self.minutes, now_minute)?)
+        match kept.remove(&b.key).filter(|m| m.read_for == read_for) {
+            Some(mut m) => {
+                let read_from = (m.read_to - REREAD_MINUTES + 1).max(from);
+                m.minutes.keep(from, read_from);
+                m.read_to = now_minute;
+                rereads.entry(read_for.1).or_default().push((b.key.clone(), read_from));
+                current.insert(b.key.clone(), m);
+            }
+            None => match ledger.budget_minutes(&b.routes, from, now_minute, read_for.1).await {
+                Ok(rows) => {
+                    let mut minutes = MinuteSeries::new(from);
+                    for (minute, counts) in &rows {
+                        minutes.add(*minute, counts);
+                    }
+                    current.insert(
+                        b.key.clone(),
+                        BudgetMinutes { read_for, minutes, read_to: now_minute },
+                    );
+                }
+                Err(e) => {
+                    reports.insert(b.key.clone(), Err(e.to_string()));
+                }
+            },
+        }
     }
+    for (slow_from, group) in rereads {
+        let mut routes: Vec<String> = group
+            .iter()
+            .flat_map(|(key, _)| current[key].read_for.0.iter().cloned())
+            .collect();
+        routes.sort();
+        routes.dedup();
+        let since = group.iter().map(|(_, from)| *from).min().unwrap_or(now_minute);
+        match ledger.budget_route_minutes(&routes, since, now_minute, slow_from).await {
+            Ok(rows) => {
+                let mut by_route: HashMap<&str, Vec<(i64, MinuteCounts)>> = HashMap::new();
+                for (route, minute, counts) in &rows {
+                    by_route.entry(route.as_str()).or_default().push((*minute, *counts));
+                }
+                for (key, read_from) in &group {
+                    let Some(m) = current.get_mut(key) else { continue };
+                    for route in &m.read_for.0 {
+                        for (minute, counts) in by_route.get(route.as_str()).into_iter().flatten() {
+                            if *minute >= *read_from {
+                                m.minutes.add(*minute, counts);
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                // Their last minutes are gone: they read their lookback next time.
+                for (key, _) in &group {
+                    current.remove(key);
+                    reports.insert(key.clone(), Err(e.to_string()));
+                }
+            }
+        }
+    }
+    for b in budgets {
+        if let Some(m) = current.get(&b.key) {
+            let policy = BudgetPolicy::from(b);
+            let report = budget::evaluate_minutes(&policy, &m.minutes, now_minute);
+            reports.insert(b.key.clone(), report.map_err(|e| e.to_string()));
+        }
+    }
+    *kept = current;
+    reports
 }
 
 impl Cache {
@@ -126,7 +193,7 @@ impl Cache {
             .upstream_minutes(&upstreams, read_from, now_minute)
             .await?;
         for series in h.clients.values_mut().chain(h.live.values_mut()) {
-            series.retain(|m, _| *m >= keep_from && *m < read_from);
+            keep_range(series, keep_from, read_from);
         }
         for c in clients {
             h.clients.entry(c.route).or_default().insert(
@@ -139,7 +206,7 @@ impl Cache {
         }
         let hour_ago = now_minute - 59;
         for series in self.first_byte.values_mut() {
-            series.retain(|m, _| *m >= hour_ago && *m < read_from);
+            keep_range(series, hour_ago, read_from);
         }
         for u in live {
             let ok = u.attempts_by_outcome.get("ok").copied().unwrap_or(0);
@@ -224,16 +291,7 @@ impl Cache {
             .collect();
         h.heartbeats = ledger.heartbeats(now - HEARTBEATS_SINCE).await?;
 
-        let mut reports = HashMap::new();
-        let mut kept = HashMap::new();
-        for b in &catalog.budgets {
-            let mut minutes = self.budgets.remove(&b.key).unwrap_or_default();
-            let report = minutes.refresh(ledger, b, now_minute).await;
-            reports.insert(b.key.clone(), report.map_err(|e| e.to_string()));
-            kept.insert(b.key.clone(), minutes);
-        }
-        self.budgets = kept;
-        h.budgets = reports;
+        h.budgets = refresh_budgets(&mut self.budgets, ledger, &catalog.budgets, now_minute).await;
         Ok(&self.history)
     }
 }

@@ -9,7 +9,8 @@ use sluice_crds::error_budget::BudgetMethod as CrdMethod;
 use sluice_crds::snapshot::BudgetConfig;
 
 use super::{
-    AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy, BudgetReport, LatencySli, evaluate_minutes,
+    AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy, BudgetReport, LatencySli, MinuteSeries,
+    evaluate_minutes,
 };
 use crate::{Ledger, LedgerError};
 
@@ -71,9 +72,13 @@ impl Ledger {
         let policy = BudgetPolicy::from(config);
         let now = unix_minute(now);
         let from = now - policy.lookback_minutes() + 1;
-        let minutes = self
+        let mut minutes = MinuteSeries::new(from);
+        for (minute, counts) in self
             .budget_minutes(&config.routes, from, now, policy.slow_from())
-            .await?;
+            .await?
+        {
+            minutes.add(minute, &counts);
+        }
         Ok(evaluate_minutes(&policy, &minutes, now)?)
     }
 }

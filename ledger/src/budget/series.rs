@@ -1,7 +1,6 @@
 //! The internals of [`evaluate`](super::evaluate): a policy validated into integers,
 //! and per-minute counts summed over windows and slices.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy};
@@ -31,6 +30,73 @@ impl MinuteCounts {
         self.bad += other.bad;
         self.timed += other.timed;
         self.slow += other.slow;
+    }
+}
+
+/// A budget's minutes from `first` on, dense (a minute without traffic is zeros), so
+/// that summing a 30-day window walks one contiguous array.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MinuteSeries {
+    first: i64,
+    counts: Vec<MinuteCounts>,
+}
+
+impl MinuteSeries {
+    /// An empty series starting at `first`.
+    pub fn new(first: i64) -> MinuteSeries {
+        MinuteSeries {
+            first,
+            counts: Vec::new(),
+        }
+    }
+
+    /// The counts of `minute` (zeros outside the series).
+    pub fn get(&self, minute: i64) -> MinuteCounts {
+        usize::try_from(minute - self.first)
+            .ok()
+            .and_then(|i| self.counts.get(i).copied())
+            .unwrap_or_default()
+    }
+
+    /// Adds `counts` to `minute`; minutes before the first are ignored.
+    pub fn add(&mut self, minute: i64, counts: &MinuteCounts) {
+        let Ok(i) = usize::try_from(minute - self.first) else {
+            return;
+        };
+        if i >= self.counts.len() {
+            self.counts.resize(i + 1, MinuteCounts::default());
+        }
+        self.counts[i].add(counts);
+    }
+
+    /// Keeps the minutes `from ≤ minute < to` only; the series then starts at `from`.
+    pub fn keep(&mut self, from: i64, to: i64) {
+        let end = usize::try_from(to - self.first).unwrap_or(0);
+        self.counts.truncate(end);
+        match usize::try_from(from - self.first) {
+            Ok(drop) => {
+                self.counts.drain(..drop.min(self.counts.len()));
+            }
+            Err(_) => {
+                // `from` is before the first minute: pad the front.
+                let pad = usize::try_from(self.first - from).unwrap_or(0);
+                self.counts.splice(0..0, std::iter::repeat_n(MinuteCounts::default(), pad));
+            }
+        }
+        self.first = from;
+    }
+
+    /// Sum over `from ..= to`.
+    fn sum(&self, from: i64, to: i64) -> MinuteCounts {
+        let lo = usize::try_from(from.max(self.first) - self.first).unwrap_or(0);
+        let hi = usize::try_from(to - self.first + 1)
+            .unwrap_or(0)
+            .min(self.counts.len());
+        let mut sum = MinuteCounts::default();
+        for c in self.counts.get(lo..hi).unwrap_or_default() {
+            sum.add(c);
+        }
+        sum
     }
 }
 
@@ -112,7 +178,7 @@ impl<'a> Validated<'a> {
 
 /// Per-minute counts plus the policy, to sum windows and judge slices.
 pub(super) struct Series<'a> {
-    pub by_minute: &'a BTreeMap<i64, MinuteCounts>,
+    pub minutes: &'a MinuteSeries,
     pub now: i64,
     pub p: &'a Validated<'a>,
 }
@@ -120,11 +186,7 @@ pub(super) struct Series<'a> {
 impl Series<'_> {
     /// Sum over the `minutes` minutes ending at `end` (inclusive).
     fn sum_ending(&self, end: i64, minutes: i64) -> MinuteCounts {
-        let mut sum = MinuteCounts::default();
-        for (_, c) in self.by_minute.range(end - minutes + 1..=end) {
-            sum.add(c);
-        }
-        sum
+        self.minutes.sum(end - minutes + 1, end)
     }
 
     pub fn sum(&self, minutes: i64) -> MinuteCounts {

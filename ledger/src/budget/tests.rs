@@ -333,3 +333,22 @@ fn durations_use_their_largest_units_without_zero_parts() {
     assert_eq!(f(0), "0s");
     assert_eq!(format_duration(Duration::from_millis(1800)), "1s800ms");
 }
+
+#[test]
+fn a_minute_series_keeps_what_it_is_told_to() {
+    let one = |total| MinuteCounts { total, ..MinuteCounts::default() };
+    let mut s = MinuteSeries::new(10);
+    s.add(9, &one(100));
+    s.add(12, &one(1));
+    s.add(12, &one(2));
+    s.add(15, &one(4));
+    assert_eq!([9, 10, 12, 15, 16].map(|m| s.get(m).total), [0, 0, 3, 4, 0]);
+    s.keep(11, 15);
+    assert_eq!([10, 12, 15].map(|m| s.get(m).total), [0, 3, 0]);
+    s.keep(5, 100);
+    assert_eq!(s.get(12).total, 3, "moving the start back keeps the minutes where they were");
+    s.add(5, &one(8));
+    assert_eq!(s.get(5).total, 8);
+    s.keep(13, 13);
+    assert_eq!(s, MinuteSeries::new(13));
+}

@@ -57,11 +57,12 @@ pub(super) fn select_route_minutes(keys: usize) -> String {
     )
 }
 
-/// The minutes of `keys` routes summed per minute, the histogram reduced to all of it
-/// and the buckets from `slow_from` on (0 without one). Binds: from, to, then the route
+/// The minutes of `keys` routes, the histogram reduced to all of it and the buckets
+/// from `slow_from` on (0 without one): summed per minute across the routes, or per
+/// route and minute with `by_route` (route first). Binds: from, to, then the route
 /// names. Postgres sums `BIGINT` into `NUMERIC`, which the `Any` driver cannot decode:
 /// hence the casts.
-pub(super) fn select_budget_minutes(keys: usize, slow_from: Option<usize>) -> String {
+pub(super) fn select_budget_minutes(keys: usize, slow_from: Option<usize>, by_route: bool) -> String {
     let buckets = columns("lat_");
     let slow = match slow_from {
         Some(first) if first < buckets.len() => {
@@ -69,10 +70,11 @@ pub(super) fn select_budget_minutes(keys: usize, slow_from: Option<usize>) -> St
         }
         _ => "0".to_owned(),
     };
+    let key = if by_route { "route, minute" } else { "minute" };
     format!(
-        "SELECT minute, CAST(SUM(total) AS BIGINT), CAST(SUM(bad) AS BIGINT), \
+        "SELECT {key}, CAST(SUM(total) AS BIGINT), CAST(SUM(bad) AS BIGINT), \
          CAST(SUM({}) AS BIGINT), {slow} FROM route_minutes \
-         WHERE minute >= $1 AND minute <= $2 AND route IN ({}) GROUP BY minute ORDER BY minute",
+         WHERE minute >= $1 AND minute <= $2 AND route IN ({}) GROUP BY {key} ORDER BY {key}",
         buckets.join(" + "),
         placeholders(3, keys),
     )
