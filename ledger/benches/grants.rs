@@ -2,6 +2,9 @@
 //! §5, side by side, on one hot account: `flows` reserve → settle flows over N
 //! concurrent tasks. `cargo bench -p sluice-ledger --bench grants` prints a table:
 //! flows/s (= settlements/s), grant takes (renewals) per second and the mean batch size.
+//! On Postgres, `grants x2` splits the tasks between two holders, each with its own
+//! pool, as two gateway processes on one account are: together they must settle more
+//! than one holder does (its batches take turns on the account row, not its requests).
 //! Postgres comes from `SLUICE_TEST_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`) and is skipped with a note when
 //! unreachable. `SLUICE_BENCH_FLOWS` sets flows per run (default 4000).
@@ -15,7 +18,7 @@ use sluice_ledger::{Biller, BillerConfig, BillerObserver, Ledger, RenewalResult,
 
 mod common;
 
-use common::BoxError;
+use common::{BenchLedger, BoxError};
 
 const CONCURRENCY: [usize; 3] = [1, 32, 128];
 const ESTIMATE: i64 = 1_000_000;
@@ -40,9 +43,28 @@ impl BillerObserver for Counts {
     }
 }
 
+/// How a run's flows reach the database.
+#[derive(Clone, Copy)]
+enum Path {
+    /// Every reservation and settlement its own transactions (docs/design.md §5).
+    PerRequest,
+    /// From grants, settled by group commit, over this many holders.
+    Grants(usize),
+}
+
+impl Path {
+    fn label(self) -> String {
+        match self {
+            Path::PerRequest => "per-request".to_owned(),
+            Path::Grants(1) => "grants".to_owned(),
+            Path::Grants(n) => format!("grants x{n}"),
+        }
+    }
+}
+
 struct Row {
     backend: &'static str,
-    path: &'static str,
+    path: Path,
     tasks: usize,
     flows: usize,
     elapsed: Duration,
@@ -58,8 +80,13 @@ async fn main() -> Result<(), BoxError> {
     let mut rows = Vec::new();
     for db in common::ledgers("grants", &mut out).await? {
         for tasks in CONCURRENCY {
-            rows.push(run(&db.ledger, db.backend, false, tasks, flows).await?);
-            rows.push(run(&db.ledger, db.backend, true, tasks, flows).await?);
+            rows.push(run(&db, Path::PerRequest, tasks, flows).await?);
+            rows.push(run(&db, Path::Grants(1), tasks, flows).await?);
+            // One SQLite file has one writer; several processes on it are not a
+            // deployment sluice supports.
+            if db.backend == "postgres" && tasks > 1 {
+                rows.push(run(&db, Path::Grants(2), tasks, flows).await?);
+            }
         }
         db.remove().await?;
     }
@@ -81,19 +108,18 @@ async fn main() -> Result<(), BoxError> {
     for mut r in rows {
         r.latencies.sort();
         let secs = r.elapsed.as_secs_f64();
-        let (grants, batch) = if r.path == "grants" {
-            (
+        let (grants, batch) = match r.path {
+            Path::Grants(_) => (
                 format!("{:.0}", r.takes as f64 / secs),
                 format!("{:.1}", r.flows as f64 / r.batches.max(1) as f64),
-            )
-        } else {
-            ("-".to_owned(), "1".to_owned())
+            ),
+            Path::PerRequest => ("-".to_owned(), "1".to_owned()),
         };
         writeln!(
             out,
             "{:<9} {:<12} {:>5} {:>6} {:>7.2} {:>14.0} {:>9} {:>10} {:>7.2} {:>7.2}",
             r.backend,
-            r.path,
+            r.path.label(),
             r.tasks,
             r.flows,
             secs,
@@ -108,27 +134,30 @@ async fn main() -> Result<(), BoxError> {
 }
 
 /// `flows` reserve → settle flows over `tasks` tasks on one account: per request in the
-/// database (`grants == false`), or from a [`Biller`]'s grant with group commit.
-async fn run(
-    ledger: &Ledger,
-    backend: &'static str,
-    grants: bool,
-    tasks: usize,
-    flows: usize,
-) -> Result<Row, BoxError> {
-    let path = if grants { "grants" } else { "per-request" };
-    let account = ledger
-        .create_account(&format!("bench-{path}-{tasks}"), i64::MAX / 2)
-        .await?;
+/// database, or from the grants of [`Biller`]s with group commit, task `t` on holder
+/// `t % holders`.
+async fn run(db: &BenchLedger, path: Path, tasks: usize, flows: usize) -> Result<Row, BoxError> {
+    let ledger = &db.ledger;
+    let name = format!("bench-{}-{tasks}", path.label().replace(' ', ""));
+    let account = ledger.create_account(&name, i64::MAX / 2).await?;
     let counts = Arc::new(Counts::default());
-    let observer: Arc<dyn BillerObserver> = counts.clone();
-    let biller =
-        grants.then(|| Biller::start(ledger.clone(), BillerConfig::new("bench"), Some(observer)));
+    let mut pools = Vec::new();
+    let mut billers = Vec::new();
+    if let Path::Grants(holders) = path {
+        for h in 0..holders {
+            let pool = if h == 0 { ledger.clone() } else { Ledger::connect(&db.url).await? };
+            let observer: Arc<dyn BillerObserver> = counts.clone();
+            let config = BillerConfig::new(format!("bench-{h}"));
+            billers.push(Biller::start(pool.clone(), config, Some(observer)));
+            pools.push(pool);
+        }
+    }
     let per_task = flows / tasks;
     let started = Instant::now();
     let mut handles = Vec::with_capacity(tasks);
     for t in 0..tasks {
-        let (ledger, biller) = (ledger.clone(), biller.clone());
+        let ledger = ledger.clone();
+        let biller = (!billers.is_empty()).then(|| billers[t % billers.len()].clone());
         handles.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(per_task);
             let usage = || Usage {
@@ -164,17 +193,18 @@ async fn run(
         latencies.extend(h.await??);
     }
     let elapsed = started.elapsed();
-    if let Some(b) = &biller {
+    for b in &billers {
         b.shutdown(Duration::from_secs(10)).await;
     }
-    let check = ledger
-        .journal_verify(&format!("bench-{path}-{tasks}"))
-        .await?;
+    for pool in pools.iter().skip(1) {
+        pool.close().await;
+    }
+    let check = ledger.journal_verify(&name).await?;
     if !check.is_consistent() {
-        return Err(format!("journal check failed after the {path} run: {check:?}").into());
+        return Err(format!("journal check failed after the {} run: {check:?}", path.label()).into());
     }
     Ok(Row {
-        backend,
+        backend: db.backend,
         path,
         tasks,
         flows: latencies.len(),

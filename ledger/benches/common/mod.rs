@@ -22,6 +22,10 @@ pub fn flows() -> usize {
 /// One ledger a bench runs on, and what to remove after it.
 pub struct BenchLedger {
     pub backend: &'static str,
+    /// What `ledger` was connected to: another pool on the same database is another
+    /// gateway process.
+    #[allow(dead_code, reason = "the reservations bench runs one process")]
+    pub url: String,
     pub ledger: Ledger,
     cleanup: Cleanup,
 }
@@ -39,8 +43,9 @@ enum Cleanup {
 pub async fn ledgers(name: &str, out: &mut impl Write) -> Result<Vec<BenchLedger>, BoxError> {
     let tag = format!("sluice_bench_{name}_{}", std::process::id());
     let path = std::env::temp_dir().join(format!("{tag}.db"));
-    let ledger = Ledger::connect(&format!("sqlite://{}", path.display())).await?;
-    let mut all = vec![BenchLedger { backend: "sqlite", ledger, cleanup: Cleanup::File(path) }];
+    let url = format!("sqlite://{}", path.display());
+    let ledger = Ledger::connect(&url).await?;
+    let mut all = vec![BenchLedger { backend: "sqlite", url, ledger, cleanup: Cleanup::File(path) }];
 
     let base = std::env::var("SLUICE_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
@@ -54,8 +59,9 @@ pub async fn ledgers(name: &str, out: &mut impl Write) -> Result<Vec<BenchLedger
         Ok(admin) => {
             sqlx::query(&format!("CREATE SCHEMA {tag}")).execute(&admin).await?;
             let sep = if base.contains('?') { '&' } else { '?' };
-            let ledger = Ledger::connect(&format!("{base}{sep}options=-c%20search_path%3D{tag}")).await?;
-            all.push(BenchLedger { backend: "postgres", ledger, cleanup: Cleanup::Schema(admin, tag) });
+            let url = format!("{base}{sep}options=-c%20search_path%3D{tag}");
+            let ledger = Ledger::connect(&url).await?;
+            all.push(BenchLedger { backend: "postgres", url, ledger, cleanup: Cleanup::Schema(admin, tag) });
         }
     }
     Ok(all)
