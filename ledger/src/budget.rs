@@ -52,8 +52,8 @@ mod series;
 mod tests;
 
 pub use format::format_duration;
-pub use series::{MinuteCounts, MinuteSeries};
 pub use resource::{EvaluateError, unix_minute};
+pub use series::{MinuteCounts, MinuteSeries};
 
 /// The burn-rate windows every report shows, by label.
 pub const BURN_RATE_WINDOWS: [(&str, i64); 4] =

@@ -233,7 +233,9 @@ impl Ledger {
         let rows = self
             .reduced_minutes(routes, from_minute, to_minute, slow_from, false)
             .await?;
-        rows.iter().map(|row| Ok((row.try_get(0)?, reduced(row, 1)?))).collect()
+        rows.iter()
+            .map(|row| Ok((row.try_get(0)?, reduced(row, 1)?)))
+            .collect()
     }
 
     /// [`Ledger::budget_minutes`] per route: one query for the last minutes of several

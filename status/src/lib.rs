@@ -82,6 +82,9 @@ pub fn router(source: Arc<dyn Source>, options: Options) -> Router {
         options,
         cache: Mutex::new(load::Cache::default()),
     });
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(warm(Arc::downgrade(&served)));
+    }
     Router::new()
         .route("/status", get(html_page))
         .route("/status/", get(html_page))
@@ -109,6 +112,26 @@ pub async fn current(
             tracing::warn!(error = %e, "status page: reading the ledger failed");
             Err(unavailable(&format!("reading the ledger failed: {e}")))
         }
+    }
+}
+
+/// Reads the history once as soon as there is a catalog and a ledger, so that the
+/// first visitor does not wait for the lookback to be read (with 30 days of rollups
+/// for 50 routes that takes seconds, docs/design.md §10). Ends with the router.
+async fn warm(served: std::sync::Weak<Served>) {
+    loop {
+        let Some(s) = served.upgrade() else { return };
+        if s.source.catalog().is_some() && s.source.ledger().is_some() {
+            let mut cache = s.cache.lock().await;
+            if current(s.source.as_ref(), &mut cache, SystemTime::now())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+        drop(s);
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
 

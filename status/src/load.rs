@@ -95,10 +95,16 @@ async fn refresh_budgets(
                 let read_from = (m.read_to - REREAD_MINUTES + 1).max(from);
                 m.minutes.keep(from, read_from);
                 m.read_to = now_minute;
-                rereads.entry(read_for.1).or_default().push((b.key.clone(), read_from));
+                rereads
+                    .entry(read_for.1)
+                    .or_default()
+                    .push((b.key.clone(), read_from));
                 current.insert(b.key.clone(), m);
             }
-            None => match ledger.budget_minutes(&b.routes, from, now_minute, read_for.1).await {
+            None => match ledger
+                .budget_minutes(&b.routes, from, now_minute, read_for.1)
+                .await
+            {
                 Ok(rows) => {
                     let mut minutes = MinuteSeries::new(from);
                     for (minute, counts) in &rows {
@@ -106,7 +112,11 @@ async fn refresh_budgets(
                     }
                     current.insert(
                         b.key.clone(),
-                        BudgetMinutes { read_for, minutes, read_to: now_minute },
+                        BudgetMinutes {
+                            read_for,
+                            minutes,
+                            read_to: now_minute,
+                        },
                     );
                 }
                 Err(e) => {
@@ -122,15 +132,27 @@ async fn refresh_budgets(
             .collect();
         routes.sort();
         routes.dedup();
-        let since = group.iter().map(|(_, from)| *from).min().unwrap_or(now_minute);
-        match ledger.budget_route_minutes(&routes, since, now_minute, slow_from).await {
+        let since = group
+            .iter()
+            .map(|(_, from)| *from)
+            .min()
+            .unwrap_or(now_minute);
+        match ledger
+            .budget_route_minutes(&routes, since, now_minute, slow_from)
+            .await
+        {
             Ok(rows) => {
                 let mut by_route: HashMap<&str, Vec<(i64, MinuteCounts)>> = HashMap::new();
                 for (route, minute, counts) in &rows {
-                    by_route.entry(route.as_str()).or_default().push((*minute, *counts));
+                    by_route
+                        .entry(route.as_str())
+                        .or_default()
+                        .push((*minute, *counts));
                 }
                 for (key, read_from) in &group {
-                    let Some(m) = current.get_mut(key) else { continue };
+                    let Some(m) = current.get_mut(key) else {
+                        continue;
+                    };
                     for route in &m.read_for.0 {
                         for (minute, counts) in by_route.get(route.as_str()).into_iter().flatten() {
                             if *minute >= *read_from {

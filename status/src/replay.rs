@@ -138,6 +138,28 @@ struct Tracker {
     /// that the failures it recovered from do not keep it degraded for the window).
     live_from: i64,
     changed_ms: Option<i64>,
+    /// Checks finished by the step being taken: `checks[..seen]` (steps only move on,
+    /// so these cursors only move forward, instead of a search per step).
+    seen: usize,
+    /// Of those, the ones before the last two intervals: `checks[recent..seen]` are
+    /// recent.
+    recent: usize,
+}
+
+impl Tracker {
+    /// Moves the cursors to `t`.
+    fn advance(&mut self, c: &CandidateHistory<'_>, t: i64) {
+        let Some(interval) = c.interval_ms else {
+            return;
+        };
+        while self.seen < c.checks.len() && c.checks[self.seen].at_ms <= t {
+            self.seen += 1;
+        }
+        let since = t - 2 * interval;
+        while self.recent < self.seen && c.checks[self.recent].at_ms <= since {
+            self.recent += 1;
+        }
+    }
 }
 
 /// Replays `history` from the minute of `from_ms` to `now_ms`.
@@ -149,6 +171,8 @@ pub fn replay(history: &RouteHistory<'_>, from_ms: i64, now_ms: i64) -> RouteRep
             status: Status::Operational,
             live_from: i64::MIN,
             changed_ms: None,
+            seen: 0,
+            recent: 0,
         })
         .collect();
     let mut route = Status::Operational;
@@ -226,12 +250,12 @@ pub fn replay(history: &RouteHistory<'_>, from_ms: i64, now_ms: i64) -> RouteRep
 /// degraded meanwhile. Without checks there is no hysteresis.
 fn step(p: &Prepared<'_>, tracker: &mut Tracker, t: i64, circuit: Option<Circuit>) -> Status {
     let c = p.c;
-    let rules = candidate_rules(&evidence(p, t, tracker.live_from, circuit));
+    tracker.advance(c, t);
+    let rules = candidate_rules(&evidence(p, tracker, t, tracker.live_from, circuit));
     if c.interval_ms.is_none() || tracker.status == Status::Operational {
         return rules;
     }
-    let upto = c.checks.partition_point(|k| k.at_ms <= t);
-    let recovered_from = match c.checks[..upto] {
+    let recovered_from = match c.checks[..tracker.seen] {
         [.., older, latest] if older.ok && latest.ok => {
             let from = older.at_ms.div_euclid(MINUTE_MS);
             let quiet = p.live.window(from, t.div_euclid(MINUTE_MS)).failed == 0;
@@ -242,14 +266,21 @@ fn step(p: &Prepared<'_>, tracker: &mut Tracker, t: i64, circuit: Option<Circuit
     match recovered_from {
         Some(from) => {
             tracker.live_from = from;
-            candidate_rules(&evidence(p, t, from, circuit))
+            candidate_rules(&evidence(p, tracker, t, from, circuit))
         }
         None => rules.max(Status::DegradedPerformance),
     }
 }
 
-/// The evidence at `t`, counting live minutes from `live_from` on.
-fn evidence(p: &Prepared<'_>, t: i64, live_from: i64, circuit: Option<Circuit>) -> Evidence {
+/// The evidence at `t` (the tracker's cursors moved to it), counting live minutes from
+/// `live_from` on.
+fn evidence(
+    p: &Prepared<'_>,
+    tracker: &Tracker,
+    t: i64,
+    live_from: i64,
+    circuit: Option<Circuit>,
+) -> Evidence {
     let c = p.c;
     let m = t.div_euclid(MINUTE_MS);
     let live = p
@@ -257,12 +288,10 @@ fn evidence(p: &Prepared<'_>, t: i64, live_from: i64, circuit: Option<Circuit>) 
         .window((m - LIVE_WINDOW_MINUTES + 1).max(live_from), m);
     let (synthetic, live_recent) = match c.interval_ms {
         Some(interval) => {
-            let upto = c.checks.partition_point(|k| k.at_ms <= t);
-            let seen = &c.checks[..upto];
+            let seen = &c.checks[..tracker.seen];
             let since = t - 2 * interval;
-            let recent_from = seen.partition_point(|k| k.at_ms <= since);
             let mut recent = Counts::default();
-            for k in &seen[recent_from..] {
+            for k in &seen[tracker.recent..] {
                 if k.ok {
                     recent.ok += 1;
                 } else {

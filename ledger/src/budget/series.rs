@@ -80,7 +80,8 @@ impl MinuteSeries {
             Err(_) => {
                 // `from` is before the first minute: pad the front.
                 let pad = usize::try_from(self.first - from).unwrap_or(0);
-                self.counts.splice(0..0, std::iter::repeat_n(MinuteCounts::default(), pad));
+                self.counts
+                    .splice(0..0, std::iter::repeat_n(MinuteCounts::default(), pad));
             }
         }
         self.first = from;

@@ -336,7 +336,10 @@ fn durations_use_their_largest_units_without_zero_parts() {
 
 #[test]
 fn a_minute_series_keeps_what_it_is_told_to() {
-    let one = |total| MinuteCounts { total, ..MinuteCounts::default() };
+    let one = |total| MinuteCounts {
+        total,
+        ..MinuteCounts::default()
+    };
     let mut s = MinuteSeries::new(10);
     s.add(9, &one(100));
     s.add(12, &one(1));
@@ -346,7 +349,11 @@ fn a_minute_series_keeps_what_it_is_told_to() {
     s.keep(11, 15);
     assert_eq!([10, 12, 15].map(|m| s.get(m).total), [0, 3, 0]);
     s.keep(5, 100);
-    assert_eq!(s.get(12).total, 3, "moving the start back keeps the minutes where they were");
+    assert_eq!(
+        s.get(12).total,
+        3,
+        "moving the start back keeps the minutes where they were"
+    );
     s.add(5, &one(8));
     assert_eq!(s.get(5).total, 8);
     s.keep(13, 13);

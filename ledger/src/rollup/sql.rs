@@ -62,7 +62,11 @@ pub(super) fn select_route_minutes(keys: usize) -> String {
 /// route and minute with `by_route` (route first). Binds: from, to, then the route
 /// names. Postgres sums `BIGINT` into `NUMERIC`, which the `Any` driver cannot decode:
 /// hence the casts.
-pub(super) fn select_budget_minutes(keys: usize, slow_from: Option<usize>, by_route: bool) -> String {
+pub(super) fn select_budget_minutes(
+    keys: usize,
+    slow_from: Option<usize>,
+    by_route: bool,
+) -> String {
     let buckets = columns("lat_");
     let slow = match slow_from {
         Some(first) if first < buckets.len() => {

@@ -6,8 +6,8 @@ use sluice_crds::Manifests;
 use sluice_crds::snapshot::BudgetConfig;
 
 use super::*;
-use crate::budget::{BudgetState, evaluate};
 use crate::budget::tests::minute;
+use crate::budget::{BudgetState, evaluate};
 
 const MANIFESTS: &str = r#"
 apiVersion: sluice.dev/v1alpha1
