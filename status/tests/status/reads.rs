@@ -148,3 +148,55 @@ async fn budgets_stay_exact_across_refreshes_on_sqlite() {
 async fn budgets_stay_exact_across_refreshes_on_postgres() {
     budgets_stay_exact_across_refreshes(Backend::Postgres).await;
 }
+
+/// A source whose ledger is connected later, counting how often it is asked for it.
+struct Later {
+    catalog: Catalog,
+    ledger: std::sync::Mutex<Option<sluice_ledger::Ledger>>,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl sluice_status::Source for Later {
+    fn catalog(&self) -> Option<Catalog> {
+        Some(self.catalog.clone())
+    }
+    fn ledger(&self) -> Option<sluice_ledger::Ledger> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.ledger.lock().unwrap().clone()
+    }
+}
+
+/// Polls `done` every 50 ms for up to 10 s.
+async fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The router reads the history as soon as it has a ledger, before anyone asks for the
+/// page, and stops once it has.
+#[tokio::test]
+async fn the_router_reads_the_history_before_the_first_visitor() {
+    let db = TestDb::of(Backend::Sqlite).await.unwrap().unwrap();
+    let (ledger, catalog) = crate::support::seeded(&db).await;
+    let source = std::sync::Arc::new(Later {
+        catalog,
+        ledger: std::sync::Mutex::new(None),
+        asked: Default::default(),
+    });
+    let asked = || source.asked.load(std::sync::atomic::Ordering::SeqCst);
+    let _app = sluice_status::router(source.clone(), sluice_status::Options::default());
+    assert!(eventually(|| asked() >= 2).await, "the router does not wait for a ledger");
+    *source.ledger.lock().unwrap() = Some(ledger);
+    let before = asked();
+    assert!(eventually(|| asked() >= before + 2).await, "the router did not read the ledger");
+    // One more try would come within a second if the read had failed.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = asked();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(asked(), after, "the router keeps reading after its first read");
+}
