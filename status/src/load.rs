@@ -106,15 +106,11 @@ async fn refresh_budgets(
                 .await
             {
                 Ok(rows) => {
-                    let mut minutes = MinuteSeries::new(from);
-                    for (minute, counts) in &rows {
-                        minutes.add(*minute, counts);
-                    }
                     current.insert(
                         b.key.clone(),
                         BudgetMinutes {
                             read_for,
-                            minutes,
+                            minutes: MinuteSeries::from_rows(from, &rows),
                             read_to: now_minute,
                         },
                     );

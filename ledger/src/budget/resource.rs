@@ -72,14 +72,14 @@ impl Ledger {
         let policy = BudgetPolicy::from(config);
         let now = unix_minute(now);
         let from = now - policy.lookback_minutes() + 1;
-        let mut minutes = MinuteSeries::new(from);
-        for (minute, counts) in self
+        let rows = self
             .budget_minutes(&config.routes, from, now, policy.slow_from())
-            .await?
-        {
-            minutes.add(minute, &counts);
-        }
-        Ok(evaluate_minutes(&policy, &minutes, now)?)
+            .await?;
+        Ok(evaluate_minutes(
+            &policy,
+            &MinuteSeries::from_rows(from, &rows),
+            now,
+        )?)
     }
 }
 

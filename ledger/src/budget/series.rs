@@ -50,6 +50,21 @@ impl MinuteSeries {
         }
     }
 
+    /// A series starting at `first` holding `rows` (as [`Ledger::budget_minutes`]
+    /// returns them), minutes before `first` left out.
+    ///
+    /// [`Ledger::budget_minutes`]: crate::Ledger::budget_minutes
+    pub fn from_rows<'r>(
+        first: i64,
+        rows: impl IntoIterator<Item = &'r (i64, MinuteCounts)>,
+    ) -> MinuteSeries {
+        let mut series = MinuteSeries::new(first);
+        for (minute, counts) in rows {
+            series.add(*minute, counts);
+        }
+        series
+    }
+
     /// The counts of `minute` (zeros outside the series).
     pub fn get(&self, minute: i64) -> MinuteCounts {
         usize::try_from(minute - self.first)
