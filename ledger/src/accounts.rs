@@ -12,6 +12,9 @@ use crate::ledger::{Ledger, unix_ms};
 use crate::notify;
 
 /// A wallet. `balance_nanos − reserved_nanos` is what new reservations may use.
+///
+/// Both are as of the last settlement: what balance grants settled but have not yet
+/// posted to the account row (docs/design.md §5a) is taken out of the stored values here.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Account {
     /// Database id (what [`Ledger::reserve`] takes).
@@ -20,9 +23,16 @@ pub struct Account {
     pub name: String,
     /// Money in the wallet, nanodollars.
     pub balance_nanos: i64,
-    /// Part of the balance held by open reservations, nanodollars.
+    /// Part of the balance held by open reservations and grants, nanodollars.
     pub reserved_nanos: i64,
 }
+
+/// Reads an account with its grants' unposted settlements taken out; `$1` is the name or
+/// the id. The correlated sum reads the open grants of one account through
+/// `grants_open_by_account`.
+const SELECT_ACCOUNT: &str = "SELECT a.id, a.name, a.balance_nanos, a.reserved_nanos, \
+     CAST(COALESCE((SELECT SUM(g.unposted_nanos) FROM grants g WHERE g.account_id = a.id AND g.state = 'open'), 0) AS BIGINT) \
+     FROM accounts a WHERE ";
 
 /// What an API key authenticates as.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -39,12 +49,14 @@ impl Account {
         self.balance_nanos - self.reserved_nanos
     }
 
+    /// From a row of [`SELECT_ACCOUNT`].
     fn from_row(row: &AnyRow) -> Result<Account, sqlx::Error> {
+        let unposted: i64 = row.try_get(4)?;
         Ok(Account {
             id: row.try_get(0)?,
             name: row.try_get(1)?,
-            balance_nanos: row.try_get(2)?,
-            reserved_nanos: row.try_get(3)?,
+            balance_nanos: row.try_get::<i64, _>(2)? - unposted,
+            reserved_nanos: row.try_get::<i64, _>(3)? - unposted,
         })
     }
 }
@@ -95,23 +107,19 @@ impl Ledger {
 
     /// The account called `name`, if any.
     pub async fn account(&self, name: &str) -> Result<Option<Account>, LedgerError> {
-        let row = sqlx::query(
-            "SELECT id, name, balance_nanos, reserved_nanos FROM accounts WHERE name = $1",
-        )
-        .bind(name)
-        .fetch_optional(&self.inner.reader)
-        .await?;
+        let row = sqlx::query(&format!("{SELECT_ACCOUNT}a.name = $1"))
+            .bind(name)
+            .fetch_optional(&self.inner.reader)
+            .await?;
         Ok(row.as_ref().map(Account::from_row).transpose()?)
     }
 
     /// The account with database id `id`, if any.
     pub async fn account_by_id(&self, id: i64) -> Result<Option<Account>, LedgerError> {
-        let row = sqlx::query(
-            "SELECT id, name, balance_nanos, reserved_nanos FROM accounts WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(&self.inner.reader)
-        .await?;
+        let row = sqlx::query(&format!("{SELECT_ACCOUNT}a.id = $1"))
+            .bind(id)
+            .fetch_optional(&self.inner.reader)
+            .await?;
         Ok(row.as_ref().map(Account::from_row).transpose()?)
     }
 
@@ -125,7 +133,7 @@ impl Ledger {
         let row = sqlx::query(
             "UPDATE accounts SET balance_nanos = balance_nanos + $2 \
              WHERE name = $1 AND balance_nanos <= $3 \
-             RETURNING id, name, balance_nanos, reserved_nanos",
+             RETURNING id, balance_nanos, reserved_nanos",
         )
         .bind(name)
         .bind(amount_nanos)
@@ -145,24 +153,29 @@ impl Ledger {
                 None => LedgerError::UnknownAccount(name.to_owned()),
             });
         };
-        let account = Account::from_row(&row)?;
+        let (id, balance_after, reserved_after): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
         let entry = Entry {
-            account_id: account.id,
+            account_id: id,
             kind: EntryKind::Topup,
             amount_nanos,
             balance_delta: amount_nanos,
             reserved_delta: 0,
-            balance_after: account.balance_nanos,
-            reserved_after: account.reserved_nanos,
+            balance_after,
+            reserved_after,
             uncollected_nanos: 0,
             reservation_id: None,
             request_id: None,
             at_ms: now,
         };
         journal::append(&mut tx, &entry).await?;
-        notify::record(self, &mut tx, account.id, None, now).await?;
+        notify::record(self, &mut tx, id, None, now).await?;
+        let account = sqlx::query(&format!("{SELECT_ACCOUNT}a.id = $1"))
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
         tx.commit().await?;
-        Ok(account)
+        Ok(Account::from_row(&account)?)
     }
 }
 

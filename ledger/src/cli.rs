@@ -218,7 +218,14 @@ pub async fn run_admin(
         AdminCommand::Account(AccountCommand::Audit { name, json }) => {
             let check = ledger.journal_verify(&name).await?;
             if json {
-                writeln!(out, "{}", json_line(&AuditJson { consistent: check.is_consistent(), check: &check }))?;
+                writeln!(
+                    out,
+                    "{}",
+                    json_line(&AuditJson {
+                        consistent: check.is_consistent(),
+                        check: &check
+                    })
+                )?;
             } else {
                 write_audit(out, &check)?;
             }
@@ -301,12 +308,20 @@ fn write_audit(out: &mut impl Write, c: &JournalCheck) -> std::io::Result<()> {
         (
             "BALANCE",
             usd(c.balance_nanos),
-            format!("journal {} {}", usd(c.journal_balance_nanos), mark(c.balance_nanos == c.journal_balance_nanos)),
+            format!(
+                "journal {} {}",
+                usd(c.journal_balance_nanos),
+                mark(c.balance_nanos == c.journal_balance_nanos)
+            ),
         ),
         (
             "RESERVED",
             usd(c.reserved_nanos),
-            format!("journal {} {}", usd(c.journal_reserved_nanos), mark(c.reserved_nanos == c.journal_reserved_nanos)),
+            format!(
+                "journal {} {}",
+                usd(c.journal_reserved_nanos),
+                mark(c.reserved_nanos == c.journal_reserved_nanos)
+            ),
         ),
         (
             "HELD BY",
@@ -319,14 +334,48 @@ fn write_audit(out: &mut impl Write, c: &JournalCheck) -> std::io::Result<()> {
             ),
         ),
         (
+            "UNPOSTED",
+            usd(c.unposted_nanos),
+            format!(
+                "settled in balance grants, not yet in the account row ({} and {} stored); journal {} {}",
+                usd(c.stored_balance_nanos),
+                usd(c.stored_reserved_nanos),
+                usd(c.journal_unposted_nanos),
+                mark(
+                    c.unposted_nanos == c.journal_unposted_nanos
+                        && c.last_after == Some((c.stored_balance_nanos, c.stored_reserved_nanos))
+                )
+            ),
+        ),
+        (
             "UNEXPLAINED",
             c.unexplained_grants.to_string(),
-            format!("grants whose journal rows do not add up to what they hold {}", mark(c.unexplained_grants == 0)),
+            format!(
+                "grants whose journal rows do not add up to what they hold, settled and posted {}",
+                mark(c.unexplained_grants == 0)
+            ),
         ),
-        ("UNCOLLECTED", usd(c.uncollected_nanos), "charges above an estimate, or settled after an expiry".to_owned()),
-        ("RESULT", if c.is_consistent() { "consistent" } else { "INCONSISTENT" }.to_owned(), String::new()),
+        (
+            "UNCOLLECTED",
+            usd(c.uncollected_nanos),
+            "charges above an estimate, or settled after an expiry".to_owned(),
+        ),
+        (
+            "RESULT",
+            if c.is_consistent() {
+                "consistent"
+            } else {
+                "INCONSISTENT"
+            }
+            .to_owned(),
+            String::new(),
+        ),
     ];
-    let width = rows.iter().map(|(_, v, _)| v.chars().count()).max().unwrap_or(0);
+    let width = rows
+        .iter()
+        .map(|(_, v, _)| v.chars().count())
+        .max()
+        .unwrap_or(0);
     for (label, value, note) in rows {
         let line = format!("{label:<12} {value:<width$}  {note}");
         writeln!(out, "{}", line.trim_end())?;
@@ -378,7 +427,10 @@ fn write_key_table(out: &mut impl Write, keys: &[KeyInfo]) -> std::io::Result<()
 
 /// `2026-12-01T10:44:44Z`: UTC, whole seconds.
 fn format_utc(at: SystemTime) -> String {
-    jiff::Timestamp::try_from(at).map_or_else(|_| "-".to_owned(), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+    jiff::Timestamp::try_from(at).map_or_else(
+        |_| "-".to_owned(),
+        |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
 }
 
 /// Serialises a flat struct of strings and integers (cannot fail).

@@ -23,6 +23,15 @@ pub enum LedgerError {
     /// No account has this id.
     #[error("no account with id {0}")]
     UnknownAccountId(i64),
+    /// A settlement names a grant that the account does not have (never written by a
+    /// biller: grants are never deleted).
+    #[error("no grant {grant_id} of account {account_id}")]
+    UnknownGrant {
+        /// The grant.
+        grant_id: i64,
+        /// The account the settlement was for.
+        account_id: i64,
+    },
     /// No API key is this key or has this id (named by [`KeySelector::describe`](crate::KeySelector::describe)).
     #[error("no API key {0} in this ledger")]
     UnknownKey(String),
@@ -60,7 +69,9 @@ pub enum LedgerError {
         needed_nanos: i64,
     },
     /// `admin account audit` found a disagreement.
-    #[error("the journal of account {0:?} does not add up to its balance and holds (see the audit)")]
+    #[error(
+        "the journal of account {0:?} does not add up to its balance and holds (see the audit)"
+    )]
     Inconsistent(String),
     /// No reservation has this id.
     #[error("no reservation with id {0}")]

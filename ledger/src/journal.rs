@@ -56,25 +56,44 @@ pub(crate) struct Entry<'a> {
 
 /// The result of [`Ledger::journal_verify`]: the account as stored and as the journal
 /// adds it up, read from one consistent snapshot.
+///
+/// With balance grants (docs/design.md §5a) a settlement moves money inside its grant and
+/// reaches the account row when the grant posts, so the row holds what grants settled
+/// since they last posted (`unposted`) in both its balance and reserved. The balance and
+/// reserved here are the row's less that, as [`Ledger::account`] reads them; the journal
+/// reproduces them on its own (its rows say what each grant settled and posted).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct JournalCheck {
     /// The account name.
     pub account: String,
-    /// `accounts.balance_nanos`.
+    /// The balance: the row's less what open grants have not posted.
     pub balance_nanos: i64,
-    /// `accounts.reserved_nanos`.
+    /// What is reserved: the row's less what open grants have not posted.
     pub reserved_nanos: i64,
-    /// Σ balance deltas in the journal.
+    /// `accounts.balance_nanos` as stored.
+    pub stored_balance_nanos: i64,
+    /// `accounts.reserved_nanos` as stored.
+    pub stored_reserved_nanos: i64,
+    /// What open grants settled and have not posted (their `unposted_nanos`).
+    pub unposted_nanos: i64,
+    /// The balance as the journal adds it up: Σ balance deltas less what its grant
+    /// rows settled and did not post.
     pub journal_balance_nanos: i64,
-    /// Σ reserved deltas in the journal.
+    /// Reserved as the journal adds it up, likewise.
     pub journal_reserved_nanos: i64,
+    /// What the journal's grant rows settled and did not post.
+    pub journal_unposted_nanos: i64,
     /// Σ amounts of the account's open reservations.
     pub open_reservations_nanos: i64,
-    /// Σ amounts the account's open grants hold (docs/design.md §5a).
+    /// Σ of what the account's open grants hold for new requests.
     pub open_grants_nanos: i64,
-    /// Grants whose journal rows do not add up to what they hold (0 when consistent).
+    /// Grants whose journal rows do not explain them (0 when consistent): what each
+    /// holds of the stored `reserved`, what it settled and what it posted must each be
+    /// the sum of its rows.
     pub unexplained_grants: u64,
-    /// `balance_after`/`reserved_after` of the newest journal row.
+    /// `balance_after`/`reserved_after` of the newest journal row that has them (a
+    /// settlement on a grant does not touch the account row and has none); they must
+    /// be the stored values.
     pub last_after: Option<(i64, i64)>,
     /// Σ charges that could not be collected (actual cost above the reservation, or a
     /// settle after expiry).
@@ -84,15 +103,17 @@ pub struct JournalCheck {
 }
 
 impl JournalCheck {
-    /// True when balance and reserved equal the journal sums and the newest row's
-    /// "after" values, reserved equals the open reservations plus the open grants, every
-    /// grant's journal rows explain what it holds, and balance ≥ reserved ≥ 0.
+    /// True when the balance and reserved equal what the journal adds up to (and so do
+    /// the stored values and the newest "after" values), reserved equals the open
+    /// reservations plus the open grants, every grant's journal rows explain it, and
+    /// balance ≥ reserved ≥ 0.
     pub fn is_consistent(&self) -> bool {
         self.balance_nanos == self.journal_balance_nanos
             && self.reserved_nanos == self.journal_reserved_nanos
+            && self.unposted_nanos == self.journal_unposted_nanos
             && self.reserved_nanos == self.open_reservations_nanos + self.open_grants_nanos
             && self.unexplained_grants == 0
-            && self.last_after == Some((self.balance_nanos, self.reserved_nanos))
+            && self.last_after == Some((self.stored_balance_nanos, self.stored_reserved_nanos))
             && self.reserved_nanos >= 0
             && self.balance_nanos >= self.reserved_nanos
     }
@@ -134,10 +155,16 @@ impl Ledger {
                 .await?
                 .ok_or_else(|| LedgerError::UnknownAccount(account.to_owned()))?;
         let id: i64 = row.try_get(0)?;
+        // What a grant settled and did not post: its `settle` rows (those written before
+        // posting existed moved the balance themselves: amount + balance_delta = 0) less
+        // its `post` rows.
         let sums = sqlx::query(
             "SELECT CAST(COALESCE(SUM(balance_delta), 0) AS BIGINT), \
              CAST(COALESCE(SUM(reserved_delta), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(uncollected_nanos), 0) AS BIGINT), COUNT(*) \
+             CAST(COALESCE(SUM(uncollected_nanos), 0) AS BIGINT), COUNT(*), \
+             CAST(COALESCE(SUM(CASE WHEN grant_id IS NULL THEN 0 \
+                                    WHEN kind = 'settle' THEN amount_nanos + balance_delta \
+                                    WHEN kind = 'post' THEN -amount_nanos ELSE 0 END), 0) AS BIGINT) \
              FROM journal WHERE account_id = $1",
         )
         .bind(id)
@@ -145,7 +172,7 @@ impl Ledger {
         .await?;
         let last = sqlx::query(
             "SELECT balance_after, reserved_after FROM journal WHERE account_id = $1 \
-             ORDER BY id DESC LIMIT 1",
+             AND balance_after IS NOT NULL ORDER BY id DESC LIMIT 1",
         )
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -157,27 +184,43 @@ impl Ledger {
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
-        // Grants (docs/design.md §5a): what open ones hold is in `reserved` too, and each
-        // grant's journal rows (take, settlements, return or expiry) must add up to what
-        // it holds: its amount while open, nothing once closed.
+        // Grants (docs/design.md §5a). What an open one holds (room plus unposted) is in
+        // the stored `reserved`, and its journal rows explain it three ways: their
+        // reserved deltas add up to what it holds (nothing once closed), their
+        // settlements to what it settled, and what left the balance through it (posts;
+        // settlements before posting existed moved the account themselves) to what it
+        // settled less what it has not posted yet.
         let grants = sqlx::query(
             "SELECT CAST(COALESCE(SUM(CASE WHEN g.state = 'open' THEN g.amount_nanos ELSE 0 END), 0) AS BIGINT), \
-             COUNT(CASE WHEN (CASE WHEN g.state = 'open' THEN g.amount_nanos ELSE 0 END) <> \
-               (SELECT COALESCE(SUM(j.reserved_delta), 0) FROM journal j WHERE j.grant_id = g.id) THEN 1 END) \
-             FROM grants g WHERE g.account_id = $1",
+             CAST(COALESCE(SUM(CASE WHEN g.state = 'open' THEN g.unposted_nanos ELSE 0 END), 0) AS BIGINT), \
+             COUNT(CASE WHEN COALESCE(j.reserved, 0) <> (CASE WHEN g.state = 'open' THEN g.amount_nanos + g.unposted_nanos ELSE 0 END) \
+                          OR COALESCE(j.settled, 0) <> g.settled_nanos \
+                          OR COALESCE(j.balance, 0) <> g.unposted_nanos - g.settled_nanos THEN 1 END) \
+             FROM grants g LEFT JOIN ( \
+               SELECT grant_id, SUM(reserved_delta) AS reserved, SUM(balance_delta) AS balance, \
+                      SUM(CASE WHEN kind = 'settle' THEN amount_nanos ELSE 0 END) AS settled \
+               FROM journal WHERE account_id = $1 AND grant_id IS NOT NULL GROUP BY grant_id) j ON j.grant_id = g.id \
+             WHERE g.account_id = $1",
         )
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
         tx.rollback().await?;
+        let (stored_balance, stored_reserved, unposted): (i64, i64, i64) =
+            (row.try_get(1)?, row.try_get(2)?, grants.try_get(1)?);
+        let journal_unposted: i64 = sums.try_get(4)?;
         Ok(JournalCheck {
             open_grants_nanos: grants.try_get(0)?,
-            unexplained_grants: from_db(grants.try_get(1)?),
+            unposted_nanos: unposted,
+            unexplained_grants: from_db(grants.try_get(2)?),
             account: account.to_owned(),
-            balance_nanos: row.try_get(1)?,
-            reserved_nanos: row.try_get(2)?,
-            journal_balance_nanos: sums.try_get(0)?,
-            journal_reserved_nanos: sums.try_get(1)?,
+            balance_nanos: stored_balance - unposted,
+            reserved_nanos: stored_reserved - unposted,
+            stored_balance_nanos: stored_balance,
+            stored_reserved_nanos: stored_reserved,
+            journal_balance_nanos: sums.try_get::<i64, _>(0)? - journal_unposted,
+            journal_reserved_nanos: sums.try_get::<i64, _>(1)? - journal_unposted,
+            journal_unposted_nanos: journal_unposted,
             uncollected_nanos: sums.try_get(2)?,
             entries: from_db(sums.try_get(3)?),
             open_reservations_nanos: open,

@@ -48,20 +48,22 @@ enum Backend {
 
 /// Migrations embedded at compile time, one list per database dialect.
 #[derive(Debug)]
-struct Embedded(&'static [(i64, &'static str, &'static str)]);
+pub(crate) struct Embedded(pub(crate) &'static [(i64, &'static str, &'static str)]);
 
-const SQLITE_MIGRATIONS: Embedded = Embedded(&[
+pub(crate) const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
     (2, "grants", include_str!("../migrations/sqlite/0002_grants.sql")),
     (3, "keys", include_str!("../migrations/sqlite/0003_keys.sql")),
     (4, "synthetic", include_str!("../migrations/sqlite/0004_synthetic.sql")),
+    (5, "posting", include_str!("../migrations/sqlite/0005_posting.sql")),
 ]);
 
-const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
+pub(crate) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
     (2, "grants", include_str!("../migrations/postgres/0002_grants.sql")),
     (3, "keys", include_str!("../migrations/postgres/0003_keys.sql")),
     (4, "synthetic", include_str!("../migrations/postgres/0004_synthetic.sql")),
+    (5, "posting", include_str!("../migrations/postgres/0005_posting.sql")),
 ]);
 
 /// Connections in the Postgres pool (shared by readers and writers).

@@ -1,9 +1,12 @@
 //! The database side of grants (docs/design.md §5a), one SQL text for both databases:
-//! take (open or grow a grant, or only extend its validity), close (return or expire),
-//! the reaper, and a settlement batch.
+//! take (open or grow a grant, or only extend its validity), post (move what a grant
+//! settled out of its account's balance and reserved), close (return or expire), the
+//! reaper, and a settlement batch.
 //!
 //! Lock order, everywhere: the account row first, then the grant row, so that takes,
-//! returns, reapers and settlement batches of many processes never deadlock on Postgres.
+//! posts, returns and reapers of many processes never deadlock on Postgres. A settlement
+//! batch locks only grant rows (in id order) and never waits for an account: the point of
+//! settling into the grant is that processes on one account do not take turns on its row.
 //! On SQLite the write transaction (`BEGIN IMMEDIATE`) holds the only lock there is.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +19,7 @@ use crate::ledger::{Ledger, to_db};
 
 /// Grants the reaper closes per query (it loops until none are left).
 const REAP_BATCH: i64 = 500;
-/// Journal rows per INSERT of a settlement batch (15 binds each).
+/// Journal rows per INSERT of a settlement batch (11 binds each).
 const ROWS_PER_INSERT: usize = 500;
 
 /// A request to open or grow a grant.
@@ -66,16 +69,26 @@ pub(crate) fn take_size(free: i64, need: i64, target: i64) -> Option<i64> {
     })
 }
 
+/// A grant as a transaction that locked it found it.
+struct Locked {
+    open: bool,
+    unposted: i64,
+    expires_at_ms: i64,
+}
+
 impl Ledger {
     /// Locks account `id` for the transaction (the first lock it takes) and reads its
-    /// balance and reserved amount.
+    /// stored balance and reserved amount. On Postgres `FOR NO KEY UPDATE` (the lock an
+    /// UPDATE of its balance takes anyway), not `FOR UPDATE`: a settlement batch's
+    /// journal rows reference the account, and that foreign key check takes a key-share
+    /// lock on it, which `FOR UPDATE` would make wait.
     async fn lock_account(
         tx: &mut Transaction<'static, Any>,
         postgres: bool,
         id: i64,
     ) -> Result<Option<(i64, i64)>, LedgerError> {
         let sql = if postgres {
-            "SELECT balance_nanos, reserved_nanos FROM accounts WHERE id = $1 FOR UPDATE"
+            "SELECT balance_nanos, reserved_nanos FROM accounts WHERE id = $1 FOR NO KEY UPDATE"
         } else {
             "SELECT balance_nanos, reserved_nanos FROM accounts WHERE id = $1"
         };
@@ -86,41 +99,145 @@ impl Ledger {
         })
     }
 
+    /// Locks grant `grant_id` of account `account_id` (after its account: the lock order
+    /// of this module) and reads what a take or a close needs.
+    async fn lock_grant(
+        tx: &mut Transaction<'static, Any>,
+        postgres: bool,
+        account_id: i64,
+        grant_id: i64,
+    ) -> Result<Option<Locked>, LedgerError> {
+        let sql = if postgres {
+            "SELECT state, unposted_nanos, expires_at_ms FROM grants WHERE id = $1 AND account_id = $2 FOR NO KEY UPDATE"
+        } else {
+            "SELECT state, unposted_nanos, expires_at_ms FROM grants WHERE id = $1 AND account_id = $2"
+        };
+        let row = sqlx::query(sql)
+            .bind(grant_id)
+            .bind(account_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+        Ok(match row {
+            Some(r) => Some(Locked {
+                open: r.try_get::<String, _>(0)? == "open",
+                unposted: r.try_get(1)?,
+                expires_at_ms: r.try_get(2)?,
+            }),
+            None => None,
+        })
+    }
+
+    /// Posts what grant `grant_id` settled since it last posted to its account, which
+    /// the transaction has locked with the stored `balance` and `reserved`: both lose
+    /// it, in a `post` journal row. Returns the stored values after.
+    async fn post_locked(
+        tx: &mut Transaction<'static, Any>,
+        account_id: i64,
+        grant_id: i64,
+        unposted: i64,
+        (balance, reserved): (i64, i64),
+        now_ms: i64,
+    ) -> Result<(i64, i64), LedgerError> {
+        if unposted == 0 {
+            return Ok((balance, reserved));
+        }
+        sqlx::query("UPDATE grants SET unposted_nanos = unposted_nanos - $2 WHERE id = $1")
+            .bind(grant_id)
+            .bind(unposted)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query(
+            "UPDATE accounts SET balance_nanos = balance_nanos - $2, reserved_nanos = reserved_nanos - $2 WHERE id = $1",
+        )
+        .bind(account_id)
+        .bind(unposted)
+        .execute(&mut **tx)
+        .await?;
+        let after = (balance - unposted, reserved - unposted);
+        let row = GrantRow {
+            account_id,
+            kind: "post",
+            amount: unposted,
+            balance_delta: -unposted,
+            reserved_delta: -unposted,
+            balance_after: after.0,
+            reserved_after: after.1,
+            grant_id,
+            at_ms: now_ms,
+        };
+        row.append(tx).await?;
+        Ok(after)
+    }
+
+    /// Posts what open grant `grant_id` has settled but not posted to its account
+    /// (docs/design.md §5a), in one transaction; returns how much.
+    pub(crate) async fn post_grant(
+        &self,
+        account_id: i64,
+        grant_id: i64,
+        now_ms: i64,
+    ) -> Result<i64, LedgerError> {
+        let pg = self.is_postgres();
+        let mut tx = self.begin_write().await?;
+        let Some(stored) = Self::lock_account(&mut tx, pg, account_id).await? else {
+            tx.rollback().await?;
+            return Err(LedgerError::UnknownAccountId(account_id));
+        };
+        let unposted = match Self::lock_grant(&mut tx, pg, account_id, grant_id).await? {
+            Some(g) if g.unposted > 0 => g.unposted,
+            _ => {
+                tx.rollback().await?;
+                return Ok(0);
+            }
+        };
+        Self::post_locked(&mut tx, account_id, grant_id, unposted, stored, now_ms).await?;
+        tx.commit().await?;
+        Ok(unposted)
+    }
+
     /// Opens or grows a grant in one transaction (docs/design.md §5a), journalled as
-    /// `reserve` with the grant's id when money moves.
+    /// `reserve` with the grant's id when money moves; a grown grant also posts what it
+    /// settled.
     pub(crate) async fn take_grant(&self, t: &Take<'_>) -> Result<Taken, LedgerError> {
         let pg = self.is_postgres();
         let mut tx = self.begin_write().await?;
-        let Some((balance, reserved)) = Self::lock_account(&mut tx, pg, t.account_id).await? else {
+        let Some(stored) = Self::lock_account(&mut tx, pg, t.account_id).await? else {
             tx.rollback().await?;
             return Err(LedgerError::UnknownAccountId(t.account_id));
         };
-        let free = balance - reserved;
+        // Posting moves nothing between balance and reserved: what is free is the same.
+        let free = stored.0 - stored.1;
         let Some(amount) = take_size(free, t.need, t.target) else {
             tx.rollback().await?;
             return Ok(Taken::Short { free });
         };
-        let grant_id = match t.grant_id {
+        let (grant_id, (balance, reserved)) = match t.grant_id {
             Some(id) => {
-                let grown: Option<i64> = sqlx::query_scalar(
+                let unposted = match Self::lock_grant(&mut tx, pg, t.account_id, id).await? {
+                    Some(g) if g.open => g.unposted,
+                    _ => {
+                        tx.rollback().await?;
+                        return Ok(Taken::GrantGone);
+                    }
+                };
+                let after =
+                    Self::post_locked(&mut tx, t.account_id, id, unposted, stored, t.now_ms)
+                        .await?;
+                sqlx::query(
                     "UPDATE grants SET amount_nanos = amount_nanos + $2, renewed_at_ms = $3, \
-                     valid_until_ms = $4, expires_at_ms = $5 WHERE id = $1 AND state = 'open' RETURNING id",
+                     valid_until_ms = $4, expires_at_ms = $5 WHERE id = $1",
                 )
                 .bind(id)
                 .bind(amount)
                 .bind(t.now_ms)
                 .bind(t.valid_until_ms)
                 .bind(t.expires_at_ms)
-                .fetch_optional(&mut *tx)
+                .execute(&mut *tx)
                 .await?;
-                if grown.is_none() {
-                    tx.rollback().await?;
-                    return Ok(Taken::GrantGone);
-                }
-                id
+                (id, after)
             }
             None => {
-                sqlx::query_scalar(
+                let id = sqlx::query_scalar(
                     "INSERT INTO grants (account_id, holder, amount_nanos, settled_nanos, state, created_at_ms, \
                      renewed_at_ms, valid_until_ms, expires_at_ms) VALUES ($1, $2, $3, 0, 'open', $4, $4, $5, $6) RETURNING id",
                 )
@@ -131,7 +248,8 @@ impl Ledger {
                 .bind(t.valid_until_ms)
                 .bind(t.expires_at_ms)
                 .fetch_one(&mut *tx)
-                .await?
+                .await?;
+                (id, stored)
             }
         };
         if amount > 0 {
@@ -161,10 +279,10 @@ impl Ledger {
         })
     }
 
-    /// Gives grant `grant_id` back: its remaining amount leaves the account's
-    /// `reserved`, journalled as `release` (a return) or `expire` (the reaper). With
-    /// `due_by`, only if its `expires_at_ms` is at or before that. Returns whether it was
-    /// open (and so closed now).
+    /// Gives grant `grant_id` back: it posts what it settled, and its remaining amount
+    /// leaves the account's `reserved`, journalled as `release` (a return) or `expire`
+    /// (the reaper). With `due_by`, only if its `expires_at_ms` is at or before that.
+    /// Returns whether it was open (and so closed now).
     pub(crate) async fn close_grant(
         &self,
         account_id: i64,
@@ -175,26 +293,28 @@ impl Ledger {
     ) -> Result<bool, LedgerError> {
         let pg = self.is_postgres();
         let mut tx = self.begin_write().await?;
-        let Some((balance, reserved)) = Self::lock_account(&mut tx, pg, account_id).await? else {
+        let Some(stored) = Self::lock_account(&mut tx, pg, account_id).await? else {
             tx.rollback().await?;
             return Ok(false);
         };
+        let unposted = match Self::lock_grant(&mut tx, pg, account_id, grant_id).await? {
+            Some(g) if g.open && g.expires_at_ms <= due_by.unwrap_or(i64::MAX) => g.unposted,
+            _ => {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+        };
+        let (balance, reserved) =
+            Self::post_locked(&mut tx, account_id, grant_id, unposted, stored, now_ms).await?;
         let state = if expire { "expired" } else { "returned" };
-        let amount: Option<i64> = sqlx::query_scalar(
-            "UPDATE grants SET state = $2, closed_at_ms = $3 WHERE id = $1 AND account_id = $4 AND state = 'open' \
-             AND expires_at_ms <= $5 RETURNING amount_nanos",
+        let amount: i64 = sqlx::query_scalar(
+            "UPDATE grants SET state = $2, closed_at_ms = $3 WHERE id = $1 RETURNING amount_nanos",
         )
         .bind(grant_id)
         .bind(state)
         .bind(now_ms)
-        .bind(account_id)
-        .bind(due_by.unwrap_or(i64::MAX))
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-        let Some(amount) = amount else {
-            tx.rollback().await?;
-            return Ok(false);
-        };
         sqlx::query("UPDATE accounts SET reserved_nanos = reserved_nanos - $2 WHERE id = $1")
             .bind(account_id)
             .bind(amount)
@@ -251,7 +371,8 @@ impl Ledger {
     }
 
     /// The open grants of account `account_id`: how many, and what they hold of its
-    /// `reserved` (the rest is held by per-request reservations).
+    /// `reserved` for new requests (the rest is held by per-request reservations, or
+    /// settled and not posted yet).
     pub async fn granted(&self, account_id: i64) -> Result<(u64, i64), LedgerError> {
         let row = sqlx::query(
             "SELECT COUNT(*), CAST(COALESCE(SUM(amount_nanos), 0) AS BIGINT) FROM grants WHERE account_id = $1 AND state = 'open'",
@@ -273,144 +394,72 @@ impl Ledger {
 
     /// Commits one settlement batch in one transaction: one journal row per settlement
     /// (`settle`, or `late_settle` when its grant is no longer open: nothing moves, the
-    /// charge is uncollected), each account row and each grant row updated once.
-    /// Idempotent: a row whose `(grant_id, hold_id)` is in the journal already (a batch
-    /// retried after an unknown commit outcome) is not inserted, and only inserted rows
-    /// move money. Returns, per job, whether its grant was open (money moved).
+    /// charge is uncollected) and each grant row updated once. The account rows are not
+    /// touched: a settlement moves money from the grant's amount to its `unposted`,
+    /// both inside the account's `reserved` (docs/design.md §5a), so batches of
+    /// processes on one account never wait for each other. Idempotent: a row whose
+    /// `(grant_id, hold_id)` is in the journal already (a batch retried after an
+    /// unknown commit outcome) is not inserted, and only inserted rows move money.
+    /// Returns, per job, whether its grant was open (money moved).
     pub(crate) async fn settle_batch(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
         if self.is_postgres() {
             self.settle_batch_postgres(jobs).await
         } else {
-            self.settle_batch_sqlite(jobs, false).await
+            self.settle_batch_sqlite(jobs).await
         }
     }
 
-    /// [`Ledger::settle_batch`] on SQLite: one `BEGIN IMMEDIATE` transaction with a
-    /// multi-row insert, or, `row_by_row`, an insert a row (after a multi-row insert
-    /// found some rows there already) with the "after" values recomputed.
-    async fn settle_batch_sqlite(&self, jobs: &[Job], row_by_row: bool) -> Result<Vec<bool>, LedgerError> {
+    /// [`Ledger::settle_batch`] on SQLite: one `BEGIN IMMEDIATE` transaction with
+    /// multi-row inserts.
+    async fn settle_batch_sqlite(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
         let mut tx = self.begin_write().await?;
-        let mut accounts: BTreeMap<i64, (i64, i64, bool)> = BTreeMap::new();
-        for id in jobs.iter().map(|j| j.account_id).collect::<BTreeSet<_>>() {
-            let (b, r) = Self::lock_account(&mut tx, false, id)
-                .await?
-                .ok_or(LedgerError::UnknownAccountId(id))?;
-            accounts.insert(id, (b, r, false));
-        }
-        let mut open: BTreeMap<i64, (bool, i64)> = BTreeMap::new();
-        for id in jobs.iter().map(|j| j.grant_id).collect::<BTreeSet<_>>() {
+        let mut open: BTreeMap<i64, bool> = BTreeMap::new();
+        for (id, account_id) in jobs
+            .iter()
+            .map(|j| (j.grant_id, j.account_id))
+            .collect::<BTreeSet<_>>()
+        {
             let state: Option<String> =
-                sqlx::query_scalar("SELECT state FROM grants WHERE id = $1")
+                sqlx::query_scalar("SELECT state FROM grants WHERE id = $1 AND account_id = $2")
                     .bind(id)
+                    .bind(account_id)
                     .fetch_optional(&mut *tx)
                     .await?;
-            open.insert(id, (state.as_deref() == Some("open"), 0));
+            let Some(state) = state else {
+                tx.rollback().await?;
+                return Err(LedgerError::UnknownGrant {
+                    grant_id: id,
+                    account_id,
+                });
+            };
+            open.insert(id, state == "open");
         }
         let applied: Vec<bool> = jobs
             .iter()
-            .map(|j| open.get(&j.grant_id).is_some_and(|g| g.0))
+            .map(|j| open.get(&j.grant_id).copied().unwrap_or(false))
             .collect();
-        // Rows with their "after" values, as if each is inserted in order.
-        let mut rows = Vec::with_capacity(jobs.len());
-        for (job, &moves) in jobs.iter().zip(&applied) {
-            let Some(a) = accounts.get_mut(&job.account_id) else {
-                continue;
-            };
-            let (kind, amount, uncollected) = if moves {
-                a.0 -= job.charged;
-                a.1 -= job.charged;
-                ("settle", job.charged, job.uncollected)
-            } else {
-                (
-                    "late_settle",
-                    0,
-                    job.charged.saturating_add(job.uncollected),
-                )
-            };
-            rows.push(SettleRow {
-                job,
-                kind,
-                amount,
-                uncollected,
-                balance_after: a.0,
-                reserved_after: a.1,
-            });
+        let rows: Vec<SettleRow<'_>> = jobs
+            .iter()
+            .zip(&applied)
+            .map(|(job, &moves)| SettleRow::new(job, moves))
+            .collect();
+        let inserted = insert_rows(&mut tx, &rows).await?;
+        let mut settled: BTreeMap<i64, i64> = BTreeMap::new();
+        for row in rows
+            .iter()
+            .filter(|r| r.moves && inserted.contains(&(r.job.grant_id, r.job.hold_id)))
+        {
+            *settled.entry(row.job.grant_id).or_default() += row.amount;
         }
-        let inserted = if row_by_row {
-            None
-        } else {
-            insert_rows(&mut tx, &rows).await?
-        };
-        let inserted = match inserted {
-            Some(n) if n == rows.len() => true,
-            // All there already: an earlier attempt of this batch committed.
-            Some(0) => false,
-            _ if !row_by_row => {
-                tx.rollback().await?;
-                return Box::pin(self.settle_batch_sqlite(jobs, true)).await;
-            }
-            _ => {
-                // Row by row: recompute the "after" values from the rows that go in.
-                for (id, (b, r, _)) in accounts.iter_mut() {
-                    let (b0, r0) = Self::lock_account(&mut tx, false, *id)
-                        .await?
-                        .ok_or(LedgerError::UnknownAccountId(*id))?;
-                    (*b, *r) = (b0, r0);
-                }
-                for row in &mut rows {
-                    let Some(a) = accounts.get_mut(&row.job.account_id) else {
-                        continue;
-                    };
-                    let moves = row.kind == "settle";
-                    let (b, r) = if moves {
-                        (a.0 - row.amount, a.1 - row.amount)
-                    } else {
-                        (a.0, a.1)
-                    };
-                    row.balance_after = b;
-                    row.reserved_after = r;
-                    if insert_rows(&mut tx, std::slice::from_ref(row)).await? == Some(1) {
-                        (a.0, a.1, a.2) = (b, r, a.2 || moves);
-                        if moves && let Some(g) = open.get_mut(&row.job.grant_id) {
-                            g.1 += row.amount;
-                        }
-                    }
-                }
-                false
-            }
-        };
-        if inserted {
-            for row in &rows {
-                if row.kind == "settle" {
-                    if let Some(a) = accounts.get_mut(&row.job.account_id) {
-                        a.2 = true;
-                    }
-                    if let Some(g) = open.get_mut(&row.job.grant_id) {
-                        g.1 += row.amount;
-                    }
-                }
-            }
-        }
-        for (id, (balance, reserved, changed)) in &accounts {
-            if *changed {
-                sqlx::query(
-                    "UPDATE accounts SET balance_nanos = $2, reserved_nanos = $3 WHERE id = $1",
-                )
-                .bind(id)
-                .bind(balance)
-                .bind(reserved)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        for (id, (_, settled)) in &open {
-            if *settled > 0 {
-                sqlx::query("UPDATE grants SET amount_nanos = amount_nanos - $2, settled_nanos = settled_nanos + $2 WHERE id = $1")
-                    .bind(id)
-                    .bind(settled)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+        for (id, total) in settled.into_iter().filter(|(_, t)| *t > 0) {
+            sqlx::query(
+                "UPDATE grants SET amount_nanos = amount_nanos - $2, settled_nanos = settled_nanos + $2, \
+                 unposted_nanos = unposted_nanos + $2 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(total)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(applied)
@@ -454,33 +503,43 @@ impl GrantRow {
 /// One settlement's journal row.
 struct SettleRow<'a> {
     job: &'a Job,
-    kind: &'static str,
+    /// Whether its grant is open: `settle` (money moves), else `late_settle`.
+    moves: bool,
     amount: i64,
     uncollected: i64,
-    balance_after: i64,
-    reserved_after: i64,
+}
+
+impl<'a> SettleRow<'a> {
+    fn new(job: &'a Job, moves: bool) -> Self {
+        let (amount, uncollected) = if moves {
+            (job.charged, job.uncollected)
+        } else {
+            (0, job.charged.saturating_add(job.uncollected))
+        };
+        SettleRow {
+            job,
+            moves,
+            amount,
+            uncollected,
+        }
+    }
 }
 
 /// Inserts `rows` (in statements of [`ROWS_PER_INSERT`]), skipping those already in the
-/// journal; returns how many went in (`None` if a value could not be bound).
+/// journal; returns the `(grant_id, hold_id)` of those that went in.
 async fn insert_rows(
     tx: &mut Transaction<'static, Any>,
     rows: &[SettleRow<'_>],
-) -> Result<Option<usize>, LedgerError> {
-    let mut inserted = 0;
+) -> Result<BTreeSet<(i64, i64)>, LedgerError> {
+    let mut inserted = BTreeSet::new();
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let sql = placeholders(chunk.len());
         let mut q = sqlx::query(&sql);
         for r in chunk {
-            let delta = if r.kind == "settle" { -r.amount } else { 0 };
             q = q
                 .bind(r.job.account_id)
-                .bind(r.kind)
+                .bind(if r.moves { "settle" } else { "late_settle" })
                 .bind(r.amount)
-                .bind(delta)
-                .bind(delta)
-                .bind(r.balance_after)
-                .bind(r.reserved_after)
                 .bind(r.uncollected)
                 .bind(r.job.request_id.clone())
                 .bind(r.job.at_ms)
@@ -490,37 +549,35 @@ async fn insert_rows(
                 .bind(to_db("output tokens", r.job.usage.output_tokens)?)
                 .bind(r.job.usage.upstream.clone());
         }
-        let ids: Vec<i64> = q
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|r| r.try_get::<i64, _>(0))
-            .collect::<Result<_, _>>()?;
-        inserted += ids.len();
+        for row in q.fetch_all(&mut **tx).await? {
+            inserted.insert((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?));
+        }
     }
-    Ok(Some(inserted))
+    Ok(inserted)
 }
 
-/// The INSERT of `n` settlement rows, 15 values each, `RETURNING hold_id`.
+/// Values per settlement row of [`placeholders`].
+const SETTLE_COLUMNS: usize = 11;
+
+/// The INSERT of `n` settlement rows, [`SETTLE_COLUMNS`] values each, `RETURNING
+/// grant_id, hold_id`. The account row is not touched: the balance and reserved deltas
+/// are 0 and there are no "after" values (docs/design.md §5a).
 fn placeholders(n: usize) -> String {
     let mut sql = String::from(
-        "INSERT INTO journal (account_id, kind, amount_nanos, balance_delta, reserved_delta, balance_after, \
-         reserved_after, uncollected_nanos, request_id, at_ms, grant_id, hold_id, input_tokens, output_tokens, upstream) VALUES ",
+        "INSERT INTO journal (account_id, kind, amount_nanos, uncollected_nanos, request_id, at_ms, grant_id, hold_id, \
+         input_tokens, output_tokens, upstream, balance_delta, reserved_delta) VALUES ",
     );
     for i in 0..n {
         if i > 0 {
             sql.push_str(", ");
         }
         sql.push('(');
-        for c in 0..15 {
-            if c > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!("${}", i * 15 + c + 1));
+        for c in 0..SETTLE_COLUMNS {
+            sql.push_str(&format!("${}, ", i * SETTLE_COLUMNS + c + 1));
         }
-        sql.push(')');
+        sql.push_str("0, 0)");
     }
-    sql.push_str(" ON CONFLICT DO NOTHING RETURNING hold_id");
+    sql.push_str(" ON CONFLICT DO NOTHING RETURNING grant_id, hold_id");
     sql
 }
 

@@ -139,7 +139,7 @@ async fn after_a_failover_only_the_candidate_that_served_is_billed_at_its_price(
         let check = ledger.journal_verify("acme").await?;
         assert!(check.is_consistent(), "{name}: {check:?}");
         assert_eq!(check.uncollected_nanos, 0);
-        assert_eq!(check.entries, 4, "{name}: open, grant take, settle, grant return");
+        assert_eq!(check.entries, 5, "{name}: open, grant take, settle, its post to the account, grant return");
         let input_bound = if stream { chat_body("chat-model", true, json!({"stream_options": {"include_usage": true}})).to_string().len() } else { body.len() };
         let journal = db.journal().await?;
         // A fresh account's first grant is sized to the first request's estimate.

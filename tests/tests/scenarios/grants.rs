@@ -226,10 +226,10 @@ fn reconcile(
             .usage
             .ok_or_else(|| anyhow::anyhow!("{} has no usage", a.request_id))?;
         match settled.get(&a.request_id).map(|rows| rows[0]) {
-            Some(row) if row.balance_delta == -PRICE.cost(input, output) => {}
+            Some(row) if row.kind == "settle" && row.amount == PRICE.cost(input, output) => {}
             other => lost.push((
                 a.request_id.clone(),
-                other.map(|r| (r.kind.clone(), r.balance_delta)),
+                other.map(|r| (r.kind.clone(), r.amount)),
             )),
         }
     }
@@ -237,10 +237,12 @@ fn reconcile(
         lost.is_empty(),
         "complete answers not billed (or billed wrong): {lost:?}"
     );
-    let spent: i64 = -journal
+    // A settlement on a grant moves its amount (`late_settle`: nothing); the account row
+    // takes it when the grant posts (docs/design.md §5a).
+    let spent: i64 = journal
         .iter()
-        .filter(|j| j.kind == "settle" || j.kind == "late_settle")
-        .map(|j| j.balance_delta)
+        .filter(|j| j.kind == "settle")
+        .map(|j| j.amount)
         .sum::<i64>();
     anyhow::ensure!(
         opening - balance == spent,

@@ -1,14 +1,16 @@
 //! The grant state machine against a model of the database (docs/design.md §5a): any
-//! order of reserve, settle, release, renew, commit, expiry by a reaper, a frozen
+//! order of reserve, settle, release, renew, commit, post, expiry by a reaper, a frozen
 //! account and top-ups never overdraws, never makes `reserved` negative, never promises
-//! more than a grant holds, and accounts for every nanodollar.
+//! more than a grant holds, and accounts for every nanodollar, whether posted to the
+//! account row yet or not.
 
 use proptest::prelude::*;
 
 use super::Book;
 use crate::grant::store::take_size;
 
-/// The database as the book's process sees it: one account and its grants.
+/// The database as the book's process sees it: one account (its row as stored) and its
+/// grants.
 #[derive(Debug, Default)]
 struct Db {
     balance: i64,
@@ -16,10 +18,50 @@ struct Db {
     topups: i64,
     charged: i64,
     uncollected: i64,
-    /// Grant id → amount held while open.
-    open: std::collections::BTreeMap<i64, i64>,
+    /// Grant id → (amount held for new requests, settled and not posted) while open.
+    open: std::collections::BTreeMap<i64, (i64, i64)>,
     next_grant: i64,
     frozen: bool,
+}
+
+impl Db {
+    /// A batch committed a settlement of `charged` on grant `id`: into the grant, not
+    /// the account row. Whether money moved.
+    fn commit(&mut self, id: i64, charged: i64) -> bool {
+        match self.open.get_mut(&id) {
+            Some((amount, unposted)) => {
+                *amount -= charged;
+                *unposted += charged;
+                self.charged += charged;
+                true
+            }
+            None => {
+                self.uncollected += charged;
+                false
+            }
+        }
+    }
+
+    /// What grant `id` settled leaves the account row's balance and reserved.
+    fn post(&mut self, id: i64) {
+        if let Some((_, unposted)) = self.open.get_mut(&id) {
+            self.balance -= *unposted;
+            self.reserved -= *unposted;
+            *unposted = 0;
+        }
+    }
+
+    /// Grant `id` closes (returned or expired): it posts, and the rest goes back.
+    fn close(&mut self, id: i64) {
+        self.post(id);
+        if let Some((amount, _)) = self.open.remove(&id) {
+            self.reserved -= amount;
+        }
+    }
+
+    fn unposted(&self) -> i64 {
+        self.open.values().map(|(_, u)| u).sum()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -29,6 +71,7 @@ enum Op {
     Release(usize),
     Renew(i64, i64),
     Commit,
+    Post,
     Expire,
     Return,
     Freeze(bool),
@@ -43,6 +86,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Release),
         3 => (0i64..=60, 0i64..=200).prop_map(|(n, t)| Op::Renew(n, t)),
         2 => Just(Op::Commit),
+        1 => Just(Op::Post),
         1 => Just(Op::Expire),
         1 => Just(Op::Return),
         1 => any::<bool>().prop_map(Op::Freeze),
@@ -59,13 +103,14 @@ type Queued = (i64, i64);
 fn check(db: &Db, book: &Book, opening: i64) -> Result<(), TestCaseError> {
     prop_assert!(db.balance - db.reserved >= 0, "overdraft: {db:?}");
     prop_assert!(db.reserved >= 0, "negative reserved: {db:?}");
+    prop_assert!(db.open.values().all(|&(a, u)| a >= 0 && u >= 0), "{db:?}");
     prop_assert_eq!(
         db.reserved,
-        db.open.values().sum::<i64>(),
+        db.open.values().map(|(a, u)| a + u).sum::<i64>(),
         "reserved is what the open grants hold"
     );
     prop_assert_eq!(
-        db.balance,
+        db.balance - db.unposted(),
         opening + db.topups - db.charged,
         "every nanodollar accounted for"
     );
@@ -75,7 +120,7 @@ fn check(db: &Db, book: &Book, opening: i64) -> Result<(), TestCaseError> {
             g.in_flight + g.pending <= g.held,
             "grant {id} promised more than it holds: {g:?}"
         );
-        if let Some(&amount) = db.open.get(&id) {
+        if let Some(&(amount, _)) = db.open.get(&id) {
             prop_assert_eq!(g.held, amount, "grant {} as the book knows it", id);
         } else {
             prop_assert!(
@@ -119,7 +164,8 @@ proptest! {
                     let size = if db.frozen { None } else { take_size(free, need, target.max(need)) };
                     match (size, current) {
                         (Some(amount), Some(id)) if db.open.contains_key(&id) => {
-                            db.open.entry(id).and_modify(|a| *a += amount);
+                            db.post(id);
+                            db.open.entry(id).and_modify(|(a, _)| *a += amount);
                             db.reserved += amount;
                             book.took(id, amount, now + 30_000);
                         }
@@ -127,7 +173,7 @@ proptest! {
                         (Some(_), Some(id)) => book.close(id),
                         (Some(amount), None) => {
                             db.next_grant += 1;
-                            db.open.insert(db.next_grant, amount);
+                            db.open.insert(db.next_grant, (amount, 0));
                             db.reserved += amount;
                             book.took(db.next_grant, amount, now + 30_000);
                         }
@@ -136,35 +182,25 @@ proptest! {
                 }
                 Op::Commit => {
                     for (id, charged) in queued.drain(..) {
-                        let applied = match db.open.get_mut(&id) {
-                            Some(amount) => {
-                                *amount -= charged;
-                                db.reserved -= charged;
-                                db.balance -= charged;
-                                db.charged += charged;
-                                true
-                            }
-                            None => {
-                                db.uncollected += charged;
-                                false
-                            }
-                        };
+                        let applied = db.commit(id, charged);
                         book.committed(id, charged, applied);
+                    }
+                }
+                Op::Post => {
+                    if let Some((id, _)) = book.current() {
+                        db.post(id);
                     }
                 }
                 Op::Expire => {
                     // A reaper, in any state of this process (e.g. it was paused).
-                    if let Some((&id, &amount)) = db.open.iter().next() {
-                        db.open.remove(&id);
-                        db.reserved -= amount;
+                    if let Some(&id) = db.open.keys().next() {
+                        db.close(id);
                     }
                 }
                 Op::Return => {
                     if let Some(id) = book.idle(now, 0) {
                         book.close(id);
-                        if let Some(amount) = db.open.remove(&id) {
-                            db.reserved -= amount;
-                        }
+                        db.close(id);
                     }
                 }
                 Op::Freeze(f) => db.frozen = f,
@@ -191,29 +227,20 @@ proptest! {
             book.release(id, e);
         }
         for (id, charged) in queued.drain(..) {
-            let applied = if let Some(amount) = db.open.get_mut(&id) {
-                *amount -= charged;
-                db.reserved -= charged;
-                db.balance -= charged;
-                db.charged += charged;
-                true
-            } else {
-                false
-            };
+            let applied = db.commit(id, charged);
             book.committed(id, charged, applied);
         }
         if let Some(id) = book.idle(now + 10_000_000, 0) {
             book.close(id);
-            if let Some(amount) = db.open.remove(&id) {
-                db.reserved -= amount;
-            }
+            db.close(id);
         }
-        for (id, amount) in std::mem::take(&mut db.open) {
+        for id in db.open.keys().copied().collect::<Vec<_>>() {
             book.close(id);
-            db.reserved -= amount;
+            db.close(id);
         }
         check(&db, &book, opening)?;
         prop_assert_eq!(db.reserved, 0);
+        prop_assert_eq!(db.balance, opening + db.topups - db.charged, "everything posted once closed");
         prop_assert!(!book.busy());
         prop_assert_eq!(book.grants().count(), 0, "every grant forgotten once closed and done");
     }

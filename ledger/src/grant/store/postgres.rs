@@ -11,10 +11,10 @@ use crate::ledger::{Ledger, to_db};
 
 impl Ledger {
     /// [`Ledger::settle_batch`] on Postgres as one statement, so one round trip and its
-    /// implicit commit: it locks the batch's accounts and grants, computes the rows'
-    /// "after" values as a running sum per account, inserts them and moves what they
-    /// say. The settlements travel as one JSON parameter (`json_to_recordset`), so one
-    /// prepared statement serves every batch size.
+    /// implicit commit: it locks the batch's grants (never an account), inserts the rows
+    /// and moves what they say from each grant's amount to its `unposted`. The
+    /// settlements travel as one JSON parameter (`json_to_recordset`), so one prepared
+    /// statement serves every batch size.
     ///
     /// A batch retried after an unknown commit outcome may be in the journal already,
     /// whole or in part: its insert then fails on the journal's unique `(grant_id,
@@ -24,7 +24,10 @@ impl Ledger {
     /// keeps a cached plan until the journal's statistics change, which on a database
     /// with autovacuum off never happens (in a bench run on such a database, one
     /// gateway's 64-row batches took ~300 ms after a few minutes).
-    pub(super) async fn settle_batch_postgres(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
+    pub(super) async fn settle_batch_postgres(
+        &self,
+        jobs: &[Job],
+    ) -> Result<Vec<bool>, LedgerError> {
         let mut applied = Vec::with_capacity(jobs.len());
         for chunk in jobs.chunks(MAX_PG_ROWS) {
             let ords: Vec<usize> = (0..chunk.len()).collect();
@@ -32,9 +35,13 @@ impl Ledger {
                 Err(LedgerError::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
                     let mut open = vec![false; chunk.len()];
                     let done = self.settled_already(chunk).await?;
-                    let rest: Vec<usize> = ords.into_iter().filter(|i| !done.contains_key(i)).collect();
+                    let rest: Vec<usize> =
+                        ords.into_iter().filter(|i| !done.contains_key(i)).collect();
                     if !rest.is_empty() {
-                        for (i, moved) in rest.iter().zip(self.settle_rows_postgres(chunk, &rest).await?) {
+                        for (i, moved) in rest
+                            .iter()
+                            .zip(self.settle_rows_postgres(chunk, &rest).await?)
+                        {
                             open[*i] = moved;
                         }
                     }
@@ -52,7 +59,11 @@ impl Ledger {
 
     /// The batch statement on the settlements of `chunk` at `ords`; per row, in the
     /// order of `ords`, whether its grant was open.
-    async fn settle_rows_postgres(&self, chunk: &[Job], ords: &[usize]) -> Result<Vec<bool>, LedgerError> {
+    async fn settle_rows_postgres(
+        &self,
+        chunk: &[Job],
+        ords: &[usize],
+    ) -> Result<Vec<bool>, LedgerError> {
         let rows = ords
             .iter()
             .map(|&ord| {
@@ -74,16 +85,24 @@ impl Ledger {
             .collect::<Result<Vec<_>, LedgerError>>()?;
         // Serialising these rows cannot fail (plain numbers and strings).
         let json = serde_json::to_string(&rows).unwrap_or_default();
-        let found = sqlx::query(PG_BATCH).bind(json).fetch_all(&self.inner.writer).await?;
+        let found = sqlx::query(PG_BATCH)
+            .bind(json)
+            .fetch_all(&self.inner.writer)
+            .await?;
         let mut open = vec![false; chunk.len()];
         for r in found {
-            let (ord, account, is_open): (i64, Option<i64>, Option<bool>) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+            let (ord, found, is_open): (i64, Option<i64>, Option<bool>) =
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
             let i = usize::try_from(ord).unwrap_or(usize::MAX);
             if i >= chunk.len() {
                 continue;
             }
-            if account.is_none() {
-                return Err(LedgerError::UnknownAccountId(chunk[i].account_id));
+            if found.is_none() {
+                let j = &chunk[i];
+                return Err(LedgerError::UnknownGrant {
+                    grant_id: j.grant_id,
+                    account_id: j.account_id,
+                });
             }
             open[i] = is_open == Some(true);
         }
@@ -100,8 +119,15 @@ impl Ledger {
             grant_id: i64,
             hold_id: i64,
         }
-        let holds: Vec<Hold> =
-            chunk.iter().enumerate().map(|(ord, j)| Hold { ord, grant_id: j.grant_id, hold_id: j.hold_id }).collect();
+        let holds: Vec<Hold> = chunk
+            .iter()
+            .enumerate()
+            .map(|(ord, j)| Hold {
+                ord,
+                grant_id: j.grant_id,
+                hold_id: j.hold_id,
+            })
+            .collect();
         let json = serde_json::to_string(&holds).unwrap_or_default();
         let rows = sqlx::query(
             "SELECT x.ord, j.kind = 'settle' FROM json_to_recordset($1::json) AS x(ord bigint, grant_id bigint, hold_id bigint) \
@@ -141,40 +167,31 @@ struct PgRow<'a> {
 }
 
 /// The Postgres batch statement; `$1` is the settlements as a JSON array of [`PgRow`].
-/// Accounts and grants are locked in id order, accounts first as every writer does.
-/// Postgres runs CTEs in whatever order the plan pulls them (the outer joins of `r` may
-/// be reordered to read `g` first), so `g` waits on a count of `a`: an InitPlan, run to
-/// its end, and so every account locked, before the first grant row is read. A row in
-/// the journal already fails the whole statement (see [`Ledger::settle_batch_postgres`]).
+/// It locks the batch's grants in id order and nothing else: an account row is locked
+/// only by takes, posts and closes, which lock it before the grant, so a batch waits at
+/// most for one of those to commit and never holds what they wait for. A settlement
+/// whose grant is not the account's (`found` NULL) is not inserted, and reported. A row
+/// in the journal already fails the whole statement (see
+/// [`Ledger::settle_batch_postgres`]).
 const PG_BATCH: &str = "
 WITH v AS (SELECT * FROM json_to_recordset($1::json) AS x(ord bigint, account_id bigint, grant_id bigint,
         hold_id bigint, charged bigint, uncollected bigint, request_id text, at_ms bigint,
         input_tokens bigint, output_tokens bigint, upstream text)),
-a AS (SELECT id, balance_nanos, reserved_nanos FROM accounts
-      WHERE id IN (SELECT account_id FROM v) ORDER BY id FOR NO KEY UPDATE),
-g AS (SELECT id, state = 'open' AS open FROM grants
-      WHERE id IN (SELECT grant_id FROM v) AND (SELECT count(*) FROM a) >= 0 ORDER BY id FOR NO KEY UPDATE),
-r AS (SELECT f.*, a.id AS found, COALESCE(g.open, false) AS open,
-             CASE WHEN g.open THEN f.charged ELSE 0 END AS amount,
-             CASE WHEN g.open THEN f.uncollected ELSE f.charged + f.uncollected END AS uncoll,
-             a.balance_nanos - SUM(CASE WHEN g.open THEN f.charged ELSE 0 END) OVER w AS balance_after,
-             a.reserved_nanos - SUM(CASE WHEN g.open THEN f.charged ELSE 0 END) OVER w AS reserved_after
-      FROM v f LEFT JOIN a ON a.id = f.account_id LEFT JOIN g ON g.id = f.grant_id
-      WINDOW w AS (PARTITION BY f.account_id ORDER BY f.ord)),
-ins AS (INSERT INTO journal (account_id, kind, amount_nanos, balance_delta, reserved_delta, balance_after,
-                             reserved_after, uncollected_nanos, request_id, at_ms, grant_id, hold_id,
-                             input_tokens, output_tokens, upstream)
-        SELECT account_id, CASE WHEN open THEN 'settle' ELSE 'late_settle' END, amount, -amount, -amount,
-               balance_after, reserved_after, uncoll, request_id, at_ms, grant_id, hold_id,
-               input_tokens, output_tokens, upstream
+g AS (SELECT id, account_id, state = 'open' AS open FROM grants
+      WHERE id IN (SELECT grant_id FROM v) ORDER BY id FOR NO KEY UPDATE),
+r AS (SELECT f.*, g.id AS found, COALESCE(g.open, false) AS open
+      FROM v f LEFT JOIN g ON g.id = f.grant_id AND g.account_id = f.account_id),
+ins AS (INSERT INTO journal (account_id, kind, amount_nanos, balance_delta, reserved_delta, uncollected_nanos,
+                             request_id, at_ms, grant_id, hold_id, input_tokens, output_tokens, upstream)
+        SELECT account_id, CASE WHEN open THEN 'settle' ELSE 'late_settle' END,
+               CASE WHEN open THEN charged ELSE 0 END, 0, 0,
+               CASE WHEN open THEN uncollected ELSE charged + uncollected END,
+               request_id, at_ms, grant_id, hold_id, input_tokens, output_tokens, upstream
         FROM r WHERE found IS NOT NULL ORDER BY ord
-        RETURNING account_id, grant_id, amount_nanos),
-ua AS (UPDATE accounts SET balance_nanos = accounts.balance_nanos - s.total,
-                           reserved_nanos = accounts.reserved_nanos - s.total
-       FROM (SELECT account_id, SUM(amount_nanos) AS total FROM ins GROUP BY account_id) s
-       WHERE accounts.id = s.account_id AND s.total > 0),
+        RETURNING grant_id, amount_nanos),
 ug AS (UPDATE grants SET amount_nanos = grants.amount_nanos - s.total,
-                         settled_nanos = grants.settled_nanos + s.total
+                         settled_nanos = grants.settled_nanos + s.total,
+                         unposted_nanos = grants.unposted_nanos + s.total
        FROM (SELECT grant_id, SUM(amount_nanos) AS total FROM ins GROUP BY grant_id) s
        WHERE grants.id = s.grant_id AND s.total > 0)
 SELECT ord, found, open FROM r ORDER BY ord";
