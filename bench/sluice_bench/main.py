@@ -22,7 +22,7 @@ from .host import machine, scan_logs, versions
 from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
 from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
-from .settings import ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, FULL, LOAD_CPU, QUICK, ROOT, free_port, log
+from .settings import ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, FULL, LOAD_CPU, QUICK, ROOT, SCALING_CONNS, free_port, log
 from .systems import (
     billing_key,
     chaos,
@@ -174,19 +174,21 @@ def main() -> int:
                 if not r["sustained"]:
                     alive.remove(s)
 
-        # ---- scaling: one gateway vs two on one Postgres account, at the ceiling rates
-        # and twice the highest, whatever their latency, until neither answers a rate in
-        # full (the target compares the highest rate each answered in full)
+        # ---- scaling: one gateway vs two on one Postgres account, rate by rate with
+        # enough connections that the load generator is not the limit, until neither
+        # answers a rate in full (the target compares the highest rate each answered in
+        # full, and what each answered at most)
         pair = [s for s in systems if s.key in ("sluice-pg", "sluice-pg-2gw")]
-        scaling_rates = mode.ceiling_rates + [2 * mode.ceiling_rates[-1]]
-        for rate in scaling_rates if len(pair) == 2 else []:
+        scaling_runs: list[dict] = []
+        results["scaling_runs"] = scaling_runs
+        results["scaling_conns"] = SCALING_CONNS
+        for rate in mode.scaling_rates if len(pair) == 2 else []:
             full = []
             for s in pair:
-                r = next((x for x in ceiling_runs if x["system"] == s.key and x["rate"] == rate), None)
-                if r is None:
-                    r = run_oha(s, rate, mode.ceiling_duration, work)
-                    ceiling_runs.append(r)
-                    log("scaling " + describe(r))
+                time.sleep(0.5)
+                r = run_oha(s, rate, mode.ceiling_duration, work, conns=SCALING_CONNS)
+                scaling_runs.append(r)
+                log("scaling " + describe(r))
                 full.append(r["non2xx"] == 0 and r["errors"] == 0 and r["achieved_rps"] >= 0.95 * rate)
             if not any(full):
                 break

@@ -147,6 +147,27 @@ def render(results: dict, out_dir: Path) -> Path:
         w("</details>")
         w("")
 
+    # ---------------- one gateway vs two on one account
+    if results.get("scaling_runs"):
+        w("## One gateway and two on one Postgres account")
+        w("")
+        w(f"Billing on Postgres, one account: one gateway (on the systems' core) against two on the same account, "
+          f"database and key (the second on the load generator's core), {mode['ceiling_duration']} s per rate with "
+          f"{results.get('scaling_conns', 64)} connections (split between the two gateways' ports), rising until neither "
+          "answers a rate in full. Every answer waits for its settlement's batch commit; a settlement batch writes only "
+          "its own grant's row, so the two gateways never wait for each other (docs/design.md §5a).")
+        w("")
+        w("| system | rate | p50 ms | p99 ms | ok | achieved req/s | gateway CPU % | Postgres CPU % | in full |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        for r in results["scaling_runs"]:
+            lat = r["lat_ms"]
+            full = r["non2xx"] == 0 and r["errors"] == 0 and r["achieved_rps"] >= 0.95 * r["rate"]
+            pg = r.get("ledger_cpu_pct")
+            w(f"| {systems.get(r['system'], r['system'])} | {r['rate']} | {f(lat['p50'])} | {f(lat['p99'])} | "
+              f"{r['success'] * 100:.2f} % | {r['achieved_rps']:.0f} | {r['cpu_pct']:.0f} | "
+              f"{f'{pg:.0f}' if pg is not None else '–'} | {'yes' if full else 'no'} |")
+        w("")
+
     # ---------------- litellm
     if results.get("litellm_runs") or results.get("litellm_error"):
         w("## LiteLLM proxy")

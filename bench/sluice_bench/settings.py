@@ -44,6 +44,10 @@ ANTHROPIC_DIRECT_BODY = json.dumps(
     separators=(",", ":"),
 )
 P99_BOUND_MS = 5.0
+# Connections of the one-vs-two-gateways runs. With billing on, every answer waits for
+# its settlement's batch commit (a few ms), so 64 connections would cap any system at
+# 64 / latency whatever it could serve; these runs measure the gateways, not oha.
+SCALING_CONNS = 512
 PERCENTILES = ["p50", "p90", "p99", "p99.9"]
 # Cores: the load generator (and this script) on one, the systems under test and the
 # mock upstream share the other.
@@ -59,6 +63,8 @@ class Mode:
     duration: int
     ceiling_rates: list[int]
     ceiling_duration: int
+    # One gateway against two on one Postgres account (SCALING_CONNS connections).
+    scaling_rates: list[int]
     litellm_rates: list[int]
     litellm_duration: int
     warmup: int
@@ -75,6 +81,7 @@ FULL = Mode(
     duration=8,
     ceiling_rates=[7500, 10000, 15000, 20000],
     ceiling_duration=5,
+    scaling_rates=[7500, 10000, 12500, 15000, 17500, 20000],
     litellm_rates=[10, 25, 50, 100, 200, 500, 1000],
     litellm_duration=8,
     warmup=2,
@@ -90,6 +97,7 @@ QUICK = Mode(
     duration=4,
     ceiling_rates=[10000],
     ceiling_duration=3,
+    scaling_rates=[10000, 15000, 20000],
     litellm_rates=[25, 100, 500],
     litellm_duration=4,
     warmup=1,

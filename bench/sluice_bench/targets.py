@@ -78,7 +78,8 @@ def billing_targets(results: dict) -> list[tuple[str, str, bool | None]]:
     """Billing on one account (docs/design.md §5a): SQLite and Postgres each at 5k req/s
     through one gateway, every request answered and p99 within 15 ms of billing off; two
     gateways on the same Postgres account together answer in full a higher rate than
-    one does."""
+    one does, and more at most (the scaling runs: the same rates for both, enough
+    connections that the load generator is not what limits them)."""
     runs = results.get("runs", [])
     rows = []
     off = combine(by(runs, "sluice", BILLING_RATE))
@@ -93,10 +94,22 @@ def billing_targets(results: dict) -> list[tuple[str, str, bool | None]]:
                      f"p99 ≤ billing off's + {BILLING_P99_SLACK_MS:.0f} ms",
                      f"{c['success'] * 100:.3f} % ok, {c['achieved_rps']:.0f} req/s answered, p99 {f(p99)} ms vs {f(p99_off)} ms off",
                      ok))
-    allruns = runs + results.get("ceiling_runs", [])
-    if by(allruns, "sluice-pg-2gw", BILLING_RATE):
-        one, two = capacity(allruns, "sluice-pg"), capacity(allruns, "sluice-pg-2gw")
-        rows.append(("two gateways on one Postgres account together answer in full more than one gateway does",
-                     f"two: {two or 0} req/s, one: {one or 0} req/s (highest rate tried answered in full, any latency)",
-                     bool(two and (one is None or two > one))))
+    scaling = results.get("scaling_runs")
+    if scaling:
+        one, two = capacity(scaling, "sluice-pg"), capacity(scaling, "sluice-pg-2gw")
+        most = {k: max((r["achieved_rps"] for r in scaling if r["system"] == k), default=0.0)
+                for k in ("sluice-pg", "sluice-pg-2gw")}
+        rows.append(("two gateways on one Postgres account together answer more than one gateway does",
+                     f"in full: two {two or 0} req/s, one {one or 0} req/s; at most: two {most['sluice-pg-2gw']:.0f} req/s, "
+                     f"one {most['sluice-pg']:.0f} req/s ({most['sluice-pg-2gw'] / max(most['sluice-pg'], 1):.2f}×; "
+                     f"{results.get('scaling_conns', 64)} connections, any latency)",
+                     bool(two and (one is None or two > one) and most["sluice-pg-2gw"] > most["sluice-pg"])))
+    else:
+        # Results from before the scaling phase had its own runs.
+        allruns = runs + results.get("ceiling_runs", [])
+        if by(allruns, "sluice-pg-2gw", BILLING_RATE):
+            one, two = capacity(allruns, "sluice-pg"), capacity(allruns, "sluice-pg-2gw")
+            rows.append(("two gateways on one Postgres account together answer in full more than one gateway does",
+                         f"two: {two or 0} req/s, one: {one or 0} req/s (highest rate tried answered in full, any latency)",
+                         bool(two and (one is None or two > one))))
     return rows
