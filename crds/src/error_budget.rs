@@ -138,7 +138,7 @@ pub struct ErrorBudgetStatus {
     /// `Healthy`, `Burning` or `Exhausted`, for the printer column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
-    /// Allowed bad time (`21m36s`) for timeslices, allowed bad events for occurrences.
+    /// Allowed bad time (`21m36s`) for timeslices, allowed bad events for occurrences (a fraction under ten with one decimal, `0.4`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<String>,
     /// Bad time or bad events so far in the window.

@@ -121,7 +121,8 @@ pub enum BudgetState {
 /// What an ErrorBudget's status shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BudgetReport {
-    /// `"21m36s"` (timeslices) or allowed bad events (occurrences).
+    /// `"21m36s"` (timeslices) or allowed bad events (occurrences; a fraction under ten
+    /// with one decimal, `"0.4"`).
     pub budget: String,
     /// `"5m"` (timeslices) or bad events (occurrences).
     pub consumed: String,
@@ -274,8 +275,16 @@ pub fn evaluate_minutes(
         None => {
             let allowed = u128::from(window.total) * p.allowed_ppb;
             let consumed = u128::from(bad_events) * PPB;
+            // Whole events, rounded down; under ten, a fraction keeps its tenths (also
+            // rounded down): a 99.9 % objective over 401 requests allows 0.4 of one,
+            // which "0" would misstate as none at all.
+            let shown = if allowed < 10 * PPB && allowed % PPB != 0 {
+                format_tenths(i64::try_from(allowed * 10 / PPB).unwrap_or(i64::MAX))
+            } else {
+                (allowed / PPB).to_string()
+            };
             (
-                (allowed / PPB).to_string(),
+                shown,
                 bad_events.to_string(),
                 round_div(consumed * 1000, allowed),
                 window.total > 0 && consumed >= allowed,

@@ -13,8 +13,8 @@
 //! grant's amount to its `unposted`, both inside the account's `reserved`, so what the
 //! account has free is exact at once and the account row is not locked per batch (two
 //! processes on one account do not take turns on it). The grant's `unposted` is posted
-//! to the account row when the grant renews or closes, and about once a second while in
-//! use ([`Biller::maintain`]); [`Ledger::account`] reads the balance with it taken out.
+//! to the account row when the grant renews or closes, and by the writer about once a
+//! second while in use; [`Ledger::account`] reads the balance with it taken out.
 //!
 //! Grants are renewed in the background before they run dry, sized to about two seconds
 //! of the account's recent reservations, at most [`BillerConfig::grant_max_nanos`] and
@@ -187,8 +187,6 @@ struct Slot {
     waiting: AtomicI64,
     /// Grants closed here whose return did not reach the database yet.
     unreturned: Mutex<Vec<i64>>,
-    /// A batch moved money into the current grant since it last posted.
-    to_post: AtomicBool,
 }
 
 /// The last renewal's outcome.
@@ -511,11 +509,9 @@ impl Biller {
         }
     }
 
-    /// Housekeeping at `now` (the loop runs it every quarter of [`BillerConfig::idle`],
-    /// at most every second): returns idle grants, renews the validity of grants in use
-    /// that are past half of it, posts what the current grant settled since it last did
-    /// (so that the account row lags its settlements by about a second, docs/design.md
-    /// §5a), and retries returns that did not reach the database. Tests call it with a
+    /// Housekeeping at `now` (the loop runs it every quarter of [`BillerConfig::idle`]):
+    /// returns idle grants, renews the validity of grants in use that are past half of
+    /// it, and retries returns that did not reach the database. Tests call it with a
     /// `now` of their choosing.
     pub async fn maintain(&self, now: SystemTime) {
         let now = unix_ms(now);
@@ -544,36 +540,7 @@ impl Biller {
             if renew {
                 self.renew(&slot, 0);
             }
-            self.post(&slot, now).await;
             self.return_closed(&slot, now).await;
-        }
-    }
-
-    /// Posts what `slot`'s current grant settled since it last posted, if anything (a
-    /// renewal or a return posts it too). Failures wait for the next round.
-    async fn post(&self, slot: &Slot, now: i64) {
-        if !slot.to_post.swap(false, Ordering::Relaxed) {
-            return;
-        }
-        let Some(id) = lock(&slot.book)
-            .current()
-            .filter(|(_, g)| !g.closed)
-            .map(|(id, _)| id)
-        else {
-            return;
-        };
-        let (ledger, account) = (self.shared.ledger.clone(), slot.account_id);
-        // Its own task: a transaction is never cancelled half way.
-        match tokio::spawn(async move { ledger.post_grant(account, id, now).await }).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::debug!(grant_id = id, error = %e, "posting a grant's settlements failed; the next round retries");
-                slot.to_post.store(true, Ordering::Relaxed);
-            }
-            Err(e) => {
-                tracing::warn!(grant_id = id, error = %e, "the post task failed; the next round retries");
-                slot.to_post.store(true, Ordering::Relaxed);
-            }
         }
     }
 
@@ -687,7 +654,6 @@ impl Shared {
                     next_hold: AtomicI64::new(1),
                     waiting: AtomicI64::new(0),
                     unreturned: Mutex::new(Vec::new()),
-                    to_post: AtomicBool::new(false),
                 })
             })
             .clone()
@@ -698,9 +664,6 @@ impl Shared {
         let slot = lock(&self.slots).get(&account_id).cloned();
         if let Some(slot) = slot {
             lock(&slot.book).committed(grant_id, charged, moved);
-            if moved && charged > 0 {
-                slot.to_post.store(true, Ordering::Relaxed);
-            }
             slot.changed.notify_waiters();
         }
     }

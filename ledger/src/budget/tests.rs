@@ -122,6 +122,23 @@ fn longer_slices_and_overspending() {
 }
 
 #[test]
+fn an_occurrences_budget_under_ten_events_keeps_its_tenths() {
+    // 401 requests at 99.9 %: 0.401 bad events allowed, shown as 0.4, not 0.
+    let data = [minute("r", T0, 401, 0)];
+    let r = evaluate(&BudgetPolicy::new(0.999, days(30)), &data, T0).unwrap();
+    assert_eq!(r.budget, "0.4");
+    let data = [minute("r", T0, 9_999, 0)];
+    let r = evaluate(&BudgetPolicy::new(0.999, days(30)), &data, T0).unwrap();
+    assert_eq!(r.budget, "9.9", "rounded down, as whole events are");
+    let data = [minute("r", T0, 2_000, 0)];
+    let r = evaluate(&BudgetPolicy::new(0.999, days(30)), &data, T0).unwrap();
+    assert_eq!(r.budget, "2", "a whole number stays whole");
+    let data = [minute("r", T0, 10_999, 0)];
+    let r = evaluate(&BudgetPolicy::new(0.999, days(30)), &data, T0).unwrap();
+    assert_eq!(r.budget, "10", "from ten on, whole events");
+}
+
+#[test]
 fn occurrences_count_bad_events() {
     // 1000 minutes × 1000 requests, 250 bad in the oldest one; 99.9% → 1000 allowed.
     let mut data: Vec<RouteMinute> = (0..1000).map(|k| minute("r", T0 - k, 1000, 0)).collect();
@@ -153,11 +170,11 @@ fn occurrences_exhaust_at_100_percent() {
         (r.consumed_percent.as_str(), r.remaining_percent.as_str()),
         ("200.0", "-100.0")
     );
-    // Less than one allowed event shows as 0 but the percentage is exact.
+    // Less than one allowed event shows its fraction, and the percentage is exact.
     let r = evaluate(&policy, &[minute("r", T0, 500, 0)], T0).unwrap();
     assert_eq!(
         (r.budget.as_str(), r.consumed_percent.as_str()),
-        ("0", "0.0")
+        ("0.5", "0.0")
     );
 }
 

@@ -295,8 +295,8 @@ async fn the_reaper_expires_a_dead_holders_grant_at_expires_at(db: &Db) {
         .filter(|j| j.grant_id == Some(g.id))
         .map(|j| j.kind)
         .collect();
-    // What it settled is posted by the holder's maintenance (about once a second) or,
-    // if it died first, by the expiry: one `post` either way.
+    // What it settled is posted by the holder's writer (about once a second) or, if it
+    // died first, by the expiry: one `post` either way.
     assert_eq!(kinds, ["reserve", "settle", "post", "expire"]);
     assert!(l.journal_verify("orphan").await.unwrap().is_consistent());
 }
@@ -418,3 +418,39 @@ async fn a_topup_serves_again(db: &Db) {
     assert_eq!((a.balance_nanos, a.reserved_nanos), (ESTIMATE / 2, 0));
 }
 on_both!(a_topup_serves_again, super::a_topup_serves_again);
+
+/// While a grant is in use, its writer posts what it settled to the account row within
+/// about a second: the stored row catches up without a renewal or a return, and the
+/// balance read never differs from it by more than what is not posted.
+async fn settlements_reach_the_account_row_within_a_second(db: &Db) {
+    let l = db.ledger.clone();
+    let account = l.create_account("posted", 100 * ESTIMATE).await.unwrap();
+    let biller = Biller::start(l.clone(), config("poster"), None);
+    for i in 0..5 {
+        let hold = biller.reserve(account.id, ESTIMATE, &format!("p{i}")).await.unwrap();
+        hold.settle(ESTIMATE / 2, usage()).await.unwrap();
+    }
+    let a = l.account("posted").await.unwrap().unwrap();
+    assert_eq!(a.balance_nanos, 100 * ESTIMATE - 5 * ESTIMATE / 2, "read with what is not posted taken out");
+    sqlx::any::install_default_drivers();
+    let raw = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let posted = sluice_ledger::testing::eventually(Duration::from_secs(3), async || {
+        let stored: i64 = sqlx::query_scalar("SELECT balance_nanos FROM accounts WHERE id = $1")
+            .bind(account.id)
+            .fetch_one(&raw)
+            .await
+            .unwrap();
+        stored == 100 * ESTIMATE - 5 * ESTIMATE / 2
+    })
+    .await;
+    raw.close().await;
+    assert!(posted, "the account row did not catch up");
+    assert_eq!(open_grants(db).await, 1, "posted while the grant is still open");
+    let check = l.journal_verify("posted").await.unwrap();
+    assert!(check.is_consistent() && check.unposted_nanos == 0, "{check:?}");
+    biller.shutdown(Duration::from_secs(5)).await;
+}
+on_both!(
+    settlements_reach_the_account_row_within_a_second,
+    super::settlements_reach_the_account_row_within_a_second
+);
