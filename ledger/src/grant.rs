@@ -13,8 +13,10 @@
 //! grant's amount to its `unposted`, both inside the account's `reserved`, so what the
 //! account has free is exact at once and the account row is not locked per batch (two
 //! processes on one account do not take turns on it). The grant's `unposted` is posted
-//! to the account row when the grant renews or closes, and by the writer about once a
-//! second while in use; [`Ledger::account`] reads the balance with it taken out.
+//! to the account row when the grant renews (a grant in use renews at half its validity:
+//! every 15 s by default) or closes; [`Ledger::account`] reads the balance with it
+//! taken out. Posting more often would cost a commit that holds the grant's row, which
+//! the next batch waits for: a measured rise of the p99 at 5k req/s.
 //!
 //! Grants are renewed in the background before they run dry, sized to about two seconds
 //! of the account's recent reservations, at most [`BillerConfig::grant_max_nanos`] and

@@ -166,7 +166,9 @@ impl Ledger {
     }
 
     /// Posts what open grant `grant_id` has settled but not posted to its account
-    /// (docs/design.md §5a), in one transaction; returns how much.
+    /// (docs/design.md §5a), in one transaction; returns how much. Gateways post as part
+    /// of renewals and closes; this alone is for tests.
+    #[cfg(test)]
     pub(crate) async fn post_grant(
         &self,
         account_id: i64,

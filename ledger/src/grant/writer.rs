@@ -5,21 +5,15 @@
 //! is retried, unchanged, with backoff until it commits (the database may be away for a
 //! while); it is idempotent (see [`Ledger::settle_batch`]), so an unknown commit outcome
 //! is harmless. Each settlement's waiter is told only after its batch committed.
-//!
-//! The writer also posts what its batches settled into grants to their accounts' rows
-//! ([`Ledger::post_grant`]), at most every [`POST_EVERY`], between batches: a post locks
-//! the grant's row, and from here it never overlaps a batch (which would wait for it)
-//! nor waits on the serving runtime's late polls while it holds that lock.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::Shared;
-use crate::ledger::{Ledger, unix_ms};
+use crate::ledger::Ledger;
 use crate::reservation::Usage;
 
 /// Settlements per batch at most.
@@ -27,8 +21,6 @@ pub(crate) const MAX_BATCH: usize = 256;
 /// First and largest pause between attempts of a failing batch.
 const RETRY_FIRST: Duration = Duration::from_millis(10);
 const RETRY_MAX: Duration = Duration::from_secs(1);
-/// How often grants post what they settled to their accounts' rows, at most.
-pub(crate) const POST_EVERY: Duration = Duration::from_secs(1);
 
 /// One settlement to write.
 #[derive(Debug)]
@@ -91,20 +83,7 @@ async fn run(
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
-    let mut posts = Posts::default();
-    loop {
-        let next = if posts.due.is_empty() {
-            rx.recv().await
-        } else {
-            match tokio::time::timeout_at(posts.at, rx.recv()).await {
-                Ok(next) => next,
-                Err(_) => {
-                    posts.run(&ledger).await;
-                    continue;
-                }
-            }
-        };
-        let Some(first) = next else { break };
+    while let Some(first) = rx.recv().await {
         take(first, &mut batch, &mut flushes);
         let close = tokio::time::Instant::now() + window;
         while batch.len() < MAX_BATCH {
@@ -127,51 +106,11 @@ async fn run(
             }
         }
         if !batch.is_empty() {
-            commit(&ledger, &shared, &mut batch, &mut posts).await;
+            commit(&ledger, &shared, &mut batch).await;
         }
         for f in flushes.drain(..) {
             let _ = f.send(());
         }
-        if !posts.due.is_empty() && tokio::time::Instant::now() >= posts.at {
-            posts.run(&ledger).await;
-        }
-    }
-}
-
-/// Grants whose batches moved money since they last posted, and when to post next.
-struct Posts {
-    /// (account, grant).
-    due: BTreeSet<(i64, i64)>,
-    at: tokio::time::Instant,
-}
-
-impl Default for Posts {
-    fn default() -> Self {
-        Posts { due: BTreeSet::new(), at: tokio::time::Instant::now() + POST_EVERY }
-    }
-}
-
-impl Posts {
-    /// Posts every due grant (a closed one posts nothing: its close did); one that
-    /// fails stays due for the next round.
-    async fn run(&mut self, ledger: &Ledger) {
-        let now = unix_ms(SystemTime::now());
-        for (account, grant) in std::mem::take(&mut self.due) {
-            let l = ledger.clone();
-            // Its own task: a transaction is never cancelled half way.
-            match tokio::spawn(async move { l.post_grant(account, grant, now).await }).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(grant_id = grant, error = %e, "posting a grant's settlements failed; the next round retries");
-                    self.due.insert((account, grant));
-                }
-                Err(e) => {
-                    tracing::warn!(grant_id = grant, error = %e, "the post task failed; the next round retries");
-                    self.due.insert((account, grant));
-                }
-            }
-        }
-        self.at = tokio::time::Instant::now() + POST_EVERY;
     }
 }
 
@@ -182,9 +121,8 @@ fn take(m: Msg, batch: &mut Vec<Job>, flushes: &mut Vec<oneshot::Sender<()>>) {
     }
 }
 
-/// Commits `batch` (retrying until it does), then updates the books, tells the waiters
-/// and notes the grants that now have something to post.
-async fn commit(ledger: &Ledger, shared: &Shared, batch: &mut Vec<Job>, posts: &mut Posts) {
+/// Commits `batch` (retrying until it does), then updates the books and tells the waiters.
+async fn commit(ledger: &Ledger, shared: &Shared, batch: &mut Vec<Job>) {
     let mut pause = RETRY_FIRST;
     let mut attempt = 0u32;
     let applied = loop {
@@ -217,9 +155,6 @@ async fn commit(ledger: &Ledger, shared: &Shared, batch: &mut Vec<Job>, posts: &
     };
     shared.observer.batch(batch.len());
     for (job, moved) in batch.drain(..).zip(applied) {
-        if moved && job.charged > 0 {
-            posts.due.insert((job.account_id, job.grant_id));
-        }
         shared.committed(job.account_id, job.grant_id, job.charged, moved);
         if let Some(reply) = job.reply {
             let _ = reply.send(moved);

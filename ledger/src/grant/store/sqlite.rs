@@ -150,4 +150,3 @@ fn placeholders(n: usize) -> String {
     sql.push_str(" ON CONFLICT DO NOTHING RETURNING grant_id, hold_id");
     sql
 }
-

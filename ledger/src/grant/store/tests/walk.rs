@@ -243,4 +243,3 @@ async fn any_order_of_takes_settlements_posts_and_closes_adds_up_on_postgres() {
     }
     l.close().await;
 }
-
