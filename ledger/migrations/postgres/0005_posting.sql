@@ -6,7 +6,7 @@
 -- yet posted to its account is `unposted_nanos`; it is still inside the account's
 -- `balance_nanos` and `reserved_nanos` (so balance − reserved, what may be reserved, is
 -- exact at every instant) and a `post` journal row moves it out of both when the grant
--- renews, is returned or expires, and about once a second while it is in use.
+-- renews (at least every half validity while in use), is returned or expires.
 
 ALTER TABLE grants ADD COLUMN unposted_nanos BIGINT NOT NULL DEFAULT 0;
 -- A closed grant has posted everything: whatever closes one posts it first.

@@ -5,8 +5,8 @@
 -- settled but not yet posted to its account is `unposted_nanos`; it is still inside the
 -- account's `balance_nanos` and `reserved_nanos` (so balance − reserved, what may be
 -- reserved, is exact at every instant) and a `post` journal row moves it out of both
--- when the grant renews, is returned or expires, and about once a second while it is in
--- use.
+-- when the grant renews (at least every half validity while in use), is returned or
+-- expires.
 
 -- A closed grant has posted everything: whatever closes one posts it first.
 ALTER TABLE grants ADD COLUMN unposted_nanos BIGINT NOT NULL DEFAULT 0
