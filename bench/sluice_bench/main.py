@@ -23,6 +23,7 @@ from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
 from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
 from .settings import ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, FULL, LOAD_CPU, QUICK, ROOT, SCALING_CONNS, free_port, log
+from .stats import answered_in_full
 from .systems import (
     billing_key,
     chaos,
@@ -189,7 +190,7 @@ def main() -> int:
                 r = run_oha(s, rate, mode.ceiling_duration, work, conns=SCALING_CONNS)
                 scaling_runs.append(r)
                 log("scaling " + describe(r))
-                full.append(r["non2xx"] == 0 and r["errors"] == 0 and r["achieved_rps"] >= 0.95 * rate)
+                full.append(answered_in_full(r))
             if not any(full):
                 break
 

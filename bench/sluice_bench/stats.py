@@ -94,12 +94,22 @@ def ceiling(results: dict, system: str) -> tuple[int | None, str]:
     return best, note
 
 
+#: A run answered its rate in full when every answer was 2xx and at least this share of
+#: the offered rate was answered. Open loop, a system that answers 95 % of 10k req/s for
+#: 5 s has 2.5k requests queued behind it (a p50 of a quarter second): it did not keep up.
+IN_FULL = 0.99
+
+
+def answered_in_full(r: dict) -> bool:
+    return r["non2xx"] == 0 and r["errors"] == 0 and r["achieved_rps"] >= IN_FULL * r["rate"]
+
+
 def capacity(runs: list[dict], system: str) -> int | None:
-    """Highest rate answered in full (all 2xx, ≥ 95 % of the offered rate), whatever the latency."""
+    """Highest rate answered in full (all 2xx, ≥ 99 % of the offered rate), whatever the latency."""
     best = None
     for rate in sorted({r["rate"] for r in runs if r["system"] == system}):
         c = combine(by(runs, system, rate))
-        if c and c["non2xx"] == 0 and c["errors"] == 0 and c["achieved_rps"] >= 0.95 * rate:
+        if c and answered_in_full(c):
             best = rate
         else:
             break
