@@ -313,8 +313,15 @@ async fn shutdown_returns_grants(db: &Db) {
     let biller = Biller::start(l.clone(), config("leaving"), None);
     for a in [&a1, &a2] {
         let hold = biller.reserve(a.id, ESTIMATE, "r").await.unwrap();
-        // Not awaited: shutdown must still commit it.
-        tokio::spawn(hold.settle(ESTIMATE, usage()));
+        // Queued (its first poll hands it to the writer), its commit not awaited:
+        // shutdown must still commit it. A spawned task alone may not have run yet.
+        let mut settling = Box::pin(hold.settle(ESTIMATE, usage()));
+        std::future::poll_fn(|cx| {
+            assert!(settling.as_mut().poll(cx).is_pending());
+            std::task::Poll::Ready(())
+        })
+        .await;
+        tokio::spawn(settling);
     }
     biller.shutdown(Duration::from_secs(10)).await;
     assert_eq!(open_grants(db).await, 0);
