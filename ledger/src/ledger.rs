@@ -110,7 +110,7 @@ impl Ledger {
             Backend::Sqlite => SQLITE_MIGRATIONS,
             Backend::Postgres => POSTGRES_MIGRATIONS,
         };
-        Migrator::new(source).await?.run(&writer).await?;
+        migrate(&writer, source).await?;
         let changes = match backend {
             Backend::Sqlite => Feed::sqlite(),
             Backend::Postgres => Feed::postgres(url),
@@ -275,6 +275,28 @@ impl MigrationSource<'static> for Embedded {
             .collect();
         Box::pin(std::future::ready(Ok(migrations)))
     }
+}
+
+/// Applies `source`'s pending migrations. A database migrated by a newer binary (a
+/// rollback, or an old pod restarting while a new one rolls out) is used as it is, with
+/// a warning: migrations are additive so that older binaries keep working on a newer
+/// schema (docs/upgrade.md says what each schema change means for them).
+async fn migrate(pool: &AnyPool, source: Embedded) -> Result<(), LedgerError> {
+    let known = source.0.iter().map(|m| m.0).max().unwrap_or(0);
+    let mut migrator = Migrator::new(source).await?;
+    migrator.set_ignore_missing(true);
+    migrator.run(pool).await?;
+    let applied: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+        .fetch_one(pool)
+        .await?;
+    if let Some(applied) = applied.filter(|&v| v > known) {
+        tracing::warn!(
+            schema = applied,
+            known,
+            "the ledger's schema is newer than this binary's: running on it (see docs/upgrade.md)"
+        );
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch (0 before it; saturating far in the future).

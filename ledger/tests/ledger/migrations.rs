@@ -19,6 +19,38 @@ async fn migrations_are_idempotent(db: &Db) {
 }
 on_both!(connect_twice, super::migrations_are_idempotent);
 
+/// A database migrated by a newer binary (schema version above this binary's): an older
+/// binary, as after a rollback, still connects and serves on it.
+async fn older_binaries_run_on_a_newer_schema(db: &Db) {
+    db.ledger.create_account("rolled-back", 7).await.unwrap();
+    let raw = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let checksum = if db.ledger.kind() == "postgres" {
+        "'\\x00'::bytea"
+    } else {
+        "x'00'"
+    };
+    sqlx::query(&format!(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from a newer binary', TRUE, {checksum}, 0)"
+    ))
+    .execute(&raw)
+    .await
+    .unwrap();
+    raw.close().await;
+    let older = Ledger::connect(&db.url).await.unwrap();
+    assert_eq!(
+        older
+            .account("rolled-back")
+            .await
+            .unwrap()
+            .unwrap()
+            .balance_nanos,
+        7
+    );
+    older.close().await;
+}
+on_both!(newer_schema, super::older_binaries_run_on_a_newer_schema);
+
 #[tokio::test]
 async fn kinds_and_bad_urls() {
     let l = Ledger::connect("sqlite::memory:").await.unwrap();
