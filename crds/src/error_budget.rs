@@ -39,15 +39,18 @@ pub struct ErrorBudgetSpec {
     #[x_kube(validation = Rule::new("self.all(r, self.exists_one(s, s == r))").message(crate::schema::msg::ROUTES_UNIQUE))]
     pub routes: Vec<String>,
     /// Target percentage of good events, a decimal string with 50 < x < 100.
+    #[schemars(length(max = 9))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,2}(\\\\.[0-9]{1,6})?$') && double(self) > 50.0 && double(self) < 100.0").message(crate::schema::msg::OBJECTIVE))]
     pub objective: String,
     /// Rolling window, `1h`..`90d`.
+    #[schemars(length(max = 5))]
     #[x_kube(validation = Rule::new(WINDOW_RULE).message(crate::schema::msg::WINDOW))]
     pub window: String,
     /// `occurrences` (default) or `timeslices`.
     #[serde(default)]
     pub method: BudgetMethod,
     /// Slice length for `timeslices`; shorter than an hour (and so than any window).
+    #[schemars(length(max = 5))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(TIMESLICE_RULE).message(crate::schema::msg::TIMESLICE))]
     pub timeslice: Option<String>,
@@ -81,6 +84,7 @@ pub enum BudgetMethod {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LatencySpec {
     /// Requests slower than this are bad (first byte for streams).
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub threshold: String,
     /// Percentile judged for timeslices, 50..100 exclusive of 100; default 99.

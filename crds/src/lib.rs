@@ -6,6 +6,8 @@
 //! shared by the operator (which reads resources from the API server) and by file mode
 //! (which reads them with [`manifests::load_paths`]).
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+
 pub mod duration;
 pub mod error_budget;
 pub mod manifests;
@@ -33,9 +35,39 @@ pub const VERSION: &str = "v1alpha1";
 pub const API_VERSION: &str = "sluice.dev/v1alpha1";
 
 /// All CRDs, in a stable order (for crdgen and the chart).
-pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+pub fn crds() -> Vec<apiext::CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![Upstream::crd(), ModelRoute::crd(), ErrorBudget::crd()]
+    let mut crds = vec![Upstream::crd(), ModelRoute::crd(), ErrorBudget::crd()];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+                kubernetes_formats(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// schemars writes `format: uint16`/`uint32`/`uint64` for unsigned integers, which Kubernetes
+/// does not know (every `kubectl apply` of the CRDs then warns "unrecognized format");
+/// `int64` holds every `u32`, and the schemas' `minimum: 0` keeps the sign.
+fn kubernetes_formats(schema: &mut apiext::JSONSchemaProps) {
+    if matches!(schema.format.as_deref(), Some("uint16" | "uint32" | "uint64")) {
+        schema.format = Some("int64".to_owned());
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        kubernetes_formats(child);
+    }
+    if let Some(apiext::JSONSchemaPropsOrArray::Schema(items)) =
+        schema.items.as_mut()
+    {
+        kubernetes_formats(items);
+    }
+    if let Some(apiext::JSONSchemaPropsOrBool::Schema(extra)) =
+        schema.additional_properties.as_mut()
+    {
+        kubernetes_formats(extra);
+    }
 }
 
 /// Each CRD as `(file name, YAML)`, as committed under `charts/sluice/crds/`.

@@ -33,13 +33,16 @@ use crate::upstream::CircuitState;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelRouteSpec {
     /// The name clients send in `"model"`.
+    #[schemars(length(max = 128))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$')").message(crate::schema::msg::MODEL))]
     pub model: String,
     /// Gateway group serving this route; default `default`.
+    #[schemars(length(max = 40))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$')").message(crate::schema::msg::GATEWAY))]
     pub gateway: Option<String>,
     /// Hard cap over all attempts; default `540s`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub deadline: Option<String>,
@@ -71,6 +74,7 @@ pub struct ModelRouteSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SyntheticSpec {
     /// Time between two checks of one candidate, at least `1s`; default `90s`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::schema::SYNTHETIC_INTERVAL_RULE).message(crate::schema::msg::SYNTHETIC_INTERVAL))]
     pub interval: Option<String>,
@@ -119,18 +123,22 @@ pub struct Candidate {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Price {
     /// USD per 1M input tokens, e.g. `"15.00"`.
+    #[schemars(length(max = 17))]
     #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
     pub input: String,
     /// USD per 1M output tokens, e.g. `"75.00"`.
+    #[schemars(length(max = 17))]
     #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
     pub output: String,
     /// USD per 1M input tokens read from the provider's prompt cache, e.g. `"1.50"`;
     /// default `input`.
+    #[schemars(length(max = 17))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
     pub cached_input: Option<String>,
     /// USD per 1M input tokens written to the provider's prompt cache, e.g. `"18.75"`;
     /// default `input`.
+    #[schemars(length(max = 17))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE))]
     pub cache_write: Option<String>,
@@ -193,10 +201,12 @@ pub struct BackoffSpec {
     #[schemars(range(min = 1, max = 20))]
     pub max_attempts: Option<u32>,
     /// First backoff step; default `250ms`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub base: Option<String>,
     /// Total waiting allowed; default `30s`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub max_total: Option<String>,

@@ -2,6 +2,23 @@
 
 use schemars::{Schema, generate::SchemaGenerator, json_schema};
 
+/// Longest string of each kind that a CEL rule reads and no pattern already bounds.
+///
+/// A real API server estimates every rule's cost from the declared sizes of what it
+/// reads, and refuses a CRD whose rule may cost more than 10,000,000 (or whose rules
+/// together exceed 100,000,000). A string without `maxLength` is costed at about 3 MB,
+/// times the `maxItems` of every list above it, so each string a rule reads carries a
+/// `maxLength`: these where nothing else bounds it, the pattern's own longest match where
+/// the pattern does (docs/design.md §2).
+pub mod max_len {
+    /// A duration such as `1m30s`.
+    pub const DURATION: usize = 32;
+    /// A URL (`baseUrl`) or a URL path (`probe.path`).
+    pub const URL: usize = 2048;
+    /// An HTTP header name.
+    pub const HEADER: usize = 256;
+}
+
 /// One or more `<int><unit>` groups, units ms, s, m, h; not zero.
 pub const DURATION_RULE: &str =
     "self.matches('^([0-9]+(ms|s|m|h))+$') && !self.matches('^(0+(ms|s|m|h))+$')";

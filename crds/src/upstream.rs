@@ -51,6 +51,7 @@ pub struct UpstreamSpec {
     /// `openai` and `azure-openai`; the other protocols default to the provider's endpoint.
     // `[:space:]`, not `\s`: RE2 (the apiserver) and Rust's `regex` (file mode, kube's CEL)
     // disagree on `\s` beyond ASCII, and both read `[:space:]` as ASCII whitespace.
+    #[schemars(length(max = crate::schema::max_len::URL))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^https?://[^/?#[:space:]]+')").message(msg::BASE_URL))]
     pub base_url: Option<String>,
@@ -117,6 +118,7 @@ pub struct UpstreamAuth {
     /// The Secret (same namespace) and key holding the API key.
     pub secret_ref: SecretKeyRef,
     /// Header that carries the key; default per protocol (`authorization` for openai).
+    #[schemars(length(max = crate::schema::max_len::HEADER))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9-]+$')").message(msg::HEADER))]
     pub header: Option<String>,
@@ -142,15 +144,18 @@ pub struct SecretKeyRef {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpstreamTimeouts {
     /// TCP+TLS connect timeout; default `2s`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::schema::DURATION_RULE).message(crate::schema::DURATION_MESSAGE))]
     pub connect: Option<String>,
     /// First-byte watchdog: a duration or `auto`; default `auto`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::schema::DURATION_OR_AUTO_RULE).message(msg::FIRST_BYTE))]
     pub first_byte: Option<String>,
     /// Longest gap allowed between stream chunks: a duration, or `auto` (10 × the
     /// upstream's p99 gap, at least 1 s, at most 60 s); default `60s`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::schema::DURATION_OR_AUTO_RULE).message(msg::IDLE))]
     pub idle: Option<String>,
@@ -169,6 +174,7 @@ pub struct CircuitBreakerSpec {
     #[schemars(range(min = 1, max = 10_000))]
     pub minimum_requests: Option<u32>,
     /// How long the circuit stays open before half-open trials; default `30s`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::schema::DURATION_RULE).message(crate::schema::DURATION_MESSAGE))]
     pub open_for: Option<String>,
@@ -183,10 +189,12 @@ pub struct CircuitBreakerSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProbeSpec {
     /// Interval between probes; default `90s`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::schema::DURATION_RULE).message(crate::schema::DURATION_MESSAGE))]
     pub interval: Option<String>,
     /// Path under baseUrl; default `/models`.
+    #[schemars(length(max = crate::schema::max_len::URL))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.startsWith('/')").message(msg::PROBE_PATH))]
     pub path: Option<String>,

@@ -9,7 +9,7 @@ use regex::Regex;
 
 use crate::error_budget::{BudgetMethod, ErrorBudgetSpec};
 use crate::model_route::ModelRouteSpec;
-use crate::schema::{DURATION_MESSAGE, MONEY_MESSAGE, msg};
+use crate::schema::{DURATION_MESSAGE, MONEY_MESSAGE, max_len, msg};
 use crate::upstream::{Protocol, UpstreamSpec};
 
 /// A field path and what is wrong with it.
@@ -84,9 +84,26 @@ impl Checks {
         }
     }
 
+    /// A `maxLength` that no pattern implies: true when `value` is within it.
+    fn max_chars(&mut self, value: &str, field: &str, max: usize) -> bool {
+        let ok = value.chars().count() <= max;
+        if !ok {
+            self.fail(field, format!("must be at most {max} characters"));
+        }
+        ok
+    }
+
+    /// A string of at most `max` characters that must pass `rule` (checked only when
+    /// within the length, so an over-long value gets one message).
+    fn bounded_rule(&mut self, value: &str, max: usize, ok: impl FnOnce(&str) -> bool, field: &str, message: &str) {
+        if self.max_chars(value, field, max) {
+            self.rule(ok(value), field, message);
+        }
+    }
+
     fn duration(&mut self, value: Option<&str>, field: &str) {
         if let Some(v) = value {
-            self.rule(is_schema_duration(v), field, DURATION_MESSAGE);
+            self.bounded_rule(v, max_len::DURATION, is_schema_duration, field, DURATION_MESSAGE);
         }
     }
 }
@@ -94,6 +111,11 @@ impl Checks {
 /// The CRD's duration rule: `<int><unit>` groups in ms, s, m, h, not zero.
 pub fn is_schema_duration(text: &str) -> bool {
     matches(&DURATION, text) && !matches(&ZERO_DURATION, text)
+}
+
+/// The timeouts' rule: a [`is_schema_duration`] duration or the word `auto`.
+fn duration_or_auto(text: &str) -> bool {
+    text == "auto" || is_schema_duration(text)
 }
 
 /// The CRD's synthetic interval rule: a duration in ms, s, m, h of at least one second.
@@ -121,7 +143,7 @@ fn alert_window_minutes(window: &str) -> Option<u64> {
 pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
     let mut c = Checks::default();
     if let Some(url) = &spec.base_url {
-        c.rule(matches(&BASE_URL, url), "spec.baseUrl", msg::BASE_URL);
+        c.bounded_rule(url, max_len::URL, |u| matches(&BASE_URL, u), "spec.baseUrl", msg::BASE_URL);
     }
     protocol_blocks(&mut c, spec);
     if let Some(region) = &spec.region
@@ -131,7 +153,7 @@ pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
     }
     if let Some(auth) = &spec.auth {
         if let Some(header) = &auth.header {
-            c.rule(matches(&HEADER, header), "spec.auth.header", msg::HEADER);
+            c.bounded_rule(header, max_len::HEADER, |h| matches(&HEADER, h), "spec.auth.header", msg::HEADER);
         }
         c.chars(&auth.secret_ref.name, "spec.auth.secretRef.name", 1, 253);
         c.chars(&auth.secret_ref.key, "spec.auth.secretRef.key", 1, 253);
@@ -139,10 +161,10 @@ pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
     if let Some(t) = &spec.timeouts {
         c.duration(t.connect.as_deref(), "spec.timeouts.connect");
         if let Some(idle) = &t.idle {
-            c.rule(idle == "auto" || is_schema_duration(idle), "spec.timeouts.idle", msg::IDLE);
+            c.bounded_rule(idle, max_len::DURATION, duration_or_auto, "spec.timeouts.idle", msg::IDLE);
         }
         if let Some(fb) = &t.first_byte {
-            c.rule(fb == "auto" || is_schema_duration(fb), "spec.timeouts.firstByte", msg::FIRST_BYTE);
+            c.bounded_rule(fb, max_len::DURATION, duration_or_auto, "spec.timeouts.firstByte", msg::FIRST_BYTE);
         }
     }
     c.range(spec.max_concurrent_requests, "spec.maxConcurrentRequests", 1, 1_000_000);
@@ -155,7 +177,7 @@ pub fn upstream(spec: &UpstreamSpec) -> Vec<FieldError> {
     if let Some(p) = &spec.probe {
         c.duration(p.interval.as_deref(), "spec.probe.interval");
         if let Some(path) = &p.path {
-            c.rule(path.starts_with('/'), "spec.probe.path", msg::PROBE_PATH);
+            c.bounded_rule(path, max_len::URL, |p| p.starts_with('/'), "spec.probe.path", msg::PROBE_PATH);
         }
     }
     c.0
@@ -241,7 +263,8 @@ pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
     c.range(spec.default_max_tokens, "spec.defaultMaxTokens", 1, 10_000_000);
     if let Some(s) = &spec.synthetic {
         if let Some(interval) = &s.interval {
-            c.rule(is_synthetic_interval(interval), "spec.synthetic.interval", msg::SYNTHETIC_INTERVAL);
+            let field = "spec.synthetic.interval";
+            c.bounded_rule(interval, max_len::DURATION, is_synthetic_interval, field, msg::SYNTHETIC_INTERVAL);
         }
         c.range(s.max_tokens, "spec.synthetic.maxTokens", 1, 4096);
     }

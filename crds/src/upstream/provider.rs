@@ -99,9 +99,11 @@ pub fn vertex_base_url(location: &str) -> String {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GcpSpec {
     /// Project id (or number) that is billed, e.g. `my-project`.
+    #[schemars(length(max = 128))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][-a-z0-9.:]{0,127}$')").message(crate::schema::msg::GCP_PROJECT))]
     pub project: String,
     /// Location, e.g. `us-east5`; `global`, `us` and `eu` pick those endpoints.
+    #[schemars(length(max = 63))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$')").message(crate::schema::msg::GCP_LOCATION))]
     pub location: String,
     /// Service-account key; without it, the metadata server (workload identity).
@@ -122,6 +124,7 @@ pub struct GcpCredentials {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AwsSpec {
     /// Region, e.g. `us-east-1`; also the SigV4 signing region.
+    #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$')").message(crate::schema::msg::AWS_REGION))]
     pub region: String,
     /// Access keys; without them, the standard AWS credential chain.
@@ -155,6 +158,7 @@ pub struct SecretNameRef {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AzureSpec {
     /// The `api-version` query parameter, e.g. `2024-10-21`.
+    #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][-A-Za-z0-9.]{0,63}$')").message(crate::schema::msg::AZURE_API_VERSION))]
     pub api_version: String,
 }
@@ -164,6 +168,7 @@ pub struct AzureSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnthropicSpec {
     /// The `anthropic-version` header; default `2023-06-01`.
+    #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][-A-Za-z0-9.]{0,63}$')").message(crate::schema::msg::ANTHROPIC_VERSION))]
     pub version: String,
 }

@@ -93,8 +93,38 @@ fn burn_rate(n: u64) -> Value {
     })
 }
 
+/// A valid duration of `n` characters (`n` ≥ 2): `1s` with leading zeros.
+fn duration(n: u64) -> Value {
+    json!(format!("{}1s", "0".repeat(n.saturating_sub(2) as usize)))
+}
+fn url(n: u64) -> Value {
+    json!(format!("https://a.example/{}", "a".repeat(n.saturating_sub(18) as usize)))
+}
+fn url_path(n: u64) -> Value {
+    json!(format!("/{}", "a".repeat(n.saturating_sub(1) as usize)))
+}
+/// `1234567.1…`: valid up to 17 characters (7 digits, a point, 9 decimals).
+fn money(n: u64) -> Value {
+    json!(format!("1234567.{}", "1".repeat(n.saturating_sub(8) as usize)))
+}
+/// `99.9…`: valid up to 9 characters.
+fn objective(n: u64) -> Value {
+    json!(format!("99.{}", "9".repeat(n.saturating_sub(3) as usize)))
+}
+/// `2160h` (90 days, the longest window) at 5 characters, then too many hours.
+fn budget_window(n: u64) -> Value {
+    json!(format!("2160{}h", "0".repeat(n.saturating_sub(5) as usize)))
+}
+/// `3599s` (the longest timeslice in seconds) at 5 characters, then too many seconds.
+fn timeslice(n: u64) -> Value {
+    json!(format!("3599{}s", "0".repeat(n.saturating_sub(5) as usize)))
+}
+
 const RANGE: &str = "";
 const UPSTREAM: &str = "upstream must be the name of an Upstream (a DNS subdomain)";
+const AT_MOST_32: &str = "must be at most 32 characters";
+const AT_MOST_2048: &str = "must be at most 2048 characters";
+const MONEY: &str = "price must be a decimal string of USD per 1M tokens, e.g. \"15.00\"";
 
 #[rustfmt::skip] // one row per line reads as a table
 fn rows() -> Vec<Row> {
@@ -107,10 +137,33 @@ fn rows() -> Vec<Row> {
         r("Upstream", "spec.gcp.credentials.secretRef.name", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
         r("Upstream", "spec.gcp.credentials.secretRef.key", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
         r("Upstream", "spec.aws.credentials.secretRef.name", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
+        r("Upstream", "spec.baseUrl", Length, None, 2048, url, "", AT_MOST_2048),
+        r("Upstream", "spec.auth.header", Length, None, 256, letters, "", "must be at most 256 characters"),
+        r("Upstream", "spec.timeouts.connect", Length, None, 32, duration, "", AT_MOST_32),
+        r("Upstream", "spec.timeouts.firstByte", Length, None, 32, duration, "", AT_MOST_32),
+        r("Upstream", "spec.timeouts.idle", Length, None, 32, duration, "", AT_MOST_32),
+        r("Upstream", "spec.circuitBreaker.openFor", Length, None, 32, duration, "", AT_MOST_32),
+        r("Upstream", "spec.probe.interval", Length, None, 32, duration, "", AT_MOST_32),
+        r("Upstream", "spec.probe.path", Length, None, 2048, url_path, "", AT_MOST_2048),
+        r("Upstream", "spec.gcp.project", Length, None, 128, letters, "", "gcp.project must be a Google Cloud project id or number, e.g. my-project"),
+        r("Upstream", "spec.gcp.location", Length, None, 63, letters, "", "gcp.location must be a Google Cloud location such as us-east5, global, us or eu"),
+        r("Upstream", "spec.aws.region", Length, None, 32, letters, "", "aws.region must be an AWS region such as us-east-1"),
+        r("Upstream", "spec.azure.apiVersion", Length, None, 64, letters, "", "azure.apiVersion must be an API version such as 2024-10-21"),
+        r("Upstream", "spec.anthropic.version", Length, None, 64, letters, "", "anthropic.version must be a version such as 2023-06-01"),
         r("Upstream", "spec.maxConcurrentRequests", Number, Some(1), 1_000_000, number, RANGE, RANGE),
         r("Upstream", "spec.circuitBreaker.failureRatePercent", Number, Some(1), 100, number, RANGE, RANGE),
         r("Upstream", "spec.circuitBreaker.minimumRequests", Number, Some(1), 10_000, number, RANGE, RANGE),
         r("Upstream", "spec.circuitBreaker.halfOpenRequests", Number, Some(1), 100, number, RANGE, RANGE),
+        r("ModelRoute", "spec.model", Length, None, 128, letters, "", "model must be 1-128 characters of letters, digits and . _ : / @ -"),
+        r("ModelRoute", "spec.gateway", Length, None, 40, letters, "", "gateway must be a DNS label of at most 40 characters"),
+        r("ModelRoute", "spec.deadline", Length, None, 32, duration, "", AT_MOST_32),
+        r("ModelRoute", "spec.candidates[0].price.input", Length, None, 17, money, "", MONEY),
+        r("ModelRoute", "spec.candidates[0].price.output", Length, None, 17, money, "", MONEY),
+        r("ModelRoute", "spec.candidates[0].price.cachedInput", Length, None, 17, money, "", MONEY),
+        r("ModelRoute", "spec.candidates[0].price.cacheWrite", Length, None, 17, money, "", MONEY),
+        r("ModelRoute", "spec.backoff.base", Length, None, 32, duration, "", AT_MOST_32),
+        r("ModelRoute", "spec.backoff.maxTotal", Length, None, 32, duration, "", AT_MOST_32),
+        r("ModelRoute", "spec.synthetic.interval", Length, None, 32, duration, "", AT_MOST_32),
         r("ModelRoute", "spec.candidates", Items, Some(1), 8, candidates, "must list 1 to 8 candidates, got 0", "must list 1 to 8 candidates, got 9"),
         r("ModelRoute", "spec.candidates[1].upstream", Length, None, 253, letters, "", UPSTREAM),
         r("ModelRoute", "spec.candidates[0].model", Length, Some(1), 256, letters, "must be 1 to 256 characters", "must be 1 to 256 characters"),
@@ -121,6 +174,10 @@ fn rows() -> Vec<Row> {
         r("ModelRoute", "spec.synthetic.maxTokens", Number, Some(1), 4096, number, RANGE, RANGE),
         r("ErrorBudget", "spec.routes", Items, Some(1), 64, routes, "must list 1 to 64 routes, got 0", "must list 1 to 64 routes, got 65"),
         r("ErrorBudget", "spec.routes[1]", Length, Some(1), 253, letters, "must be 1 to 253 characters", "must be 1 to 253 characters"),
+        r("ErrorBudget", "spec.objective", Length, None, 9, objective, "", "objective must be a decimal string strictly between 50 and 100, e.g. \"99.95\""),
+        r("ErrorBudget", "spec.window", Length, None, 5, budget_window, "", "window must be whole hours or days between 1h and 90d, e.g. 30d"),
+        r("ErrorBudget", "spec.timeslice", Length, None, 5, timeslice, "", "timeslice must be between 1s and 59m, shorter than the window, e.g. 1m"),
+        r("ErrorBudget", "spec.latency.threshold", Length, None, 32, duration, "", AT_MOST_32),
         r("ErrorBudget", "spec.latency.percentile", Number, Some(50), 99, number, RANGE, RANGE),
         r("ErrorBudget", "spec.alerts", Items, Some(1), 8, alerts, "must list 1 to 8 alerts, got 0", "must list 1 to 8 alerts, got 9"),
         r("ErrorBudget", "spec.alerts[0].name", Length, None, 31, letters, "", "alert name must be a lowercase word such as page or ticket"),
@@ -136,6 +193,8 @@ fn base(kind: &str, at: &str) -> Value {
     let file = match at.split('.').nth(1) {
         Some("gcp") => "vertex-anthropic",
         Some("aws") => "bedrock",
+        Some("azure") => "azure-openai",
+        Some("anthropic") => "anthropic",
         _ => "full",
     };
     let text = read(&testdata(&format!("cel/{}/valid/{file}.yaml", kind.to_lowercase())));
