@@ -94,12 +94,14 @@ fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attem
 }
 
 /// What the gateway reads from a whole answer, in one pass: its usage and, for a traced
-/// request, the choices' finish reasons (docs/design.md §11). Anything unreadable reads
+/// request, the choices' finish reasons and the model the upstream says answered
+/// (docs/design.md §11). Anything unreadable reads
 /// as nothing; only `usage` is typed (given twice or of the wrong shape, there is none).
 #[derive(Default)]
 struct Peek {
     usage: Option<Usage>,
     finish_reasons: Vec<String>,
+    model: Option<String>,
 }
 
 impl Peek {
@@ -141,6 +143,10 @@ impl<'de> Visitor<'de> for PeekSeed {
                 Some("choices") if self.finish_reasons => {
                     let choices: lenient::List<FinishReason<'de>> = map.next_value()?;
                     peek.finish_reasons = choices.0.into_iter().filter_map(|c| c.0.0.map(Cow::into_owned)).collect();
+                }
+                Some("model") if self.finish_reasons => {
+                    let model: lenient::Str<'de> = map.next_value()?;
+                    peek.model = model.0.map(Cow::into_owned);
                 }
                 _ => {
                     map.next_value::<de::IgnoredAny>()?;
@@ -197,7 +203,7 @@ pub async fn answer(
         Some(u) if !traced => Some(u),
         known => {
             let peek = Peek::of(&s.first, traced);
-            trace.answered(&s.first, peek.finish_reasons);
+            trace.answered(&s.first, peek.finish_reasons, peek.model.as_deref());
             known.or(peek.usage)
         }
     };
@@ -250,7 +256,7 @@ pub fn stream_answer(
         let usage = end.usage.or_else(|| {
             (end.content_events > 0).then_some(Usage::plain(input_bound, end.content_events))
         });
-        trace.stream_finished(end.finish_reason.map(|r| r.as_str()));
+        trace.stream_finished(end.finish_reason.map(|r| r.as_str()), end.model.as_deref());
         // A stream resumed to its end is a good answer, whatever broke on the way.
         let bad = outcome != Outcome::Ok && !end.healed;
         let resumed = end.resumed.iter().map(|r| (r.candidate, r.usage)).collect();

@@ -48,11 +48,13 @@ pub struct StreamEnd {
     pub healed: bool,
     /// The last finish reason the client was sent.
     pub finish_reason: Option<FinishReason>,
+    /// The model the stream's first chunk names (the upstream's, often a dated version).
+    pub model: Option<String>,
 }
 
 impl Default for StreamEnd {
     fn default() -> Self {
-        Self { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0, resumed: Vec::new(), healed: false, finish_reason: None }
+        Self { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0, resumed: Vec::new(), healed: false, finish_reason: None, model: None }
     }
 }
 
@@ -106,6 +108,7 @@ async fn pump(
     let mut end = StreamEnd::default();
     let mut splitter = Splitter::default();
     let mut finished = false;
+    let mut model_read = false;
     let mut chunk = Some(first);
     loop {
         if let Some(bytes) = chunk.take() {
@@ -113,6 +116,9 @@ async fn pump(
                 let out = match event {
                     Event::Done => return (end, Some(Bytes::from_static(DONE))),
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
+                        if !std::mem::replace(&mut model_read, true) {
+                            end.model = sse::model_of(&raw);
+                        }
                         if f.is_some() {
                             finished = true;
                             end.finish_reason = f;

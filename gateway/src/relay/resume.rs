@@ -231,6 +231,7 @@ pub(super) async fn pump(
     let mut splitter = Splitter::default();
     let mut finished = false;
     let mut first_break: Option<(Outcome, String)> = None;
+    let mut model_read = false;
     let mut chunk = Some(first);
     loop {
         let mut broke: Option<(Outcome, ResumeReason, String)> = None;
@@ -239,6 +240,9 @@ pub(super) async fn pump(
                 let out = match event {
                     Event::Done => return done(end, cur, &resumer, earlier),
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
+                        if !std::mem::replace(&mut model_read, true) {
+                            end.model = super::sse::model_of(&raw);
+                        }
                         let text = String::from_utf8_lossy(&raw);
                         let data = text.trim().trim_start_matches("data:").trim();
                         if is_error(data) {

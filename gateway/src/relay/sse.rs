@@ -165,22 +165,41 @@ fn find_boundary(buf: &[u8]) -> Option<(usize, usize)> {
     }
 }
 
-fn classify(raw: Bytes) -> Event {
-    let text = String::from_utf8_lossy(&raw);
-    let mut data = String::new();
-    let mut has_data = false;
+/// The data of an event (its `data:` lines joined), if it has any.
+fn data_of(raw: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(raw);
+    let mut data: Option<String> = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("data:") {
-            if has_data {
-                data.push('\n');
+            let rest = rest.strip_prefix(' ').unwrap_or(rest);
+            match &mut data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(rest);
+                }
+                None => data = Some(rest.to_owned()),
             }
-            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
-            has_data = true;
         }
     }
-    if !has_data {
-        return Event::Other(raw);
+    data
+}
+
+/// The `model` a chunk event names, if any: read from a stream's first chunk only.
+pub fn model_of(raw: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct ModelPeek<'a> {
+        #[serde(default, borrow)]
+        model: Option<std::borrow::Cow<'a, str>>,
     }
+    let data = data_of(raw)?;
+    let peek: ModelPeek<'_> = serde_json::from_str(data.trim()).ok()?;
+    peek.model.map(std::borrow::Cow::into_owned)
+}
+
+fn classify(raw: Bytes) -> Event {
+    let Some(data) = data_of(&raw) else {
+        return Event::Other(raw);
+    };
     let data = data.trim();
     if data == "[DONE]" {
         return Event::Done;
@@ -237,5 +256,15 @@ mod tests {
         let mut s = Splitter::default();
         let events = s.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}],\"usage\":null}\n\n");
         assert!(matches!(events[0], Event::Chunk { finished: None, usage: None, usage_only: false, .. }));
+    }
+
+    #[test]
+    fn a_chunk_names_the_model_that_answered() {
+        let chunk = b"data: {\"model\":\"gpt-4o-2024-08-06\",\"choices\":[]}\n\n";
+        assert_eq!(model_of(chunk).as_deref(), Some("gpt-4o-2024-08-06"));
+        assert_eq!(model_of(b"data: {\"model\":\"a\\\"b\",\"choices\":[]}\n\n").as_deref(), Some("a\"b"), "escaped");
+        assert_eq!(model_of(b"data: {\"choices\":[]}\n\n"), None);
+        assert_eq!(model_of(b": keep-alive\n\n"), None);
+        assert_eq!(model_of(b"data: [DONE]\n\n"), None);
     }
 }

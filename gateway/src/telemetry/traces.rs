@@ -168,11 +168,12 @@ impl RequestTrace {
     }
 
     /// Records what the whole answer of a non-streamed request says: its choices'
-    /// `finish_reasons` (read by the caller in the pass that reads its usage) and, with
-    /// `--trace-content`, the completion.
-    pub fn answered(&self, body: &[u8], finish_reasons: Vec<String>) {
+    /// `finish_reasons` and the model the upstream says answered (read by the caller in
+    /// the pass that reads its usage) and, with `--trace-content`, the completion.
+    pub fn answered(&self, body: &[u8], finish_reasons: Vec<String>, model: Option<&str>) {
         let Some(r) = &self.0 else { return };
         let mut span = lock(&r.span);
+        response_model(&mut span, model);
         if !finish_reasons.is_empty() {
             let reasons = finish_reasons.into_iter().map(StringValue::from).collect();
             span.set_attribute(KeyValue::new("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons))));
@@ -185,11 +186,16 @@ impl RequestTrace {
         }
     }
 
-    /// Records the finish reason the client saw at the end of a stream (none when it broke).
-    pub fn stream_finished(&self, reason: Option<&str>) {
-        let (Some(r), Some(reason)) = (&self.0, reason) else { return };
-        let reasons = vec![StringValue::from(reason.to_string())];
-        lock(&r.span).set_attribute(KeyValue::new("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons))));
+    /// Records the finish reason the client saw at the end of a stream (none when it
+    /// broke) and the model its first chunk named.
+    pub fn stream_finished(&self, reason: Option<&str>, model: Option<&str>) {
+        let Some(r) = &self.0 else { return };
+        let mut span = lock(&r.span);
+        response_model(&mut span, model);
+        if let Some(reason) = reason {
+            let reasons = vec![StringValue::from(reason.to_string())];
+            span.set_attribute(KeyValue::new("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons))));
+        }
     }
 
     /// Records how the request ended; the span ends when this trace is dropped.
@@ -199,7 +205,6 @@ impl RequestTrace {
         span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
         if let Some(c) = candidate.and_then(|i| route.candidates.get(i)) {
             span.set_attribute(KeyValue::new("gen_ai.provider.name", provider_name(c.upstream.cfg.protocol)));
-            span.set_attribute(KeyValue::new("gen_ai.response.model", c.cfg.model.clone()));
             span.set_attribute(KeyValue::new("sluice.upstream", c.upstream.cfg.name.clone()));
             if let Some(u) = usage {
                 span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", saturating_i64(u.prompt_tokens)));
@@ -212,6 +217,15 @@ impl RequestTrace {
         if status >= 500 || status == 429 {
             span.set_status(Status::error(format!("answered {status}")));
         }
+    }
+}
+
+/// `gen_ai.response.model`: the model the upstream's answer names (a dated version such
+/// as `gpt-4o-2024-08-06` where the request said `gpt-4o`), never the one configured; an
+/// answer that names none leaves it out.
+fn response_model(span: &mut Span, model: Option<&str>) {
+    if let Some(m) = model.filter(|m| !m.is_empty()) {
+        span.set_attribute(KeyValue::new("gen_ai.response.model", m.to_owned()));
     }
 }
 

@@ -115,6 +115,10 @@ async fn grpc_receiver() -> anyhow::Result<(String, Seen<Span>, AbortOnDrop)> {
     Ok((base, seen, task))
 }
 
+/// The model the test upstreams say answered: a dated version of the `chat-model`
+/// the route sends, as OpenAI answers `gpt-4o-2024-08-06` for `gpt-4o`.
+const ANSWERED_MODEL: &str = "chat-model-2026-11-01";
+
 /// An OpenAI upstream answering `status` (a completion when 200), recording the
 /// `traceparent` of each request.
 async fn upstream(status: u16) -> anyhow::Result<(String, Seen<String>, AbortOnDrop)> {
@@ -127,7 +131,7 @@ async fn upstream(status: u16) -> anyhow::Result<(String, Seen<String>, AbortOnD
                 let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                 let body = if status.is_success() {
                     json!({
-                        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "chat-model",
+                        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": ANSWERED_MODEL,
                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "the completion text"}, "finish_reason": "stop"}],
                         "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
                     })
@@ -222,7 +226,7 @@ async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result
     assert_eq!(a["gen_ai.operation.name"], "chat");
     assert_eq!(a["gen_ai.provider.name"], "openai");
     assert_eq!(a["gen_ai.request.model"], "chat-model");
-    assert_eq!(a["gen_ai.response.model"], "chat-model");
+    assert_eq!(a["gen_ai.response.model"], ANSWERED_MODEL, "the model the upstream answered, not the one configured");
     assert_eq!(a["gen_ai.usage.input_tokens"], json!({"int": 7}));
     assert_eq!(a["gen_ai.usage.output_tokens"], json!({"int": 3}));
     assert_eq!(a["gen_ai.response.finish_reasons"], json!(["stop"]));
@@ -257,10 +261,19 @@ async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result
 }
 
 #[tokio::test]
-async fn a_streamed_answer_records_the_finish_reason_the_client_saw() -> anyhow::Result<()> {
+async fn a_streamed_answer_records_the_finish_reason_the_client_saw_and_the_model_that_answered() -> anyhow::Result<()> {
     let (otlp, spans, _receiver) = receiver().await?;
-    let only = sluice_tests::ChaosUpstream::start("only").await?;
-    let manifests = yaml(&[only.doc(), route("chat", "chat-model", &[("only", 100)])]);
+    let stream = format!(
+        "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"{ANSWERED_MODEL}\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"hi\"}},\"finish_reason\":null}}]}}\n\n\
+         data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"{ANSWERED_MODEL}\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n\
+         data: [DONE]\n\n"
+    );
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move || async move { ([("content-type", "text/event-stream")], stream) }),
+    );
+    let (base, _upstream) = serve(app).await?;
+    let manifests = yaml(&[upstream_doc("only", &format!("{base}/v1")), route("chat", "chat-model", &[("only", 100)])]);
     let traces = TraceArgs { otlp_endpoint: Some(otlp), ..TraceArgs::default() };
     let gw = TestGateway::start_with(&manifests, GatewayOptions { traces: Some(traces), ..GatewayOptions::default() }).await?;
     let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
@@ -270,6 +283,9 @@ async fn a_streamed_answer_records_the_finish_reason_the_client_saw() -> anyhow:
     assert!(eventually(Duration::from_secs(10), server).await, "no request span arrived");
     let all = spans.all();
     let request = all.iter().find(|s| s.kind == SpanKind::Server as i32).context("the request span")?;
-    assert_eq!(attributes(request)["gen_ai.response.finish_reasons"], json!(["stop"]));
+    let a = attributes(request);
+    assert_eq!(a["gen_ai.response.finish_reasons"], json!(["stop"]));
+    assert_eq!(a["gen_ai.request.model"], "chat-model");
+    assert_eq!(a["gen_ai.response.model"], ANSWERED_MODEL, "the model the stream's first chunk names");
     Ok(())
 }
