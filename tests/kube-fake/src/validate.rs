@@ -1,7 +1,7 @@
 //! Validation of custom resources against their CRD's structural `openAPIV3Schema`:
 //! pruning of unknown fields and non-nullable nulls, defaults, the OpenAPI value checks,
 //! and the `x-kubernetes-validations` CEL rules (through kube's `cel` feature, as
-//! `crds/tests/cel.rs` does). Errors read like the real API server's.
+//! `crds/tests/crds/cel.rs` does). Errors read like the real API server's.
 //!
 //! Start at [`custom_resource`]; the value checks are in [`schema`], the CEL rules in
 //! [`cel`].
