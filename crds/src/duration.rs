@@ -20,9 +20,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         if start == i {
             return Err(format!("{text:?} is not a duration such as 50ms, 2s, 1m30s or 30d"));
         }
-        let number: u128 = text[start..i]
-            .parse()
-            .map_err(|_| format!("{text:?} has a number too large"))?;
+        let number: u128 = text[start..i].parse().map_err(|_| format!("{text:?} has a number too large"))?;
         let unit_start = i;
         while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
             i += 1;
@@ -36,9 +34,8 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             "" => return Err(format!("{text:?} is missing a unit (ms, s, m, h or d)")),
             other => return Err(format!("{text:?} has unknown unit {other:?} (use ms, s, m, h or d)")),
         };
-        total_ms = total_ms
-            .checked_add(number.saturating_mul(unit_ms))
-            .ok_or_else(|| format!("{text:?} is too long"))?;
+        total_ms =
+            total_ms.checked_add(number.saturating_mul(unit_ms)).ok_or_else(|| format!("{text:?} is too long"))?;
     }
     // A century is far beyond any timeout or SLO window; larger values are typos.
     if total_ms > 100 * 365 * 86_400_000 {

@@ -66,7 +66,8 @@ pub struct ErrorBudgetSpec {
 /// Whole hours 1..2160 or whole days 1..90.
 const WINDOW_RULE: &str = "self.matches('^([1-9]|[1-8][0-9]|90)d$') || self.matches('^([1-9][0-9]{0,2}|1[0-9]{3}|20[0-9]{2}|21[0-5][0-9]|2160)h$')";
 /// 1s..3599s or 1m..59m.
-const TIMESLICE_RULE: &str = "self.matches('^([1-9][0-9]{0,2}|[1-2][0-9]{3}|3[0-5][0-9]{2})s$') || self.matches('^([1-9]|[1-5][0-9])m$')";
+const TIMESLICE_RULE: &str =
+    "self.matches('^([1-9][0-9]{0,2}|[1-2][0-9]{3}|3[0-5][0-9]{2})s$') || self.matches('^([1-9]|[1-5][0-9])m$')";
 
 /// How the budget is counted.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]

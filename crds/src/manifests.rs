@@ -4,14 +4,14 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
+use crate::API_VERSION;
 use crate::error_budget::ErrorBudget;
 use crate::model_route::ModelRoute;
 use crate::problem::Problem;
 use crate::upstream::Upstream;
-use crate::API_VERSION;
 
 /// Parsed resources, plus the problems met while reading them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -34,7 +34,9 @@ pub fn load_paths(paths: &[PathBuf]) -> Manifests {
         for file in yaml_files(path, &mut manifests.problems) {
             match std::fs::read_to_string(&file) {
                 Ok(text) => manifests.parse_str(&file.display().to_string(), &text),
-                Err(e) => manifests.problems.push(Problem::error(file.display().to_string(), "", format!("cannot read: {e}"))),
+                Err(e) => {
+                    manifests.problems.push(Problem::error(file.display().to_string(), "", format!("cannot read: {e}")))
+                }
             }
         }
     }
@@ -116,13 +118,21 @@ impl Manifests {
     pub fn add_value(&mut self, at: &str, json: serde_json::Value) {
         // Checked first: a struct also deserializes from a sequence, by position.
         if !json.is_object() {
-            self.problems.push(Problem::error(at, "", "not a Kubernetes object (expected a mapping with apiVersion and kind)"));
+            self.problems.push(Problem::error(
+                at,
+                "",
+                "not a Kubernetes object (expected a mapping with apiVersion and kind)",
+            ));
             return;
         }
         let meta: TypeMeta = match serde_json::from_value(json.clone()) {
             Ok(m) => m,
             Err(_) => {
-                self.problems.push(Problem::error(at, "", "not a Kubernetes object (expected a mapping with apiVersion and kind)"));
+                self.problems.push(Problem::error(
+                    at,
+                    "",
+                    "not a Kubernetes object (expected a mapping with apiVersion and kind)",
+                ));
                 return;
             }
         };
@@ -134,15 +144,27 @@ impl Manifests {
         // (Gloo's `gloo.solo.io/v1`), and a directory may hold them next to ours.
         let group = api_version.split_once('/').map_or(api_version.as_str(), |(group, _)| group);
         if group != crate::GROUP {
-            self.problems.push(Problem::warning(at, "kind", format!("{api_version} {kind} is not a sluice kind; ignored")));
+            self.problems.push(Problem::warning(
+                at,
+                "kind",
+                format!("{api_version} {kind} is not a sluice kind; ignored"),
+            ));
             return;
         }
         if !["Upstream", "ModelRoute", "ErrorBudget"].contains(&kind.as_str()) {
-            self.problems.push(Problem::error(at, "kind", format!("unknown kind {kind:?} (expected Upstream, ModelRoute or ErrorBudget)")));
+            self.problems.push(Problem::error(
+                at,
+                "kind",
+                format!("unknown kind {kind:?} (expected Upstream, ModelRoute or ErrorBudget)"),
+            ));
             return;
         }
         if api_version != API_VERSION {
-            self.problems.push(Problem::error(at, "apiVersion", format!("{api_version:?} is not served; use {API_VERSION}")));
+            self.problems.push(Problem::error(
+                at,
+                "apiVersion",
+                format!("{api_version:?} is not served; use {API_VERSION}"),
+            ));
             return;
         }
         let resource = resource_name(&kind, &json).unwrap_or_else(|| at.to_string());
@@ -156,11 +178,17 @@ impl Manifests {
 
 fn resource_name(kind: &str, json: &serde_json::Value) -> Option<String> {
     let name = json.pointer("/metadata/name")?.as_str()?;
-    let ns = json.pointer("/metadata/namespace").and_then(|v| v.as_str()).unwrap_or(crate::resolve::defaults::NAMESPACE);
+    let ns =
+        json.pointer("/metadata/namespace").and_then(|v| v.as_str()).unwrap_or(crate::resolve::defaults::NAMESPACE);
     Some(format!("{kind} {ns}/{name}"))
 }
 
-fn push_typed<T: DeserializeOwned>(into: &mut Vec<T>, problems: &mut Vec<Problem>, resource: &str, json: serde_json::Value) {
+fn push_typed<T: DeserializeOwned>(
+    into: &mut Vec<T>,
+    problems: &mut Vec<Problem>,
+    resource: &str,
+    json: serde_json::Value,
+) {
     let has_name = json.pointer("/metadata/name").and_then(|v| v.as_str()).is_some_and(|n| !n.is_empty());
     if !has_name {
         problems.push(Problem::error(resource, "metadata.name", "is required"));

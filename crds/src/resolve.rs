@@ -143,12 +143,17 @@ fn resolve_upstreams(
             continue;
         }
         if out.contains_key(&key) {
-            problems.push(Problem::error(&resource, "metadata.name", "declared more than once; the later one is ignored"));
+            problems.push(Problem::error(
+                &resource,
+                "metadata.name",
+                "declared more than once; the later one is ignored",
+            ));
             continue;
         }
         let spec = &u.spec;
         // Validation guarantees a base URL: the manifest's or the protocol's default.
-        let Some(base_url) = spec.base_url.clone().or_else(|| spec.protocol.default_base_url(spec.gcp.as_ref(), spec.aws.as_ref()))
+        let Some(base_url) =
+            spec.base_url.clone().or_else(|| spec.protocol.default_base_url(spec.gcp.as_ref(), spec.aws.as_ref()))
         else {
             continue;
         };
@@ -201,10 +206,10 @@ fn resolve_upstreams(
                 gcp: spec.gcp.as_ref().map(|g| GcpConfig {
                     project: g.project.clone(),
                     location: g.location.clone(),
-                    credentials: g.credentials.as_ref().map(|c| SecretKeyConfig {
-                        secret: c.secret_ref.name.clone(),
-                        key: c.secret_ref.key.clone(),
-                    }),
+                    credentials: g
+                        .credentials
+                        .as_ref()
+                        .map(|c| SecretKeyConfig { secret: c.secret_ref.name.clone(), key: c.secret_ref.key.clone() }),
                 }),
                 aws: spec.aws.as_ref().map(|a| AwsConfig {
                     region: a.region.clone(),
@@ -258,14 +263,21 @@ fn resolve_routes(
             continue;
         }
         if out.iter().any(|o| o.key == key) {
-            problems.push(Problem::error(&resource, "metadata.name", "declared more than once; the later one is ignored"));
+            problems.push(Problem::error(
+                &resource,
+                "metadata.name",
+                "declared more than once; the later one is ignored",
+            ));
             continue;
         }
         if let Some(other) = out.iter().find(|o| o.model == r.spec.model) {
             problems.push(Problem::error(
                 &resource,
                 "spec.model",
-                format!("model {:?} is already served by ModelRoute {}; the route is left out", r.spec.model, other.key),
+                format!(
+                    "model {:?} is already served by ModelRoute {}; the route is left out",
+                    r.spec.model, other.key
+                ),
             ));
             continue;
         }
@@ -289,7 +301,11 @@ fn resolve_routes(
             });
         }
         if candidates.is_empty() {
-            problems.push(Problem::error(&resource, "spec.candidates", "no candidate resolved to an Upstream; the route is left out"));
+            problems.push(Problem::error(
+                &resource,
+                "spec.candidates",
+                "no candidate resolved to an Upstream; the route is left out",
+            ));
             continue;
         }
         let failover = spec.failover.clone().unwrap_or_default();
@@ -367,7 +383,11 @@ fn resolve_budgets(budgets: &[ErrorBudget], routes: &[RouteConfig], problems: &m
             continue;
         }
         if !seen.insert(key.clone()) {
-            problems.push(Problem::error(&resource, "metadata.name", "declared more than once; the later one is ignored"));
+            problems.push(Problem::error(
+                &resource,
+                "metadata.name",
+                "declared more than once; the later one is ignored",
+            ));
             continue;
         }
         let spec = &b.spec;

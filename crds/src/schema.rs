@@ -20,8 +20,7 @@ pub mod max_len {
 }
 
 /// One or more `<int><unit>` groups, units ms, s, m, h; not zero.
-pub const DURATION_RULE: &str =
-    "self.matches('^([0-9]+(ms|s|m|h))+$') && !self.matches('^(0+(ms|s|m|h))+$')";
+pub const DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$') && !self.matches('^(0+(ms|s|m|h))+$')";
 /// Message for [`DURATION_RULE`].
 pub const DURATION_MESSAGE: &str = "must be a positive duration such as 50ms, 2s, 1m30s or 1h";
 /// [`DURATION_RULE`] or the word `auto`.

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error_budget::BudgetMethod;
 use crate::model_route::{FirstByteAction, MidStreamAction, Selection};
-pub use crate::upstream::Protocol;
 use crate::upstream::AWS_SECRET_KEYS;
+pub use crate::upstream::Protocol;
 
 /// Version of the snapshot format; bumped on incompatible changes.
 pub const SNAPSHOT_FORMAT: u32 = 1;

@@ -226,10 +226,8 @@ pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
     }
     c.duration(spec.deadline.as_deref(), "spec.deadline");
     c.len(spec.candidates.len(), "spec.candidates", 1, 8, "candidates");
-    let unique = spec
-        .candidates
-        .iter()
-        .all(|a| spec.candidates.iter().filter(|b| b.upstream == a.upstream).count() == 1);
+    let unique =
+        spec.candidates.iter().all(|a| spec.candidates.iter().filter(|b| b.upstream == a.upstream).count() == 1);
     c.rule(unique, "spec.candidates", msg::CANDIDATES_UNIQUE);
     for (i, cand) in spec.candidates.iter().enumerate() {
         let at = format!("spec.candidates[{i}]");
@@ -280,8 +278,8 @@ pub fn error_budget(spec: &ErrorBudgetSpec) -> Vec<FieldError> {
     }
     let unique = spec.routes.iter().all(|a| spec.routes.iter().filter(|b| *b == a).count() == 1);
     c.rule(unique, "spec.routes", msg::ROUTES_UNIQUE);
-    let objective_ok = matches(&OBJECTIVE, &spec.objective)
-        && spec.objective.parse::<f64>().is_ok_and(|v| v > 50.0 && v < 100.0);
+    let objective_ok =
+        matches(&OBJECTIVE, &spec.objective) && spec.objective.parse::<f64>().is_ok_and(|v| v > 50.0 && v < 100.0);
     c.rule(objective_ok, "spec.objective", msg::OBJECTIVE);
     let window_ok = matches(&WINDOW_DAYS, &spec.window) || matches(&WINDOW_HOURS, &spec.window);
     c.rule(window_ok, "spec.window", msg::WINDOW);
@@ -303,8 +301,7 @@ pub fn error_budget(spec: &ErrorBudgetSpec) -> Vec<FieldError> {
             c.rule(matches(&ALERT_NAME, &a.name), format!("{at}.name"), msg::ALERT_NAME);
             c.rule(matches(&ALERT_WINDOW, &a.long_window), format!("{at}.longWindow"), msg::LONG_WINDOW);
             c.rule(matches(&ALERT_WINDOW, &a.short_window), format!("{at}.shortWindow"), msg::SHORT_WINDOW);
-            let burn_ok =
-                matches(&BURN_RATE, &a.burn_rate) && a.burn_rate.parse::<f64>().is_ok_and(|v| v > 0.0);
+            let burn_ok = matches(&BURN_RATE, &a.burn_rate) && a.burn_rate.parse::<f64>().is_ok_and(|v| v > 0.0);
             c.rule(burn_ok, format!("{at}.burnRate"), msg::BURN_RATE);
             let shorter = match (alert_window_minutes(&a.short_window), alert_window_minutes(&a.long_window)) {
                 (Some(s), Some(l)) => s < l,

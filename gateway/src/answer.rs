@@ -209,13 +209,22 @@ pub async fn answer(
     };
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
     let latency_ms = started.elapsed().as_millis() as u64;
-    let end = Ending { status: s.status, slo_bad: Some(false), latency_ms, attempts, candidate: Some(candidate), usage, resumed: Vec::new() };
+    let end = Ending {
+        status: s.status,
+        slo_bad: Some(false),
+        latency_ms,
+        attempts,
+        candidate: Some(candidate),
+        usage,
+        resumed: Vec::new(),
+    };
     if !conclude(gw, route, started, end, reservation, trace).await {
         return unbilled(attempts, &failovers);
     }
     let mut response = (s.status, s.first).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, s.content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")));
+    headers
+        .insert(header::CONTENT_TYPE, s.content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")));
     sluice_headers(headers, name.as_ref(), attempts, &failovers);
     response
 }
@@ -253,14 +262,21 @@ pub fn stream_answer(
         }
         // Without reported usage, bill what is known: the input bound and one token per
         // content event, never more than was reserved.
-        let usage = end.usage.or_else(|| {
-            (end.content_events > 0).then_some(Usage::plain(input_bound, end.content_events))
-        });
+        let usage =
+            end.usage.or_else(|| (end.content_events > 0).then_some(Usage::plain(input_bound, end.content_events)));
         trace.stream_finished(end.finish_reason.map(|r| r.as_str()), end.model.as_deref());
         // A stream resumed to its end is a good answer, whatever broke on the way.
         let bad = outcome != Outcome::Ok && !end.healed;
         let resumed = end.resumed.iter().map(|r| (r.candidate, r.usage)).collect();
-        let end = Ending { status, slo_bad: Some(bad), latency_ms: first_byte_ms, attempts, candidate: Some(candidate), usage, resumed };
+        let end = Ending {
+            status,
+            slo_bad: Some(bad),
+            latency_ms: first_byte_ms,
+            attempts,
+            candidate: Some(candidate),
+            usage,
+            resumed,
+        };
         // The relay awaits this before the last event, so a client that saw `[DONE]` was
         // billed even if the process dies right after. A ledger that is away holds
         // `[DONE]` back at most SETTLE_WAIT; the stream then ends with an error event and
@@ -298,13 +314,28 @@ fn unbilled(attempts: u32, failovers: &[Outcome]) -> Response {
 }
 
 /// No candidate answered: the error, with the attempts that were made.
-pub async fn failure(gw: &Gateway, route: &Arc<Route>, f: Failed, reservation: Option<Held>, started: Instant, trace: RequestTrace) -> Response {
+pub async fn failure(
+    gw: &Gateway,
+    route: &Arc<Route>,
+    f: Failed,
+    reservation: Option<Held>,
+    started: Instant,
+    trace: RequestTrace,
+) -> Response {
     let status = f.error.status();
     // Client errors are neither good nor bad for the SLO; a 429 after every candidate
     // throttled is bad.
     let counts = !status.is_client_error() || matches!(f.error, ApiError::RateLimited { .. });
     let latency_ms = started.elapsed().as_millis() as u64;
-    let end = Ending { status, slo_bad: counts.then(|| f.error.is_bad()), latency_ms, attempts: f.attempts, candidate: None, usage: None, resumed: Vec::new() };
+    let end = Ending {
+        status,
+        slo_bad: counts.then(|| f.error.is_bad()),
+        latency_ms,
+        attempts: f.attempts,
+        candidate: None,
+        usage: None,
+        resumed: Vec::new(),
+    };
     conclude(gw, route, started, end, reservation, trace).await;
     let mut response = f.error.into_response();
     sluice_headers(response.headers_mut(), None, f.attempts, &f.failovers);

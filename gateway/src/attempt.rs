@@ -12,9 +12,9 @@ use http_body_util::{BodyDataStream, BodyExt, Full};
 
 use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
-use crate::route::backoff;
 use crate::egress::{self, UpstreamResponse};
 use crate::headers::X_REQUEST_ID;
+use crate::route::backoff;
 use crate::telemetry::traces::{AttemptTrace, RequestTrace};
 mod finish;
 pub mod native;
@@ -86,7 +86,11 @@ pub struct AttemptSpec<'a> {
 }
 
 /// Runs one attempt.
-pub async fn run(upstream: &Arc<UpstreamHandle>, secrets: &Secrets, spec: AttemptSpec<'_>) -> Result<Started, AttemptError> {
+pub async fn run(
+    upstream: &Arc<UpstreamHandle>,
+    secrets: &Secrets,
+    spec: AttemptSpec<'_>,
+) -> Result<Started, AttemptError> {
     let start = Instant::now();
     let in_flight = InFlight::enter(&upstream.in_flight);
     let (limit, limit_outcome) = match spec.first_byte {
@@ -161,9 +165,9 @@ async fn openai_exchange(
     let mut request = http::Request::new(Full::new(spec.body.clone()));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = match &upstream.azure {
-        Some(azure) => azure
-            .uri(spec.endpoint, spec.model)
-            .map_err(|e| AttemptError::transport(Outcome::Connect, format!("Azure deployment URL for {:?}: {e}", spec.model)))?,
+        Some(azure) => azure.uri(spec.endpoint, spec.model).map_err(|e| {
+            AttemptError::transport(Outcome::Connect, format!("Azure deployment URL for {:?}: {e}", spec.model))
+        })?,
         None => upstream.urls.of(spec.endpoint).clone(),
     };
     let headers = request.headers_mut();
@@ -187,8 +191,10 @@ async fn openai_exchange(
     }
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
     if spec.stream {
-        let mut body: BodyStream =
-            Box::pin(BodyDataStream::new(response.into_body()).map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))));
+        let mut body: BodyStream = Box::pin(
+            BodyDataStream::new(response.into_body())
+                .map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))),
+        );
         // Skip empty chunks: the watchdog waits for a real byte of the body.
         loop {
             match body.next().await {

@@ -66,7 +66,14 @@ pub enum Credentials {
 impl Credentials {
     /// Adds the credentials to a request whose URL, headers and body are final
     /// (SigV4 signs all three).
-    pub async fn authorize(&self, method: &Method, uri: &Uri, headers: &mut HeaderMap, body: &[u8], now: SystemTime) -> Result<(), AuthError> {
+    pub async fn authorize(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &mut HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), AuthError> {
         match self {
             Credentials::Google(g) => {
                 let token = g.token(now).await?;
@@ -106,7 +113,13 @@ impl SecretFile {
 
 /// One HTTP call to a credential service through the upstreams' egress (proxies and
 /// CA bundle included), bounded by [`FETCH_TIMEOUT`]. Returns the body of a 2xx answer.
-async fn fetch(what: &'static str, method: Method, url: &str, headers: &[(&str, String)], body: Bytes) -> Result<Bytes, AuthError> {
+async fn fetch(
+    what: &'static str,
+    method: Method,
+    url: &str,
+    headers: &[(&str, String)],
+    body: Bytes,
+) -> Result<Bytes, AuthError> {
     let fail = |detail: String| AuthError::Fetch { what, url: url.to_string(), detail };
     let uri: Uri = url.parse().map_err(|e| fail(format!("bad URL: {e}")))?;
     let client = client_for(&uri).map_err(|e| fail(e.to_string()))?;

@@ -43,7 +43,13 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
 }
 
 /// Reserves the most the request can cost on any candidate (docs/design.md §5).
-pub async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: &AccountRef, request_id: &RequestId) -> Result<Option<Held>, ApiError> {
+pub async fn reserve(
+    gw: &Gateway,
+    route: &Route,
+    req: &ClientRequest,
+    account: &AccountRef,
+    request_id: &RequestId,
+) -> Result<Option<Held>, ApiError> {
     let output = req.reserved_output(route.cfg.default_max_tokens);
     let estimate = route
         .candidates
@@ -62,13 +68,15 @@ pub async fn reserve(gw: &Gateway, route: &Route, req: &ClientRequest, account: 
     // A hold nobody waits for any more is released when dropped.
     match biller.reserve(account.id, estimate, request_id.as_str()).await {
         Ok(r) => Ok(Some(Held::new(r, &gw.metrics.reservations_open))),
-        Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => Err(ApiError::InsufficientQuota(format!(
-            "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}) and account {:?} has ${} available",
-            format_usd(needed_nanos),
-            req.input_bound,
-            account.name,
-            format_usd(available_nanos.max(0)),
-        ))),
+        Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => {
+            Err(ApiError::InsufficientQuota(format!(
+                "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}) and account {:?} has ${} available",
+                format_usd(needed_nanos),
+                req.input_bound,
+                account.name,
+                format_usd(available_nanos.max(0)),
+            )))
+        }
         Err(LedgerError::Unavailable(why)) => Err(ApiError::LedgerUnavailable(format!(
             "the ledger is unavailable and this gateway holds no balance grant that covers the request: {why}"
         ))),
@@ -155,7 +163,10 @@ mod tests {
         assert!(!refused_value.to_string().contains("unreachable"), "{refused_value}");
 
         let away = ledger_failure("authenticating the API key", LedgerError::Unavailable("pool timed out".into()));
-        assert_eq!((away.status(), away.body()["error"]["code"].as_str()), (http::StatusCode::SERVICE_UNAVAILABLE, Some("ledger_unavailable")));
+        assert_eq!(
+            (away.status(), away.body()["error"]["code"].as_str()),
+            (http::StatusCode::SERVICE_UNAVAILABLE, Some("ledger_unavailable"))
+        );
         assert!(away.to_string().starts_with("the ledger failed (authenticating the API key)"), "{away}");
     }
 }

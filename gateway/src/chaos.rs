@@ -122,22 +122,12 @@ impl ChaosState {
     pub fn set_auth(&self, auth: ChaosAuth) {
         let on = auth.api_key.is_some() || auth.aws.is_some() || auth.google.is_some();
         self.inner.auth_on.store(on, Ordering::SeqCst);
-        *self
-            .inner
-            .auth
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(auth);
+        *self.inner.auth.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(auth);
     }
 
     /// The credentials checked.
     pub fn auth(&self) -> Arc<ChaosAuth> {
-        Arc::clone(
-            &self
-                .inner
-                .auth
-                .read()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
+        Arc::clone(&self.inner.auth.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Every access token issued so far expires now (as after an hour).
@@ -170,22 +160,14 @@ impl ChaosState {
     pub fn set_script(&self, script: Script) -> Result<(), ScriptError> {
         script.validate()?;
         let defaults = Arc::new(Defaults::new(script));
-        *self
-            .inner
-            .defaults
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = defaults;
+        *self.inner.defaults.write().unwrap_or_else(PoisonError::into_inner) = defaults;
         Ok(())
     }
 
     /// Back to a healthy upstream (`POST /_chaos` with `{}`).
     pub fn reset_script(&self) {
         let defaults = Arc::new(Defaults::new(Script::default()));
-        *self
-            .inner
-            .defaults
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = defaults;
+        *self.inner.defaults.write().unwrap_or_else(PoisonError::into_inner) = defaults;
     }
 
     /// All counters at once, as in `GET /_chaos`.
@@ -234,11 +216,7 @@ impl ChaosState {
     }
 
     fn defaults(&self) -> Arc<Defaults> {
-        let guard = self
-            .inner
-            .defaults
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let guard = self.inner.defaults.read().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(&guard)
     }
 }
@@ -251,10 +229,7 @@ impl Default for ChaosState {
 
 impl std::fmt::Debug for ChaosState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChaosState")
-            .field("script", &self.script())
-            .field("counters", &self.counters())
-            .finish()
+        f.debug_struct("ChaosState").field("script", &self.script()).field("counters", &self.counters()).finish()
     }
 }
 
@@ -278,14 +253,8 @@ pub fn router(state: ChaosState) -> Router {
         .route("/embeddings", post(endpoints::embeddings))
         .route("/v1/models", get(endpoints::models))
         .route("/models", get(endpoints::models))
-        .route(
-            "/openai/deployments/{deployment}/chat/completions",
-            post(endpoints::azure),
-        )
-        .route(
-            "/deployments/{deployment}/chat/completions",
-            post(endpoints::azure),
-        )
+        .route("/openai/deployments/{deployment}/chat/completions", post(endpoints::azure))
+        .route("/deployments/{deployment}/chat/completions", post(endpoints::azure))
         .route("/v1/messages", post(native::messages))
         .route("/messages", post(native::messages))
         .route("/v1/projects/{*rest}", post(native::vertex))
@@ -294,14 +263,8 @@ pub fn router(state: ChaosState) -> Router {
         .route("/v1/models/{*rest}", post(native::gemini))
         .route("/model/{*rest}", post(native::bedrock))
         .route("/token", post(auth::token))
-        .route(
-            "/computeMetadata/v1/instance/service-accounts/default/token",
-            get(auth::metadata_token),
-        )
-        .route(
-            "/computeMetadata/v1/project/project-id",
-            get(auth::metadata_project),
-        )
+        .route("/computeMetadata/v1/instance/service-accounts/default/token", get(auth::metadata_token))
+        .route("/computeMetadata/v1/project/project-id", get(auth::metadata_project))
         .route("/_chaos", get(endpoints::show).post(endpoints::set))
         .route("/_chaos/expire-tokens", post(endpoints::expire_tokens))
         .fallback(endpoints::not_found)
@@ -321,16 +284,10 @@ mod tests {
     #[test]
     fn set_script_validates_and_reset_clears() {
         let state = ChaosState::new();
-        let bad = Script {
-            fail_rate: Some(-1.0),
-            ..Script::default()
-        };
+        let bad = Script { fail_rate: Some(-1.0), ..Script::default() };
         let err = state.set_script(bad).unwrap_err();
         assert_eq!(err.to_string(), "fail_rate: must be from 0 to 1, got -1");
-        let good = Script {
-            status: Some(503),
-            ..Script::default()
-        };
+        let good = Script { status: Some(503), ..Script::default() };
         state.set_script(good.clone()).unwrap();
         assert_eq!(state.script(), good);
         state.reset_script();

@@ -180,17 +180,29 @@ impl Carry {
                     path: self.secrets_dir.clone().unwrap_or_default().join(&c.secret).join(&c.key),
                 });
                 let fingerprint = format!("gcp {file:?}");
-                let make = move || Credentials::Google(auth::google::GoogleTokens::new(auth::google::TokenSource::new(file, &auth::process_env())));
+                let make = move || {
+                    Credentials::Google(auth::google::GoogleTokens::new(auth::google::TokenSource::new(
+                        file,
+                        &auth::process_env(),
+                    )))
+                };
                 Some((fingerprint, Box::new(make) as Box<dyn FnOnce() -> Credentials>))
             }
             (Protocol::Bedrock, _, Some(aws)) if cfg.auth.is_none() => {
                 let source = match &aws.credentials_secret {
-                    Some(name) => auth::aws::CredentialSource::Secret { dir: self.secrets_dir.clone().unwrap_or_default().join(name), name: name.clone() },
+                    Some(name) => auth::aws::CredentialSource::Secret {
+                        dir: self.secrets_dir.clone().unwrap_or_default().join(name),
+                        name: name.clone(),
+                    },
                     None => auth::aws::CredentialSource::Chain(auth::process_env()),
                 };
                 let fingerprint = format!("aws {} {:?}", aws.region, aws.credentials_secret);
                 let region = aws.region.clone();
-                Some((fingerprint, Box::new(move || Credentials::Aws(auth::aws::AwsSigner::new(region, source))) as Box<dyn FnOnce() -> Credentials>))
+                Some((
+                    fingerprint,
+                    Box::new(move || Credentials::Aws(auth::aws::AwsSigner::new(region, source)))
+                        as Box<dyn FnOnce() -> Credentials>,
+                ))
             }
             _ => None,
         }?;

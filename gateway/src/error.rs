@@ -67,13 +67,21 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_request"),
             ApiError::InvalidApiKey(_) => (StatusCode::UNAUTHORIZED, "authentication_error", "invalid_api_key"),
-            ApiError::InsufficientQuota(_) => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "insufficient_quota"),
+            ApiError::InsufficientQuota(_) => {
+                (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "insufficient_quota")
+            }
             ApiError::ModelNotFound(_) => (StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found"),
-            ApiError::RequestTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large"),
-            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed"),
+            ApiError::RequestTooLarge(_) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large")
+            }
+            ApiError::MethodNotAllowed(_) => {
+                (StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed")
+            }
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "invalid_request_error", "request_timeout"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limited"),
-            ApiError::UpstreamsUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "upstreams_unavailable"),
+            ApiError::UpstreamsUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "api_error", "upstreams_unavailable")
+            }
             ApiError::DeadlineExceeded(_) => (StatusCode::GATEWAY_TIMEOUT, "api_error", "deadline_exceeded"),
             ApiError::LedgerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "ledger_unavailable"),
             ApiError::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "not_ready"),

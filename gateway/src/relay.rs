@@ -54,7 +54,17 @@ pub struct StreamEnd {
 
 impl Default for StreamEnd {
     fn default() -> Self {
-        Self { outcome: Outcome::Ok, usage: None, content_events: 0, client_gone: false, dropped: 0, resumed: Vec::new(), healed: false, finish_reason: None, model: None }
+        Self {
+            outcome: Outcome::Ok,
+            usage: None,
+            content_events: 0,
+            client_gone: false,
+            dropped: 0,
+            resumed: Vec::new(),
+            healed: false,
+            finish_reason: None,
+            model: None,
+        }
     }
 }
 
@@ -127,11 +137,7 @@ async fn pump(
                             end.usage = usage;
                         }
                         end.content_events += u64::from(content);
-                        if usage_only && !wants_usage {
-                            None
-                        } else {
-                            Some(raw)
-                        }
+                        if usage_only && !wants_usage { None } else { Some(raw) }
                     }
                     Event::Other(raw) => Some(raw),
                     Event::Malformed(reason) => {
@@ -190,7 +196,8 @@ fn unbilled() -> Bytes {
 
 fn broken(mut end: StreamEnd, outcome: Outcome, reason: &str) -> (StreamEnd, Option<Bytes>) {
     end.outcome = outcome;
-    let event = serde_json::json!({"error": {"message": reason, "type": "api_error", "code": "upstream_stream_broken"}});
+    let event =
+        serde_json::json!({"error": {"message": reason, "type": "api_error", "code": "upstream_stream_broken"}});
     tracing::warn!(reason, outcome = outcome.as_str(), "stream broke after bytes reached the client");
     (end, Some(Bytes::from(format!("data: {event}\n\n"))))
 }

@@ -3,10 +3,7 @@
 //! OpenAI protocol is in `chaos/openai.rs`, wire faults in `chaos/faults.rs`,
 //! the control endpoint in `chaos/control.rs`, the native protocols in
 //! `chaos/<protocol>.rs`.
-#![expect(
-    clippy::unwrap_used,
-    reason = "helpers outside #[test] fns panic on failure, like the tests"
-)]
+#![expect(clippy::unwrap_used, reason = "helpers outside #[test] fns panic on failure, like the tests")]
 
 use std::error::Error as _;
 use std::io::ErrorKind;

@@ -100,25 +100,15 @@ async fn main() -> Result<(), BoxError> {
     writeln!(
         out,
         "{:<9} {:<12} {:>5} {:>6} {:>7} {:>14} {:>9} {:>10} {:>7} {:>7}",
-        "backend",
-        "path",
-        "tasks",
-        "flows",
-        "secs",
-        "settlements/s",
-        "grants/s",
-        "mean batch",
-        "p50 ms",
-        "p99 ms"
+        "backend", "path", "tasks", "flows", "secs", "settlements/s", "grants/s", "mean batch", "p50 ms", "p99 ms"
     )?;
     for mut r in rows {
         r.latencies.sort();
         let secs = r.elapsed.as_secs_f64();
         let (grants, batch) = match r.path {
-            Path::Grants(_) => (
-                format!("{:.0}", r.takes as f64 / secs),
-                format!("{:.1}", r.flows as f64 / r.batches.max(1) as f64),
-            ),
+            Path::Grants(_) => {
+                (format!("{:.0}", r.takes as f64 / secs), format!("{:.1}", r.flows as f64 / r.batches.max(1) as f64))
+            }
             Path::PerRequest => ("-".to_owned(), "1".to_owned()),
         };
         writeln!(
@@ -166,20 +156,13 @@ async fn run(db: &BenchLedger, path: Path, tasks: usize, flows: usize) -> Result
         let biller = (!billers.is_empty()).then(|| billers[t % billers.len()].clone());
         handles.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(per_task);
-            let usage = || Usage {
-                input_tokens: 100,
-                output_tokens: 50,
-                upstream: None,
-            };
+            let usage = || Usage { input_tokens: 100, output_tokens: 50, upstream: None };
             for i in 0..per_task {
                 let begin = Instant::now();
                 let id = format!("b-{t}-{i}");
                 match &biller {
                     Some(b) => {
-                        b.reserve(account.id, ESTIMATE, &id)
-                            .await?
-                            .settle(600_000, usage())
-                            .await?;
+                        b.reserve(account.id, ESTIMATE, &id).await?.settle(600_000, usage()).await?;
                     }
                     None => {
                         ledger

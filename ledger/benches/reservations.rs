@@ -58,15 +58,8 @@ async fn main() -> Result<(), BoxError> {
 
 /// `flows` reserve→settle flows spread over `tasks` tasks, all on one account (the
 /// worst case: every flow contends for the same row).
-async fn run(
-    ledger: &Ledger,
-    backend: &'static str,
-    tasks: usize,
-    flows: usize,
-) -> Result<Row, BoxError> {
-    let account = ledger
-        .create_account(&format!("bench-{tasks}"), i64::MAX / 2)
-        .await?;
+async fn run(ledger: &Ledger, backend: &'static str, tasks: usize, flows: usize) -> Result<Row, BoxError> {
+    let account = ledger.create_account(&format!("bench-{tasks}"), i64::MAX / 2).await?;
     let per_task = flows / tasks;
     let started = Instant::now();
     let mut handles = Vec::with_capacity(tasks);
@@ -76,23 +69,8 @@ async fn run(
             let mut latencies = Vec::with_capacity(per_task);
             for i in 0..per_task {
                 let begin = Instant::now();
-                let r = ledger
-                    .reserve(
-                        account.id,
-                        1_000_000,
-                        Duration::from_secs(60),
-                        &format!("b-{t}-{i}"),
-                    )
-                    .await?;
-                r.settle(
-                    600_000,
-                    Usage {
-                        input_tokens: 100,
-                        output_tokens: 50,
-                        upstream: None,
-                    },
-                )
-                .await?;
+                let r = ledger.reserve(account.id, 1_000_000, Duration::from_secs(60), &format!("b-{t}-{i}")).await?;
+                r.settle(600_000, Usage { input_tokens: 100, output_tokens: 50, upstream: None }).await?;
                 latencies.push(begin.elapsed());
             }
             Ok::<_, BoxError>(latencies)
@@ -107,11 +85,5 @@ async fn run(
     if !check.is_consistent() {
         return Err(format!("journal inconsistent after the run: {check:?}").into());
     }
-    Ok(Row {
-        backend,
-        tasks,
-        flows: per_task * tasks,
-        elapsed,
-        latencies,
-    })
+    Ok(Row { backend, tasks, flows: per_task * tasks, elapsed, latencies })
 }

@@ -63,11 +63,7 @@ impl Account {
 
 impl Ledger {
     /// Creates an account with an opening balance (journalled as `open`).
-    pub async fn create_account(
-        &self,
-        name: &str,
-        balance_nanos: i64,
-    ) -> Result<Account, LedgerError> {
+    pub async fn create_account(&self, name: &str, balance_nanos: i64) -> Result<Account, LedgerError> {
         validate_name(name)?;
         non_negative("opening balance", balance_nanos)?;
         let now = unix_ms(SystemTime::now());
@@ -97,29 +93,20 @@ impl Ledger {
         };
         journal::append(&mut tx, &entry).await?;
         tx.commit().await?;
-        Ok(Account {
-            id,
-            name: name.to_owned(),
-            balance_nanos,
-            reserved_nanos: 0,
-        })
+        Ok(Account { id, name: name.to_owned(), balance_nanos, reserved_nanos: 0 })
     }
 
     /// The account called `name`, if any.
     pub async fn account(&self, name: &str) -> Result<Option<Account>, LedgerError> {
-        let row = sqlx::query(&format!("{SELECT_ACCOUNT}a.name = $1"))
-            .bind(name)
-            .fetch_optional(&self.inner.reader)
-            .await?;
+        let row =
+            sqlx::query(&format!("{SELECT_ACCOUNT}a.name = $1")).bind(name).fetch_optional(&self.inner.reader).await?;
         Ok(row.as_ref().map(Account::from_row).transpose()?)
     }
 
     /// The account with database id `id`, if any.
     pub async fn account_by_id(&self, id: i64) -> Result<Option<Account>, LedgerError> {
-        let row = sqlx::query(&format!("{SELECT_ACCOUNT}a.id = $1"))
-            .bind(id)
-            .fetch_optional(&self.inner.reader)
-            .await?;
+        let row =
+            sqlx::query(&format!("{SELECT_ACCOUNT}a.id = $1")).bind(id).fetch_optional(&self.inner.reader).await?;
         Ok(row.as_ref().map(Account::from_row).transpose()?)
     }
 
@@ -146,15 +133,11 @@ impl Ledger {
                 .fetch_optional(&mut *tx)
                 .await?;
             return Err(match exists {
-                Some(_) => LedgerError::Overflow {
-                    account: name.to_owned(),
-                    nanos: amount_nanos,
-                },
+                Some(_) => LedgerError::Overflow { account: name.to_owned(), nanos: amount_nanos },
                 None => LedgerError::UnknownAccount(name.to_owned()),
             });
         };
-        let (id, balance_after, reserved_after): (i64, i64, i64) =
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let (id, balance_after, reserved_after): (i64, i64, i64) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
         let entry = Entry {
             account_id: id,
             kind: EntryKind::Topup,
@@ -170,10 +153,7 @@ impl Ledger {
         };
         journal::append(&mut tx, &entry).await?;
         notify::record(self, &mut tx, id, None, now).await?;
-        let account = sqlx::query(&format!("{SELECT_ACCOUNT}a.id = $1"))
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
+        let account = sqlx::query(&format!("{SELECT_ACCOUNT}a.id = $1")).bind(id).fetch_one(&mut *tx).await?;
         tx.commit().await?;
         Ok(Account::from_row(&account)?)
     }
@@ -188,14 +168,9 @@ pub(crate) fn non_negative(what: &'static str, nanos: i64) -> Result<(), LedgerE
 }
 
 fn validate_name(name: &str) -> Result<(), LedgerError> {
-    let ok = !name.is_empty()
-        && name.chars().count() <= 128
-        && !name.chars().any(|c| c.is_whitespace() || c.is_control());
-    if ok {
-        Ok(())
-    } else {
-        Err(LedgerError::InvalidAccountName(name.to_owned()))
-    }
+    let ok =
+        !name.is_empty() && name.chars().count() <= 128 && !name.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok { Ok(()) } else { Err(LedgerError::InvalidAccountName(name.to_owned())) }
 }
 
 #[cfg(test)]

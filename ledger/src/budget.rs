@@ -56,8 +56,7 @@ pub use resource::{EvaluateError, unix_minute};
 pub use series::{MinuteCounts, MinuteSeries};
 
 /// The burn-rate windows every report shows, by label.
-pub const BURN_RATE_WINDOWS: [(&str, i64); 4] =
-    [("5m", 5), ("1h", 60), ("6h", 360), ("3d", 3 * 1440)];
+pub const BURN_RATE_WINDOWS: [(&str, i64); 4] = [("5m", 5), ("1h", 60), ("6h", 360), ("3d", 3 * 1440)];
 
 /// An SLO over some routes, as the ErrorBudget resource states it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -152,9 +151,7 @@ pub enum BudgetError {
     #[error("window {0:?} must be a positive whole number of minutes")]
     Window(Duration),
     /// Bad slice length.
-    #[error(
-        "timeslice {timeslice:?} must be a positive whole number of minutes dividing the window {window:?}"
-    )]
+    #[error("timeslice {timeslice:?} must be a positive whole number of minutes dividing the window {window:?}")]
     Timeslice {
         /// The slice length.
         timeslice: Duration,
@@ -184,11 +181,7 @@ impl AlertPolicy {
             short: Duration::from_secs(short_m * 60),
             burn_rate,
         };
-        vec![
-            tier("page", 60, 5, 14.4),
-            tier("page", 360, 30, 6.0),
-            tier("ticket", 3 * 1440, 360, 1.0),
-        ]
+        vec![tier("page", 60, 5, 14.4), tier("page", 360, 30, 6.0), tier("ticket", 3 * 1440, 360, 1.0)]
     }
 }
 
@@ -209,47 +202,27 @@ impl BudgetPolicy {
     /// How many minutes back from `now_minute` [`evaluate`] looks (window, alert
     /// windows and the 3d burn rate): fetch `route_minutes(…, now − this + 1, now)`.
     pub fn lookback_minutes(&self) -> i64 {
-        let alerts = self
-            .alerts
-            .iter()
-            .map(|a| whole_minutes(a.long).unwrap_or(0));
-        alerts
-            .chain([whole_minutes(self.window).unwrap_or(0), 3 * 1440])
-            .max()
-            .unwrap_or(3 * 1440)
+        let alerts = self.alerts.iter().map(|a| whole_minutes(a.long).unwrap_or(0));
+        alerts.chain([whole_minutes(self.window).unwrap_or(0), 3 * 1440]).max().unwrap_or(3 * 1440)
     }
 
     /// The first bucket of [`LATENCY_BUCKETS_MS`](crate::LATENCY_BUCKETS_MS) whose
     /// requests are slow: the one after the bucket holding the threshold. `None`
     /// without a latency SLI.
     pub fn slow_from(&self) -> Option<usize> {
-        self.latency
-            .as_ref()
-            .map(|l| latency_bucket_index(l.threshold_ms) + 1)
+        self.latency.as_ref().map(|l| latency_bucket_index(l.threshold_ms) + 1)
     }
 }
 
 /// Evaluates `policy` over `minutes` (any number of routes; rows outside the lookback
 /// or after `now_minute` are ignored). See the module docs for every definition.
-pub fn evaluate(
-    policy: &BudgetPolicy,
-    minutes: &[RouteMinute],
-    now_minute: i64,
-) -> Result<BudgetReport, BudgetError> {
+pub fn evaluate(policy: &BudgetPolicy, minutes: &[RouteMinute], now_minute: i64) -> Result<BudgetReport, BudgetError> {
     let slow_from = policy.slow_from();
     let mut series = MinuteSeries::new(now_minute - policy.lookback_minutes() + 1);
     for m in minutes.iter().filter(|m| m.minute <= now_minute) {
         let timed: u64 = m.latency_buckets.iter().sum();
         let slow = slow_from.map_or(0, |first| m.latency_buckets.iter().skip(first).sum());
-        series.add(
-            m.minute,
-            &MinuteCounts {
-                total: m.total,
-                bad: m.bad,
-                timed,
-                slow,
-            },
-        );
+        series.add(m.minute, &MinuteCounts { total: m.total, bad: m.bad, timed, slow });
     }
     evaluate_minutes(policy, &series, now_minute)
 }
@@ -263,11 +236,7 @@ pub fn evaluate_minutes(
     now_minute: i64,
 ) -> Result<BudgetReport, BudgetError> {
     let p = Validated::new(policy)?;
-    let series = Series {
-        minutes,
-        now: now_minute,
-        p: &p,
-    };
+    let series = Series { minutes, now: now_minute, p: &p };
 
     let window = series.sum(p.window_minutes);
     let bad_events = window.bad + window.slow;

@@ -146,26 +146,14 @@ struct KeyListJson<'a> {
 }
 
 /// Runs one admin command against `ledger`, writing its output to `out`.
-pub async fn run_admin(
-    ledger: &Ledger,
-    cmd: AdminCommand,
-    out: &mut impl Write,
-) -> Result<(), LedgerError> {
+pub async fn run_admin(ledger: &Ledger, cmd: AdminCommand, out: &mut impl Write) -> Result<(), LedgerError> {
     match cmd {
         AdminCommand::Account(AccountCommand::Create { name, balance }) => {
             let account = ledger.create_account(&name, balance).await?;
-            writeln!(
-                out,
-                "created account {} with balance {} USD",
-                account.name,
-                format_usd(account.balance_nanos)
-            )?;
+            writeln!(out, "created account {} with balance {} USD", account.name, format_usd(account.balance_nanos))?;
         }
         AdminCommand::Account(AccountCommand::Show { name, json }) => {
-            let account = ledger
-                .account(&name)
-                .await?
-                .ok_or(LedgerError::UnknownAccount(name))?;
+            let account = ledger.account(&name).await?.ok_or(LedgerError::UnknownAccount(name))?;
             let (grants, granted) = ledger.granted(account.id).await?;
             if json {
                 let body = AccountJson {
@@ -180,10 +168,7 @@ pub async fn run_admin(
             } else {
                 let mut rows = vec![
                     ("ACCOUNT", account.name.clone()),
-                    (
-                        "BALANCE",
-                        format!("{} USD", format_usd(account.balance_nanos)),
-                    ),
+                    ("BALANCE", format!("{} USD", format_usd(account.balance_nanos))),
                     (
                         "RESERVED",
                         match grants {
@@ -196,19 +181,13 @@ pub async fn run_admin(
                             ),
                         },
                     ),
-                    (
-                        "AVAILABLE",
-                        format!("{} USD", format_usd(account.available_nanos())),
-                    ),
+                    ("AVAILABLE", format!("{} USD", format_usd(account.available_nanos()))),
                 ];
                 if account.name == SYNTHETIC_ACCOUNT {
                     // Its balance stays 0 by design (docs/design.md §10): what it
                     // did is spend, the sum of its settles.
                     let spent = ledger.synthetic_spend().await?;
-                    rows.push((
-                        "SPENT",
-                        format!("{} USD (synthetic checks)", format_usd(spent)),
-                    ));
+                    rows.push(("SPENT", format!("{} USD (synthetic checks)", format_usd(spent))));
                 }
                 for (label, value) in rows {
                     writeln!(out, "{label:<10} {value}")?;
@@ -218,14 +197,7 @@ pub async fn run_admin(
         AdminCommand::Account(AccountCommand::Audit { name, json }) => {
             let check = ledger.journal_verify(&name).await?;
             if json {
-                writeln!(
-                    out,
-                    "{}",
-                    json_line(&AuditJson {
-                        consistent: check.is_consistent(),
-                        check: &check
-                    })
-                )?;
+                writeln!(out, "{}", json_line(&AuditJson { consistent: check.is_consistent(), check: &check }))?;
             } else {
                 write_audit(out, &check)?;
             }
@@ -247,10 +219,7 @@ pub async fn run_admin(
         AdminCommand::Key(KeyCommand::Create { account, json }) => {
             let key = ledger.create_key(&account).await?;
             if json {
-                let body = KeyJson {
-                    account: &account,
-                    key: &key,
-                };
+                let body = KeyJson { account: &account, key: &key };
                 writeln!(out, "{}", json_line(&body))?;
             } else {
                 writeln!(out, "{key}")?;
@@ -286,11 +255,7 @@ pub async fn run_admin(
                     k.id, k.prefix, k.account
                 )?;
             } else {
-                writeln!(
-                    out,
-                    "revoked key {} ({}…) of account {}",
-                    k.id, k.prefix, k.account
-                )?;
+                writeln!(out, "revoked key {} ({}…) of account {}", k.id, k.prefix, k.account)?;
             }
         }
     }
@@ -308,20 +273,12 @@ fn write_audit(out: &mut impl Write, c: &JournalCheck) -> std::io::Result<()> {
         (
             "BALANCE",
             usd(c.balance_nanos),
-            format!(
-                "journal {} {}",
-                usd(c.journal_balance_nanos),
-                mark(c.balance_nanos == c.journal_balance_nanos)
-            ),
+            format!("journal {} {}", usd(c.journal_balance_nanos), mark(c.balance_nanos == c.journal_balance_nanos)),
         ),
         (
             "RESERVED",
             usd(c.reserved_nanos),
-            format!(
-                "journal {} {}",
-                usd(c.journal_reserved_nanos),
-                mark(c.reserved_nanos == c.journal_reserved_nanos)
-            ),
+            format!("journal {} {}", usd(c.journal_reserved_nanos), mark(c.reserved_nanos == c.journal_reserved_nanos)),
         ),
         (
             "HELD BY",
@@ -355,27 +312,10 @@ fn write_audit(out: &mut impl Write, c: &JournalCheck) -> std::io::Result<()> {
                 mark(c.unexplained_grants == 0)
             ),
         ),
-        (
-            "UNCOLLECTED",
-            usd(c.uncollected_nanos),
-            "charges above an estimate, or settled after an expiry".to_owned(),
-        ),
-        (
-            "RESULT",
-            if c.is_consistent() {
-                "consistent"
-            } else {
-                "INCONSISTENT"
-            }
-            .to_owned(),
-            String::new(),
-        ),
+        ("UNCOLLECTED", usd(c.uncollected_nanos), "charges above an estimate, or settled after an expiry".to_owned()),
+        ("RESULT", if c.is_consistent() { "consistent" } else { "INCONSISTENT" }.to_owned(), String::new()),
     ];
-    let width = rows
-        .iter()
-        .map(|(_, v, _)| v.chars().count())
-        .max()
-        .unwrap_or(0);
+    let width = rows.iter().map(|(_, v, _)| v.chars().count()).max().unwrap_or(0);
     for (label, value, note) in rows {
         let line = format!("{label:<12} {value:<width$}  {note}");
         writeln!(out, "{}", line.trim_end())?;
@@ -427,10 +367,7 @@ fn write_key_table(out: &mut impl Write, keys: &[KeyInfo]) -> std::io::Result<()
 
 /// `2026-12-01T10:44:44Z`: UTC, whole seconds.
 fn format_utc(at: SystemTime) -> String {
-    jiff::Timestamp::try_from(at).map_or_else(
-        |_| "-".to_owned(),
-        |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    )
+    jiff::Timestamp::try_from(at).map_or_else(|_| "-".to_owned(), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 /// Serialises a flat struct of strings and integers (cannot fail).

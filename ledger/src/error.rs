@@ -36,9 +36,7 @@ pub enum LedgerError {
     #[error("no API key {0} in this ledger")]
     UnknownKey(String),
     /// Account names are 1–128 characters without whitespace or control characters.
-    #[error(
-        "invalid account name {0:?}: use 1 to 128 characters without whitespace or control characters"
-    )]
+    #[error("invalid account name {0:?}: use 1 to 128 characters without whitespace or control characters")]
     InvalidAccountName(String),
     /// A money amount that must be ≥ 0 was negative.
     #[error("{what} must not be negative, got {nanos} nanodollars")]
@@ -69,9 +67,7 @@ pub enum LedgerError {
         needed_nanos: i64,
     },
     /// `admin account audit` found a disagreement.
-    #[error(
-        "the journal of account {0:?} does not add up to its balance and holds (see the audit)"
-    )]
+    #[error("the journal of account {0:?} does not add up to its balance and holds (see the audit)")]
     Inconsistent(String),
     /// No reservation has this id.
     #[error("no reservation with id {0}")]

@@ -242,11 +242,7 @@ fn now_ms() -> i64 {
 impl Biller {
     /// Starts the writer and the maintenance loop (idle returns, validity renewals) on
     /// the current tokio runtime.
-    pub fn start(
-        ledger: Ledger,
-        cfg: BillerConfig,
-        observer: Option<Arc<dyn BillerObserver>>,
-    ) -> Biller {
+    pub fn start(ledger: Ledger, cfg: BillerConfig, observer: Option<Arc<dyn BillerObserver>>) -> Biller {
         let (tx, rx) = mpsc::unbounded_channel();
         let tick = (cfg.idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let shared = Arc::new(Shared {
@@ -304,46 +300,25 @@ impl Biller {
     /// Reserves `estimate_nanos` of account `account_id` for request `request_id`: in
     /// memory from the account's grant, renewing it (waiting at most
     /// [`BillerConfig::wait`]) when it has no room.
-    pub async fn reserve(
-        &self,
-        account_id: i64,
-        estimate_nanos: i64,
-        request_id: &str,
-    ) -> Result<Hold, LedgerError> {
+    pub async fn reserve(&self, account_id: i64, estimate_nanos: i64, request_id: &str) -> Result<Hold, LedgerError> {
         non_negative("reservation estimate", estimate_nanos)?;
         let cfg = &self.shared.cfg;
         if cfg.grant_max_nanos == 0 {
-            let (ledger, ttl, rid) = (
-                self.shared.ledger.clone(),
-                cfg.reservation_ttl,
-                request_id.to_owned(),
-            );
+            let (ledger, ttl, rid) = (self.shared.ledger.clone(), cfg.reservation_ttl, request_id.to_owned());
             // Its own task: a transaction is never cancelled half way.
-            let r =
-                tokio::spawn(
-                    async move { ledger.reserve(account_id, estimate_nanos, ttl, &rid).await },
-                )
+            let r = tokio::spawn(async move { ledger.reserve(account_id, estimate_nanos, ttl, &rid).await })
                 .await
-                .map_err(|e| {
-                    LedgerError::Unavailable(format!("the reservation task failed: {e}"))
-                })??;
-            return Ok(Hold {
-                kind: HoldKind::Reservation(r),
-            });
+                .map_err(|e| LedgerError::Unavailable(format!("the reservation task failed: {e}")))??;
+            return Ok(Hold { kind: HoldKind::Reservation(r) });
         }
         if self.shared.closing.load(Ordering::Relaxed) {
-            return Err(LedgerError::Unavailable(
-                "this process is shutting down".into(),
-            ));
+            return Err(LedgerError::Unavailable("this process is shutting down".into()));
         }
         let slot = self.shared.slot(account_id);
         let started = tokio::time::Instant::now();
         let mut deadline = started + cfg.wait;
         let patience = cfg.wait * PATIENCE;
-        let mut waiting = Waiting {
-            slot: &slot,
-            amount: 0,
-        };
+        let mut waiting = Waiting { slot: &slot, amount: 0 };
         loop {
             let notified = slot.changed.notified();
             tokio::pin!(notified);
@@ -361,9 +336,7 @@ impl Biller {
                     Err(short) => short.room,
                 }
             };
-            if let Some(refusal) =
-                slot.refusal(now, ms(cfg.retry_after), room, estimate_nanos, false)
-            {
+            if let Some(refusal) = slot.refusal(now, ms(cfg.retry_after), room, estimate_nanos, false) {
                 return Err(refusal);
             }
             waiting.set(estimate_nanos - room);
@@ -436,10 +409,7 @@ impl Biller {
             let now = now_ms();
             let (current, rate) = {
                 let book = lock(&slot.book);
-                (
-                    book.current().filter(|(_, g)| !g.closed).map(|(id, _)| id),
-                    book.rate_per_s(now),
-                )
+                (book.current().filter(|(_, g)| !g.closed).map(|(id, _)| id), book.rate_per_s(now))
             };
             let waiting = slot.waiting.load(Ordering::Relaxed).max(0);
             if current.is_none() && need == 0 && waiting == 0 {
@@ -459,18 +429,12 @@ impl Biller {
                 target,
                 now_ms: now,
                 valid_until_ms: valid_until,
-                expires_at_ms: valid_until
-                    .saturating_add(self.shared.slack_ms.load(Ordering::Relaxed)),
+                expires_at_ms: valid_until.saturating_add(self.shared.slack_ms.load(Ordering::Relaxed)),
             };
             let (result, outcome) = match self.shared.ledger.take_grant(&take).await {
-                Ok(Taken::Took {
-                    grant_id,
-                    amount,
-                    free,
-                }) => {
+                Ok(Taken::Took { grant_id, amount, free }) => {
                     let mut book = lock(&slot.book);
-                    let unchanged =
-                        book.current().filter(|(_, g)| !g.closed).map(|(id, _)| id) == current;
+                    let unchanged = book.current().filter(|(_, g)| !g.closed).map(|(id, _)| id) == current;
                     if unchanged && !self.shared.closing.load(Ordering::Relaxed) {
                         book.took(grant_id, amount, valid_until);
                         if current != Some(grant_id) {
@@ -493,20 +457,11 @@ impl Biller {
                     }
                     continue;
                 }
-                Err(LedgerError::UnknownAccountId(_)) => {
-                    (Err(Failure::UnknownAccount), RenewalResult::Failed)
-                }
-                Err(e) => (
-                    Err(Failure::Unavailable(e.to_string())),
-                    RenewalResult::Failed,
-                ),
+                Err(LedgerError::UnknownAccountId(_)) => (Err(Failure::UnknownAccount), RenewalResult::Failed),
+                Err(e) => (Err(Failure::Unavailable(e.to_string())), RenewalResult::Failed),
             };
             self.shared.observer.renewal(outcome);
-            *lock(&slot.last) = Some(Attempt {
-                at_ms: now,
-                result,
-                refused: outcome == RenewalResult::Refused,
-            });
+            *lock(&slot.last) = Some(Attempt { at_ms: now, result, refused: outcome == RenewalResult::Refused });
             return;
         }
     }
@@ -529,9 +484,7 @@ impl Biller {
                     }
                     None => (
                         None,
-                        book.current().is_some_and(|(_, g)| {
-                            !g.closed && g.valid_until_ms - now < ms(cfg.validity) / 2
-                        }),
+                        book.current().is_some_and(|(_, g)| !g.closed && g.valid_until_ms - now < ms(cfg.validity) / 2),
                     ),
                 }
             };
@@ -552,11 +505,7 @@ impl Biller {
         let ids: Vec<i64> = std::mem::take(&mut *lock(&slot.unreturned));
         for id in ids {
             let (ledger, account) = (self.shared.ledger.clone(), slot.account_id);
-            let done =
-                tokio::spawn(
-                    async move { ledger.close_grant(account, id, false, now, None).await },
-                )
-                .await;
+            let done = tokio::spawn(async move { ledger.close_grant(account, id, false, now, None).await }).await;
             match done {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
@@ -584,9 +533,7 @@ impl Biller {
     pub async fn shutdown(&self, within: Duration) {
         self.shared.closing.store(true, Ordering::Relaxed);
         if tokio::time::timeout(within, self.flush()).await.is_err() {
-            tracing::warn!(
-                "settlements still queued at shutdown; the reaper will expire their grants"
-            );
+            tracing::warn!("settlements still queued at shutdown; the reaper will expire their grants");
         }
         let end = tokio::time::Instant::now() + within;
         let slots: Vec<Arc<Slot>> = lock(&self.shared.slots).values().cloned().collect();
@@ -636,9 +583,7 @@ impl Biller {
 
     /// The in-memory state of `account_id`'s grants in this process (tests, audits).
     pub fn book(&self, account_id: i64) -> Option<Book> {
-        lock(&self.shared.slots)
-            .get(&account_id)
-            .map(|s| lock(&s.book).clone())
+        lock(&self.shared.slots).get(&account_id).map(|s| lock(&s.book).clone())
     }
 }
 
@@ -675,24 +620,12 @@ impl Slot {
     /// The refusal a request of `estimate` gets from the last renewal when it ended
     /// within `window_ms` of `now` and cannot help: too little free (a refused renewal,
     /// or any when the request `gives_up`), or no database.
-    fn refusal(
-        &self,
-        now: i64,
-        window_ms: i64,
-        room: i64,
-        estimate: i64,
-        gives_up: bool,
-    ) -> Option<LedgerError> {
+    fn refusal(&self, now: i64, window_ms: i64, room: i64, estimate: i64, gives_up: bool) -> Option<LedgerError> {
         let last = lock(&self.last);
-        let a = last
-            .as_ref()
-            .filter(|a| now.saturating_sub(a.at_ms) < window_ms)?;
+        let a = last.as_ref().filter(|a| now.saturating_sub(a.at_ms) < window_ms)?;
         match &a.result {
             Ok(free) if (a.refused || gives_up) && room + free < estimate => {
-                Some(LedgerError::InsufficientFunds {
-                    available_nanos: room + free,
-                    needed_nanos: estimate,
-                })
+                Some(LedgerError::InsufficientFunds { available_nanos: room + free, needed_nanos: estimate })
             }
             Ok(_) => None,
             Err(Failure::Unavailable(e)) => Some(LedgerError::Unavailable(e.clone())),
@@ -701,9 +634,7 @@ impl Slot {
     }
 
     fn recent(&self, now: i64, window: Duration) -> bool {
-        lock(&self.last)
-            .as_ref()
-            .is_some_and(|a| now - a.at_ms < ms(window))
+        lock(&self.last).as_ref().is_some_and(|a| now - a.at_ms < ms(window))
     }
 }
 
@@ -715,9 +646,7 @@ struct Waiting<'a> {
 
 impl Waiting<'_> {
     fn set(&mut self, amount: i64) {
-        self.slot
-            .waiting
-            .fetch_add(amount - self.amount, Ordering::Relaxed);
+        self.slot.waiting.fetch_add(amount - self.amount, Ordering::Relaxed);
         self.amount = amount;
     }
 }
@@ -782,24 +711,16 @@ impl Hold {
         };
         if let Err(mpsc::error::SendError(Msg::Settle(job))) = g.biller.tx.send(Msg::Settle(job)) {
             lock(&g.slot.book).committed(job.grant_id, charged, false);
-            return Err(LedgerError::Unavailable(
-                "the settlement writer has stopped".into(),
-            ));
+            return Err(LedgerError::Unavailable("the settlement writer has stopped".into()));
         }
         match done.await {
-            Ok(true) => Ok(Billed {
-                outcome: SettleOutcome::Settled,
-                charged_nanos: charged,
-                uncollected_nanos: uncollected,
-            }),
-            Ok(false) => Ok(Billed {
-                outcome: SettleOutcome::AfterRelease,
-                charged_nanos: 0,
-                uncollected_nanos: charge_nanos,
-            }),
-            Err(_) => Err(LedgerError::Unavailable(
-                "the settlement writer has stopped".into(),
-            )),
+            Ok(true) => {
+                Ok(Billed { outcome: SettleOutcome::Settled, charged_nanos: charged, uncollected_nanos: uncollected })
+            }
+            Ok(false) => {
+                Ok(Billed { outcome: SettleOutcome::AfterRelease, charged_nanos: 0, uncollected_nanos: charge_nanos })
+            }
+            Err(_) => Err(LedgerError::Unavailable("the settlement writer has stopped".into())),
         }
     }
 
@@ -827,10 +748,7 @@ impl GrantHold {
 impl Drop for GrantHold {
     fn drop(&mut self) {
         if self.armed {
-            self.biller
-                .shared
-                .open_holds
-                .fetch_sub(1, Ordering::Relaxed);
+            self.biller.shared.open_holds.fetch_sub(1, Ordering::Relaxed);
             self.biller.shared.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(request_id = %self.request_id, estimate = self.estimate, "hold dropped without settle or release; released in memory");
             self.give_back();

@@ -45,12 +45,8 @@ impl Ledger {
                 u.effective_weight = 0.0;
             }
         }
-        let json = serde_json::to_string(&heartbeat.upstreams).map_err(|source| {
-            LedgerError::BadHeartbeat {
-                gateway_id: heartbeat.gateway_id.clone(),
-                source,
-            }
-        })?;
+        let json = serde_json::to_string(&heartbeat.upstreams)
+            .map_err(|source| LedgerError::BadHeartbeat { gateway_id: heartbeat.gateway_id.clone(), source })?;
         let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO heartbeats (gateway_id, at_ms, upstreams) VALUES ($1, $2, $3) \
@@ -79,16 +75,9 @@ impl Ledger {
             .map(|row| {
                 let gateway_id: String = row.try_get(0)?;
                 let json: String = row.try_get(2)?;
-                let upstreams =
-                    serde_json::from_str(&json).map_err(|source| LedgerError::BadHeartbeat {
-                        gateway_id: gateway_id.clone(),
-                        source,
-                    })?;
-                Ok(Heartbeat {
-                    gateway_id,
-                    at: from_unix_ms(row.try_get(1)?),
-                    upstreams,
-                })
+                let upstreams = serde_json::from_str(&json)
+                    .map_err(|source| LedgerError::BadHeartbeat { gateway_id: gateway_id.clone(), source })?;
+                Ok(Heartbeat { gateway_id, at: from_unix_ms(row.try_get(1)?), upstreams })
             })
             .collect()
     }

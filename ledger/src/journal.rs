@@ -148,12 +148,11 @@ impl Ledger {
     /// moves: everything is read from one snapshot.
     pub async fn journal_verify(&self, account: &str) -> Result<JournalCheck, LedgerError> {
         let mut tx = self.begin_snapshot().await?;
-        let row =
-            sqlx::query("SELECT id, balance_nanos, reserved_nanos FROM accounts WHERE name = $1")
-                .bind(account)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| LedgerError::UnknownAccount(account.to_owned()))?;
+        let row = sqlx::query("SELECT id, balance_nanos, reserved_nanos FROM accounts WHERE name = $1")
+            .bind(account)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| LedgerError::UnknownAccount(account.to_owned()))?;
         let id: i64 = row.try_get(0)?;
         // What a grant settled and did not post: its `settle` rows (those written before
         // posting existed moved the balance themselves: amount + balance_delta = 0) less

@@ -64,10 +64,7 @@ impl KeySelector<'_> {
         match self {
             KeySelector::Id(id) => format!("with id {id}"),
             KeySelector::Key(key) if key.starts_with(KEY_PREFIX) => {
-                let shown: String = key
-                    .chars()
-                    .take(KEY_PREFIX.len() + PREFIX_RANDOM_CHARS)
-                    .collect();
+                let shown: String = key.chars().take(KEY_PREFIX.len() + PREFIX_RANDOM_CHARS).collect();
                 format!("{shown}…")
             }
             // Not a key, so not a secret: shown as given (cut short).
@@ -89,8 +86,7 @@ impl KeyInfo {
     }
 }
 
-const KEY_COLUMNS: &str =
-    "k.id, a.name, k.key_prefix, k.created_at_ms, k.revoked_at_ms, k.key_hash, k.account_id";
+const KEY_COLUMNS: &str = "k.id, a.name, k.key_prefix, k.created_at_ms, k.revoked_at_ms, k.key_hash, k.account_id";
 
 impl Ledger {
     /// Creates an API key for `account_name` and returns it. This is the only time the
@@ -128,8 +124,7 @@ impl Ledger {
             .bind(account_name)
             .fetch_optional(&mut *tx)
             .await?;
-        let account =
-            account.ok_or_else(|| LedgerError::UnknownAccount(account_name.to_owned()))?;
+        let account = account.ok_or_else(|| LedgerError::UnknownAccount(account_name.to_owned()))?;
         let rows = sqlx::query(&format!(
             "SELECT {KEY_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id \
              WHERE k.account_id = $1 ORDER BY k.id"
@@ -138,10 +133,7 @@ impl Ledger {
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(rows
-            .iter()
-            .map(KeyInfo::from_row)
-            .collect::<Result<_, _>>()?)
+        Ok(rows.iter().map(KeyInfo::from_row).collect::<Result<_, _>>()?)
     }
 
     /// Revokes a key: from then on it authenticates nobody, on every gateway within 1 s
@@ -151,24 +143,14 @@ impl Ledger {
         let unknown = || LedgerError::UnknownKey(which.describe());
         let now = unix_ms(SystemTime::now());
         let mut tx = self.begin_write().await?;
-        let select = format!(
-            "SELECT {KEY_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE "
-        );
+        let select = format!("SELECT {KEY_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE ");
         let row = match which {
-            KeySelector::Id(id) => {
-                sqlx::query(&format!("{select}k.id = $1"))
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?
-            }
+            KeySelector::Id(id) => sqlx::query(&format!("{select}k.id = $1")).bind(id).fetch_optional(&mut *tx).await?,
             KeySelector::Key(key) => {
                 let Some(hash) = key_hash(key) else {
                     return Err(unknown());
                 };
-                sqlx::query(&format!("{select}k.key_hash = $1"))
-                    .bind(hash)
-                    .fetch_optional(&mut *tx)
-                    .await?
+                sqlx::query(&format!("{select}k.key_hash = $1")).bind(hash).fetch_optional(&mut *tx).await?
             }
         };
         let row = row.ok_or_else(unknown)?;
@@ -186,10 +168,7 @@ impl Ledger {
         notify::record(self, &mut tx, account_id, Some(&hash), now).await?;
         tx.commit().await?;
         key.revoked_at = Some(from_unix_ms(now));
-        Ok(Revocation {
-            key,
-            already: false,
-        })
+        Ok(Revocation { key, already: false })
     }
 
     /// The account an API key belongs to, or `None` for an unknown or revoked key. One
@@ -213,10 +192,7 @@ impl Ledger {
         .fetch_optional(&self.inner.reader)
         .await?;
         Ok(match row {
-            Some(row) => Some(AccountRef {
-                id: row.try_get(0)?,
-                name: row.try_get(1)?,
-            }),
+            Some(row) => Some(AccountRef { id: row.try_get(0)?, name: row.try_get(1)? }),
             None => None,
         })
     }
@@ -262,19 +238,12 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.starts_with("sk-sluice-"));
         assert_eq!(a.len(), KEY_PREFIX.len() + KEY_RANDOM_CHARS);
-        assert!(
-            a[KEY_PREFIX.len()..]
-                .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-        );
+        assert!(a[KEY_PREFIX.len()..].bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
     }
 
     #[test]
     fn hash_is_sha256_hex_of_possible_keys_only() {
-        assert_eq!(
-            hash_key("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(hash_key("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         assert_eq!(key_hash("abc"), None);
         assert_eq!(key_hash(&format!("sk-sluice-{}", "x".repeat(300))), None);
         assert_eq!(key_hash("sk-sluice-abc"), Some(hash_key("sk-sluice-abc")));

@@ -117,14 +117,7 @@ impl Ledger {
         };
         let postgres_url = (backend == Backend::Postgres).then(|| url.to_owned());
         Ok(Ledger {
-            inner: Arc::new(Inner {
-                backend,
-                writer,
-                reader,
-                dropped: AtomicU64::new(0),
-                changes,
-                postgres_url,
-            }),
+            inner: Arc::new(Inner { backend, writer, reader, dropped: AtomicU64::new(0), changes, postgres_url }),
         })
     }
 
@@ -139,10 +132,7 @@ impl Ledger {
         let Some(url) = &self.inner.postgres_url else {
             return Ok(self.clone());
         };
-        let pool = AnyPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_lazy(url)?;
+        let pool = AnyPoolOptions::new().max_connections(2).acquire_timeout(ACQUIRE_TIMEOUT).connect_lazy(url)?;
         Ok(Ledger {
             inner: Arc::new(Inner {
                 backend: Backend::Postgres,
@@ -202,10 +192,7 @@ impl Ledger {
             // A deferred SQLite transaction keeps the snapshot of its first read.
             Backend::Sqlite => self.inner.reader.begin().await?,
             Backend::Postgres => {
-                self.inner
-                    .reader
-                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    .await?
+                self.inner.reader.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?
             }
         })
     }
@@ -226,51 +213,33 @@ async fn open_sqlite(url: &str) -> Result<(AnyPool, AnyPool), LedgerError> {
         format!("{url}?mode=rwc")
     };
     let options = || {
-        AnyPoolOptions::new()
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    for pragma in SQLITE_PRAGMAS {
-                        sqlx::query(pragma).execute(&mut *conn).await?;
-                    }
-                    Ok(())
-                })
+        AnyPoolOptions::new().acquire_timeout(ACQUIRE_TIMEOUT).after_connect(|conn, _meta| {
+            Box::pin(async move {
+                for pragma in SQLITE_PRAGMAS {
+                    sqlx::query(pragma).execute(&mut *conn).await?;
+                }
+                Ok(())
             })
+        })
     };
     if in_memory {
         // One connection that never closes: an in-memory database dies with it.
-        let pool = options()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect(&url)
-            .await?;
+        let pool =
+            options().max_connections(1).min_connections(1).idle_timeout(None).max_lifetime(None).connect(&url).await?;
         return Ok((pool.clone(), pool));
     }
     let writer = options().max_connections(1).connect(&url).await?;
-    let reader = options()
-        .max_connections(SQLITE_READERS)
-        .connect(&url)
-        .await?;
+    let reader = options().max_connections(SQLITE_READERS).connect(&url).await?;
     Ok((writer, reader))
 }
 
 impl MigrationSource<'static> for Embedded {
-    fn resolve(
-        self,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, BoxDynError>> + Send + 'static>> {
+    fn resolve(self) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, BoxDynError>> + Send + 'static>> {
         let migrations = self
             .0
             .iter()
             .map(|&(version, description, sql)| {
-                Migration::new(
-                    version,
-                    Cow::Borrowed(description),
-                    MigrationType::Simple,
-                    Cow::Borrowed(sql),
-                    false,
-                )
+                Migration::new(version, Cow::Borrowed(description), MigrationType::Simple, Cow::Borrowed(sql), false)
             })
             .collect();
         Box::pin(std::future::ready(Ok(migrations)))
@@ -286,9 +255,7 @@ async fn migrate(pool: &AnyPool, source: Embedded) -> Result<(), LedgerError> {
     let mut migrator = Migrator::new(source).await?;
     migrator.set_ignore_missing(true);
     migrator.run(pool).await?;
-    let applied: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
-        .fetch_one(pool)
-        .await?;
+    let applied: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations").fetch_one(pool).await?;
     if let Some(applied) = applied.filter(|&v| v > known) {
         tracing::warn!(
             schema = applied,
@@ -301,9 +268,7 @@ async fn migrate(pool: &AnyPool, source: Embedded) -> Result<(), LedgerError> {
 
 /// Milliseconds since the Unix epoch (0 before it; saturating far in the future).
 pub(crate) fn unix_ms(at: SystemTime) -> i64 {
-    at.duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    at.duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
 }
 
 /// The inverse of [`unix_ms`] for values read back from the database.

@@ -57,9 +57,8 @@ pub use ledger::Ledger;
 pub use money::{NANOS_PER_USD, UsdError, format_usd, parse_usd};
 pub use notify::Change;
 pub use reservation::{Reservation, SettleOutcome, Settlement, Usage};
+pub use rollup::{
+    LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_MS, RouteMinute, UPSTREAM_OUTCOMES, UpstreamMinute, latency_bucket_index,
+};
 pub use status_read::{RouteCount, StoredCheck};
 pub use synthetic::{SYNTHETIC_ACCOUNT, SYNTHETIC_RETENTION, SyntheticCheck};
-pub use rollup::{
-    LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_MS, RouteMinute, UPSTREAM_OUTCOMES, UpstreamMinute,
-    latency_bucket_index,
-};

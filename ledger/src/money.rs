@@ -19,10 +19,7 @@ pub struct UsdError {
 /// Refused: signs (so negatives), exponents, separators, `$`, more than nine decimals
 /// (finer than a nanodollar) and amounts above `i64::MAX` nanodollars.
 pub fn parse_usd(input: &str) -> Result<i64, UsdError> {
-    let fail = |reason| UsdError {
-        input: input.to_owned(),
-        reason,
-    };
+    let fail = |reason| UsdError { input: input.to_owned(), reason };
     let text = input.trim();
     if text.starts_with('-') {
         return Err(fail("amounts must not be negative"));
@@ -34,14 +31,8 @@ pub fn parse_usd(input: &str) -> Result<i64, UsdError> {
     if whole.is_empty() && frac.is_empty() {
         return Err(fail("expected a decimal such as 15.00"));
     }
-    if !whole
-        .bytes()
-        .chain(frac.bytes())
-        .all(|b| b.is_ascii_digit())
-    {
-        return Err(fail(
-            "expected a decimal such as 15.00 (digits and one '.')",
-        ));
+    if !whole.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return Err(fail("expected a decimal such as 15.00 (digits and one '.')"));
     }
     if frac.len() > 9 {
         return Err(fail("more than 9 decimals is finer than a nanodollar"));
@@ -49,18 +40,13 @@ pub fn parse_usd(input: &str) -> Result<i64, UsdError> {
     let too_large = || fail("amount is too large");
     let mut nanos: i64 = 0;
     for digit in whole.bytes() {
-        nanos = nanos
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(i64::from(digit - b'0')))
-            .ok_or_else(too_large)?;
+        nanos = nanos.checked_mul(10).and_then(|n| n.checked_add(i64::from(digit - b'0'))).ok_or_else(too_large)?;
     }
     nanos = nanos.checked_mul(NANOS_PER_USD).ok_or_else(too_large)?;
     let mut scale = NANOS_PER_USD;
     for digit in frac.bytes() {
         scale /= 10;
-        nanos = nanos
-            .checked_add(i64::from(digit - b'0') * scale)
-            .ok_or_else(too_large)?;
+        nanos = nanos.checked_add(i64::from(digit - b'0') * scale).ok_or_else(too_large)?;
     }
     Ok(nanos)
 }
@@ -75,11 +61,7 @@ pub fn format_usd(nanos: i64) -> String {
     let whole = abs / per_usd;
     let frac = format!("{:09}", abs % per_usd);
     let trimmed = frac.trim_end_matches('0');
-    let decimals = if trimmed.len() < 2 {
-        &frac[..2]
-    } else {
-        trimmed
-    };
+    let decimals = if trimmed.len() < 2 { &frac[..2] } else { trimmed };
     format!("{sign}{whole}.{decimals}")
 }
 
@@ -101,27 +83,11 @@ mod tests {
     #[test]
     fn refuses_garbage_with_a_clear_message() {
         let err = parse_usd("-1.00").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "invalid USD amount \"-1.00\": amounts must not be negative"
-        );
-        for bad in [
-            "",
-            ".",
-            "abc",
-            "1e3",
-            "+5",
-            "$5",
-            "1,000",
-            "1.2.3",
-            "0.0000000001",
-        ] {
+        assert_eq!(err.to_string(), "invalid USD amount \"-1.00\": amounts must not be negative");
+        for bad in ["", ".", "abc", "1e3", "+5", "$5", "1,000", "1.2.3", "0.0000000001"] {
             assert!(parse_usd(bad).is_err(), "{bad:?} should be refused");
         }
-        assert_eq!(
-            parse_usd("9223372037").unwrap_err().reason,
-            "amount is too large"
-        );
+        assert_eq!(parse_usd("9223372037").unwrap_err().reason, "amount is too large");
     }
 
     #[test]

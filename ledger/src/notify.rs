@@ -100,12 +100,7 @@ impl Ledger {
             return tx.subscribe();
         }
         let (tx, rx) = broadcast::channel(CAPACITY);
-        let watcher = watch(
-            Arc::downgrade(&self.inner),
-            tx.clone(),
-            feed.every,
-            feed.listen_url.clone(),
-        );
+        let watcher = watch(Arc::downgrade(&self.inner), tx.clone(), feed.every, feed.listen_url.clone());
         *running = Some((tx, tokio::spawn(watcher)));
         rx
     }
@@ -114,20 +109,12 @@ impl Ledger {
 impl Feed {
     /// The feed of a SQLite ledger (periodic checks only).
     pub(crate) fn sqlite() -> Feed {
-        Feed {
-            every: SQLITE_CHECK,
-            listen_url: None,
-            running: Mutex::new(None),
-        }
+        Feed { every: SQLITE_CHECK, listen_url: None, running: Mutex::new(None) }
     }
 
     /// The feed of a Postgres ledger at `url` (`LISTEN` plus periodic checks).
     pub(crate) fn postgres(url: &str) -> Feed {
-        Feed {
-            every: POSTGRES_CHECK,
-            listen_url: Some(url.to_owned()),
-            running: Mutex::new(None),
-        }
+        Feed { every: POSTGRES_CHECK, listen_url: Some(url.to_owned()), running: Mutex::new(None) }
     }
 }
 
@@ -155,44 +142,29 @@ pub(crate) async fn record(
     key_hash: Option<&str>,
     at_ms: i64,
 ) -> Result<(), LedgerError> {
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE ledger_change_seq SET seq = seq + 1 WHERE one = 1 RETURNING seq",
-    )
-    .fetch_one(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO ledger_changes (seq, account_id, key_hash, at_ms) VALUES ($1, $2, $3, $4)",
-    )
-    .bind(seq)
-    .bind(account_id)
-    .bind(key_hash)
-    .bind(at_ms)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query("DELETE FROM ledger_changes WHERE seq <= $1")
-        .bind(seq - KEEP)
+    let seq: i64 = sqlx::query_scalar("UPDATE ledger_change_seq SET seq = seq + 1 WHERE one = 1 RETURNING seq")
+        .fetch_one(&mut **tx)
+        .await?;
+    sqlx::query("INSERT INTO ledger_changes (seq, account_id, key_hash, at_ms) VALUES ($1, $2, $3, $4)")
+        .bind(seq)
+        .bind(account_id)
+        .bind(key_hash)
+        .bind(at_ms)
         .execute(&mut **tx)
         .await?;
+    sqlx::query("DELETE FROM ledger_changes WHERE seq <= $1").bind(seq - KEEP).execute(&mut **tx).await?;
     if ledger.is_postgres() {
         // NOTIFY takes no bind parameters; the payload is our own integer.
-        sqlx::query(&format!("NOTIFY {CHANNEL}, '{seq}'"))
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(&format!("NOTIFY {CHANNEL}, '{seq}'")).execute(&mut **tx).await?;
     }
     Ok(())
 }
 
 /// The watcher: reads new changes on every wake-up and every `every`, and sends them.
-async fn watch(
-    inner: Weak<Inner>,
-    tx: broadcast::Sender<Change>,
-    every: Duration,
-    listen_url: Option<String>,
-) {
+async fn watch(inner: Weak<Inner>, tx: broadcast::Sender<Change>, every: Duration, listen_url: Option<String>) {
     let wake = Arc::new(Notify::new());
     let lost = Arc::new(AtomicBool::new(false));
-    let _listener =
-        listen_url.map(|url| AbortOnDrop(tokio::spawn(listen(url, wake.clone(), lost.clone()))));
+    let _listener = listen_url.map(|url| AbortOnDrop(tokio::spawn(listen(url, wake.clone(), lost.clone()))));
     let mut seen: Option<i64> = None;
     let mut failing = false;
     loop {
@@ -236,10 +208,7 @@ async fn watch(
 
 /// The changes after number `seen` and the last number read; `None` for the changes
 /// when they cannot all be told (no `seen` yet, or rows already pruned).
-async fn read_after(
-    pool: &AnyPool,
-    seen: Option<i64>,
-) -> Result<(Option<Vec<Change>>, i64), sqlx::Error> {
+async fn read_after(pool: &AnyPool, seen: Option<i64>) -> Result<(Option<Vec<Change>>, i64), sqlx::Error> {
     let Some(mut last) = seen else {
         return Ok((None, current(pool).await?));
     };
@@ -274,9 +243,7 @@ async fn read_after(
 
 /// The number of the last change committed.
 async fn current(pool: &AnyPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT seq FROM ledger_change_seq WHERE one = 1")
-        .fetch_one(pool)
-        .await
+    sqlx::query_scalar("SELECT seq FROM ledger_change_seq WHERE one = 1").fetch_one(pool).await
 }
 
 /// Postgres: wakes the watcher on every notification, and flags `lost` whenever the

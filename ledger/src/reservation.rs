@@ -105,17 +105,10 @@ impl Reservation {
 
     /// Charges the actual cost (capped at the reserved amount, see the module docs) and
     /// releases the rest. If this fails the reservation stays open until it expires.
-    pub async fn settle(
-        mut self,
-        charge_nanos: i64,
-        usage: Usage,
-    ) -> Result<Settlement, LedgerError> {
+    pub async fn settle(mut self, charge_nanos: i64, usage: Usage) -> Result<Settlement, LedgerError> {
         // Stay armed across the await: if this future is dropped mid-way, Drop releases
         // (a no-op if the settle had committed).
-        let result = self
-            .ledger
-            .settle_reservation(self.id, charge_nanos, &usage)
-            .await;
+        let result = self.ledger.settle_reservation(self.id, charge_nanos, &usage).await;
         self.armed = false;
         result
     }
@@ -134,10 +127,7 @@ impl Drop for Reservation {
         if !self.armed {
             return;
         }
-        self.ledger
-            .inner
-            .dropped
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.ledger.inner.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(
             reservation_id = self.id,
             request_id = %self.request_id,
@@ -145,10 +135,7 @@ impl Drop for Reservation {
             "reservation dropped without settle or release; releasing it"
         );
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                reservation_id = self.id,
-                "no tokio runtime to release it; the reaper will after expiry"
-            );
+            tracing::warn!(reservation_id = self.id, "no tokio runtime to release it; the reaper will after expiry");
             return;
         };
         let ledger = self.ledger.clone();

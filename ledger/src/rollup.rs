@@ -22,25 +22,16 @@ mod sql;
 /// buckets. A last, implicit bucket counts everything slower than 60 s, so a histogram
 /// has [`LATENCY_BUCKET_COUNT`] counters.
 pub const LATENCY_BUCKETS_MS: [u64; 22] = [
-    5, 10, 25, 50, 75, 100, 150, 250, 400, 600, 800, 1000, 1500, 2000, 3000, 5000, 7500, 10000,
-    15000, 20000, 30000, 60000,
+    5, 10, 25, 50, 75, 100, 150, 250, 400, 600, 800, 1000, 1500, 2000, 3000, 5000, 7500, 10000, 15000, 20000, 30000,
+    60000,
 ];
 
 /// Counters per histogram: one per bound plus the +Inf bucket.
 pub const LATENCY_BUCKET_COUNT: usize = LATENCY_BUCKETS_MS.len() + 1;
 
 /// The attempt outcomes of docs/design.md §3 (`sluice_upstream_attempts_total{outcome}`).
-pub const UPSTREAM_OUTCOMES: [&str; 9] = [
-    "ok",
-    "http_4xx",
-    "http_429",
-    "http_5xx",
-    "connect",
-    "first_byte_timeout",
-    "idle_timeout",
-    "reset",
-    "budget",
-];
+pub const UPSTREAM_OUTCOMES: [&str; 9] =
+    ["ok", "http_4xx", "http_429", "http_5xx", "connect", "first_byte_timeout", "idle_timeout", "reset", "budget"];
 
 /// One route's counters for one minute.
 ///
@@ -151,11 +142,7 @@ impl UpstreamMinute {
 
 impl Ledger {
     /// Adds the given minutes to the stored ones, in one transaction.
-    pub async fn write_rollups(
-        &self,
-        routes: &[RouteMinute],
-        upstreams: &[UpstreamMinute],
-    ) -> Result<(), LedgerError> {
+    pub async fn write_rollups(&self, routes: &[RouteMinute], upstreams: &[UpstreamMinute]) -> Result<(), LedgerError> {
         if routes.is_empty() && upstreams.is_empty() {
             return Ok(());
         }
@@ -173,9 +160,7 @@ impl Ledger {
             q.execute(&mut *tx).await?;
         }
         for m in upstreams {
-            let mut q = sqlx::query(sql::upsert_upstream_minute())
-                .bind(&m.upstream)
-                .bind(m.minute);
+            let mut q = sqlx::query(sql::upsert_upstream_minute()).bind(&m.upstream).bind(m.minute);
             for count in m.first_byte_buckets {
                 q = q.bind(to_db("first-byte bucket", count)?);
             }
@@ -230,12 +215,8 @@ impl Ledger {
         to_minute: i64,
         slow_from: Option<usize>,
     ) -> Result<Vec<(i64, MinuteCounts)>, LedgerError> {
-        let rows = self
-            .reduced_minutes(routes, from_minute, to_minute, slow_from, false)
-            .await?;
-        rows.iter()
-            .map(|row| Ok((row.try_get(0)?, reduced(row, 1)?)))
-            .collect()
+        let rows = self.reduced_minutes(routes, from_minute, to_minute, slow_from, false).await?;
+        rows.iter().map(|row| Ok((row.try_get(0)?, reduced(row, 1)?))).collect()
     }
 
     /// [`Ledger::budget_minutes`] per route: one query for the last minutes of several
@@ -247,12 +228,8 @@ impl Ledger {
         to_minute: i64,
         slow_from: Option<usize>,
     ) -> Result<Vec<(String, i64, MinuteCounts)>, LedgerError> {
-        let rows = self
-            .reduced_minutes(routes, from_minute, to_minute, slow_from, true)
-            .await?;
-        rows.iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, reduced(row, 2)?)))
-            .collect()
+        let rows = self.reduced_minutes(routes, from_minute, to_minute, slow_from, true).await?;
+        rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?, reduced(row, 2)?))).collect()
     }
 
     async fn reduced_minutes(
@@ -305,22 +282,15 @@ impl Ledger {
         }
         for row in q.fetch_all(&self.inner.reader).await? {
             let key: (String, i64) = (row.try_get(0)?, row.try_get(1)?);
-            let m = by_key
-                .entry(key.clone())
-                .or_insert_with(|| UpstreamMinute::new(key.0, key.1));
-            m.attempts_by_outcome
-                .insert(row.try_get(2)?, from_db(row.try_get(3)?));
+            let m = by_key.entry(key.clone()).or_insert_with(|| UpstreamMinute::new(key.0, key.1));
+            m.attempts_by_outcome.insert(row.try_get(2)?, from_db(row.try_get(3)?));
         }
         Ok(by_key.into_values().collect())
     }
 
     /// Deletes rollups of minutes before `before_minute` and heartbeats older than
     /// `heartbeats_before` (retention). Returns the rows deleted.
-    pub async fn prune_rollups(
-        &self,
-        before_minute: i64,
-        heartbeats_before: SystemTime,
-    ) -> Result<u64, LedgerError> {
+    pub async fn prune_rollups(&self, before_minute: i64, heartbeats_before: SystemTime) -> Result<u64, LedgerError> {
         let mut tx = self.begin_write().await?;
         let mut deleted = 0;
         for table in ["route_minutes", "upstream_minutes", "upstream_outcomes"] {

@@ -38,11 +38,7 @@ pub struct StoredCheck {
 
 impl Ledger {
     /// Requests per minute of `routes` from `from_minute` on, ordered by route, minute.
-    pub async fn route_counts(
-        &self,
-        routes: &[String],
-        from_minute: i64,
-    ) -> Result<Vec<RouteCount>, LedgerError> {
+    pub async fn route_counts(&self, routes: &[String], from_minute: i64) -> Result<Vec<RouteCount>, LedgerError> {
         if routes.is_empty() {
             return Ok(Vec::new());
         }
@@ -136,8 +132,5 @@ impl Ledger {
 
 /// `$first, $first+1, …` for `n` binds.
 fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }

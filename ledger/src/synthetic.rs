@@ -44,12 +44,7 @@ pub struct SyntheticCheck {
 impl SyntheticCheck {
     /// The journal's `request_id` of its cost: `synthetic:<route>:<upstream>:<ms>`.
     pub fn request_id(&self) -> String {
-        format!(
-            "synthetic:{}:{}:{}",
-            self.route,
-            self.upstream,
-            unix_ms(self.at)
-        )
+        format!("synthetic:{}:{}:{}", self.route, self.upstream, unix_ms(self.at))
     }
 }
 
@@ -59,10 +54,7 @@ impl Ledger {
     pub async fn record_synthetic(&self, check: &SyntheticCheck) -> Result<(), LedgerError> {
         crate::accounts::non_negative("synthetic check cost", check.cost_nanos)?;
         let at_ms = unix_ms(check.at);
-        let first_byte_ms = check
-            .first_byte_ms
-            .map(|ms| to_db("first-byte time", ms))
-            .transpose()?;
+        let first_byte_ms = check.first_byte_ms.map(|ms| to_db("first-byte time", ms)).transpose()?;
         let mut tx = self.begin_write().await?;
         // Made by the first check, paid or not, so that `admin account show` finds it.
         let account_id = synthetic_account(&mut tx, at_ms).await?;
@@ -70,16 +62,7 @@ impl Ledger {
             let request_id = check.request_id();
             let cost = check.cost_nanos;
             move_money(&mut tx, account_id, "topup", cost, cost, &request_id, at_ms).await?;
-            move_money(
-                &mut tx,
-                account_id,
-                "settle",
-                cost,
-                -cost,
-                &request_id,
-                at_ms,
-            )
-            .await?;
+            move_money(&mut tx, account_id, "settle", cost, -cost, &request_id, at_ms).await?;
         }
         sqlx::query(
             "INSERT INTO synthetic_checks (route, upstream, gateway_id, at_ms, outcome, first_byte_ms, cost_nanos) \
@@ -166,30 +149,14 @@ async fn move_money(
     .bind(i64::MAX - delta.max(0))
     .fetch_optional(&mut *conn)
     .await?
-    .ok_or_else(|| LedgerError::Overflow {
-        account: SYNTHETIC_ACCOUNT.to_owned(),
-        nanos: delta,
-    })?;
+    .ok_or_else(|| LedgerError::Overflow { account: SYNTHETIC_ACCOUNT.to_owned(), nanos: delta })?;
     let after = (row.try_get(0)?, row.try_get(1)?);
-    journal(
-        conn,
-        account_id,
-        kind,
-        amount,
-        delta,
-        after,
-        Some(request_id),
-        at_ms,
-    )
-    .await
+    journal(conn, account_id, kind, amount, delta, after, Some(request_id), at_ms).await
 }
 
 /// Appends one journal row. Written here rather than through `journal::append` so that
 /// it names only the columns of the first schema, which every later one keeps.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one row's columns; two call sites"
-)]
+#[expect(clippy::too_many_arguments, reason = "one row's columns; two call sites")]
 async fn journal(
     conn: &mut AnyConnection,
     account_id: i64,

@@ -8,11 +8,7 @@
 
 // clippy.toml allows these in #[test] functions only; here the shared test bodies are
 // plain async fns called by the generated #[test]s.
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "integration tests fail by panicking"
-)]
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "integration tests fail by panicking")]
 
 #[path = "ledger/support.rs"]
 mod support;

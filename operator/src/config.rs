@@ -50,7 +50,11 @@ impl Config {
 
 /// `sluice-operator`'s flags (each also read from the environment variable shown).
 #[derive(clap::Parser, Debug, Clone)]
-#[command(name = "sluice-operator", version, about = "Reconciles sluice ModelRoutes into gateway Deployments and writes status")]
+#[command(
+    name = "sluice-operator",
+    version,
+    about = "Reconciles sluice ModelRoutes into gateway Deployments and writes status"
+)]
 pub struct Cli {
     /// Ledger URL: postgres://… (sqlite://PATH for tests).
     #[arg(long, env = "SLUICE_LEDGER_URL")]
@@ -113,7 +117,9 @@ impl Cli {
                 env: self.gateway_env.map(|e| e.0).unwrap_or_default(),
             },
             status_interval: self.status_interval,
-            leader_election: self.leader_election.then(|| self.lease_namespace.unwrap_or_else(|| default_namespace.into())),
+            leader_election: self
+                .leader_election
+                .then(|| self.lease_namespace.unwrap_or_else(|| default_namespace.into())),
             identity,
             listen: Some(self.listen),
             namespace: self.namespace.filter(|n| !n.is_empty()),
@@ -213,7 +219,9 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_the_reason() {
-        let err = parse(&["--ledger-url=x", r#"--gateway-env=[{"name":"SLUICE_LEDGER_URL","value":"x"}]"#]).unwrap_err().to_string();
+        let err = parse(&["--ledger-url=x", r#"--gateway-env=[{"name":"SLUICE_LEDGER_URL","value":"x"}]"#])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("\"SLUICE_LEDGER_URL\" is set by the operator"), "{err}");
         let err = parse(&["--ledger-url=x", r#"--gateway-env={"name":"A"}"#]).unwrap_err().to_string();
         assert!(err.contains("not the JSON of a list of EnvVar"), "{err}");

@@ -45,7 +45,9 @@ use crate::config::Config;
 use crate::metrics::{Kind, Metrics};
 use crate::reconcile::{Context, Stores, budget, error_policy, route, upstream};
 use crate::render::MANAGED_SELECTOR;
-use crate::triggers::{changes, deployment_availability, generation, resource_version, secret_keys, spec, spec_or_lifecycle};
+use crate::triggers::{
+    changes, deployment_availability, generation, resource_version, secret_keys, spec, spec_or_lifecycle,
+};
 
 /// Reconciles of one object closer together than this are merged.
 const DEBOUNCE: Duration = Duration::from_millis(500);
@@ -67,7 +69,10 @@ where
     }
 }
 
-fn events<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+fn events<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -132,8 +137,16 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
         let routes = routes.clone();
         move |b: ErrorBudget| routes_named_by_budget(&routes, &b)
     })
-    .owns_stream(changes(events(api::<ConfigMap>(&client, ns), managed()).reflect(configmaps_w), resource_version, true))
-    .owns_stream(changes(events(api::<Deployment>(&client, ns), managed()).reflect(deployments_w), deployment_availability, true))
+    .owns_stream(changes(
+        events(api::<ConfigMap>(&client, ns), managed()).reflect(configmaps_w),
+        resource_version,
+        true,
+    ))
+    .owns_stream(changes(
+        events(api::<Deployment>(&client, ns), managed()).reflect(deployments_w),
+        deployment_availability,
+        true,
+    ))
     .owns_stream(changes(events(api::<Service>(&client, ns), managed()), spec::<Service>, true))
     .owns_stream(changes(events(api::<PodDisruptionBudget>(&client, ns), managed()), spec::<PodDisruptionBudget>, true))
     // The ledger Secret has no owner (every group of the namespace shares it).
@@ -180,7 +193,10 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
     tracing::info!("controllers stopped");
 }
 
-async fn log_result<K: Resource, E: std::fmt::Display>(kind: Kind, result: Result<(ObjectRef<K>, controller::Action), E>) {
+async fn log_result<K: Resource, E: std::fmt::Display>(
+    kind: Kind,
+    result: Result<(ObjectRef<K>, controller::Action), E>,
+) {
     match result {
         Ok((obj, _)) => tracing::debug!(kind = kind.as_str(), object = %obj, "reconciled"),
         // Reconcile errors were logged by the error policy; these are watch and queue errors.

@@ -61,15 +61,16 @@ impl Error {
         match self {
             Error::Kube(_) | Error::CrdMissing { .. } => ErrorKind::Kube,
             Error::Finalizer(e) => match &**e {
-                kube::runtime::finalizer::Error::ApplyFailed(inner) | kube::runtime::finalizer::Error::CleanupFailed(inner) => {
-                    inner.kind()
-                }
+                kube::runtime::finalizer::Error::ApplyFailed(inner)
+                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.kind(),
                 _ => ErrorKind::Finalizer,
             },
             Error::Ledger(_) => ErrorKind::Ledger,
             Error::NoNamespace(_) | Error::StoreClosed => ErrorKind::Internal,
             Error::CachesNotReady => ErrorKind::Kube,
-            Error::Listen { .. } | Error::Lease(_) | Error::LeadershipLost | Error::NoLeaseNamespace => ErrorKind::Startup,
+            Error::Listen { .. } | Error::Lease(_) | Error::LeadershipLost | Error::NoLeaseNamespace => {
+                ErrorKind::Startup
+            }
         }
     }
 }

@@ -146,7 +146,11 @@ impl Metrics {
         registry.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
         registry.register("status_writes", "Status patches sent", status_writes.clone());
         registry.register("events", "Kubernetes Events published", events.clone());
-        registry.register("ledger_errors", "Failed ledger reads (status keeps its previous figures)", ledger_errors.clone());
+        registry.register(
+            "ledger_errors",
+            "Failed ledger reads (status keeps its previous figures)",
+            ledger_errors.clone(),
+        );
         registry.register("leader", "1 while this replica reconciles", leader.clone());
         Metrics { registry, reconciles, failures, duration, status_writes, events, ledger_errors, leader }
     }

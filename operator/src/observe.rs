@@ -10,7 +10,12 @@ use crate::status::{HEARTBEAT_FRESHNESS, Observations, window_minutes};
 
 /// Rollups of `routes` and `upstreams` (ledger keys, `namespace/name`) over the status
 /// window ending at `now`, and heartbeats younger than a minute.
-pub async fn observe(ledger: &Ledger, routes: &[String], upstreams: &[String], now: SystemTime) -> Result<Observations, LedgerError> {
+pub async fn observe(
+    ledger: &Ledger,
+    routes: &[String],
+    upstreams: &[String],
+    now: SystemTime,
+) -> Result<Observations, LedgerError> {
     let (from, to) = window_minutes(now);
     Ok(Observations {
         route_minutes: ledger.route_minutes(routes, from, to).await?,

@@ -186,7 +186,11 @@ impl Context {
 /// API server answered.
 pub async fn apply<K>(client: &Client, namespace: &str, obj: &K) -> Result<K, Error>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let name = obj.meta().name.clone().unwrap_or_default();

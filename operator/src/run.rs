@@ -27,7 +27,11 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
 /// Runs the operator until `shutdown` resolves: serves `/metrics` and `/healthz` (when
 /// `config.listen` is set; `/status` too with `config.status_page`), waits for the leader Lease (when elected), checks that the
 /// CRDs are installed, connects the ledger, then runs the controllers.
-pub async fn run_until(client: Client, config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+pub async fn run_until(
+    client: Client,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::new());
     let token = CancellationToken::new();
     let stop = token.clone();
@@ -39,7 +43,8 @@ pub async fn run_until(client: Client, config: Config, shutdown: impl Future<Out
 
     let web = match config.listen {
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
             let local = listener.local_addr().map_err(|source| Error::Listen { addr, source })?;
             let app = match &config.status_page {
                 Some(runbooks) => {
@@ -75,7 +80,12 @@ pub async fn run_until(client: Client, config: Config, shutdown: impl Future<Out
     result
 }
 
-async fn lead_and_run(client: Client, config: Config, metrics: Arc<Metrics>, token: CancellationToken) -> Result<(), Error> {
+async fn lead_and_run(
+    client: Client,
+    config: Config,
+    metrics: Arc<Metrics>,
+    token: CancellationToken,
+) -> Result<(), Error> {
     let mut leadership = match &config.leader_election {
         Some(namespace) => {
             let identity = config.identity.clone().unwrap_or_else(|| format!("sluice-operator-{}", std::process::id()));
@@ -128,7 +138,10 @@ pub async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), 
 
 async fn check<K>(client: &Client, namespace: Option<&str>, kind: &'static str) -> Result<(), Error>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
 {
     let api: Api<K> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),

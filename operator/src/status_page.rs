@@ -65,13 +65,8 @@ pub fn spawn(
     let (routes, routes_w) = reflector::store::<ModelRoute>();
     let (upstreams, upstreams_w) = reflector::store::<Upstream>();
     let (budgets, budgets_w) = reflector::store::<ErrorBudget>();
-    let source = Arc::new(OperatorSource {
-        routes,
-        upstreams,
-        budgets,
-        ledger: OnceLock::new(),
-        ready: AtomicBool::new(false),
-    });
+    let source =
+        Arc::new(OperatorSource { routes, upstreams, budgets, ledger: OnceLock::new(), ready: AtomicBool::new(false) });
     let ns = namespace.as_deref();
     mirror(api(&client, ns), routes_w, token.clone());
     mirror(api(&client, ns), upstreams_w, token.clone());
@@ -113,12 +108,7 @@ fn live<K>(store: &Store<K>) -> Vec<K>
 where
     K: kube::Resource<DynamicType = ()> + kube::ResourceExt + Clone + 'static,
 {
-    store
-        .state()
-        .into_iter()
-        .filter(|o| is_live(o.as_ref()))
-        .map(|o| (*o).clone())
-        .collect()
+    store.state().into_iter().filter(|o| is_live(o.as_ref())).map(|o| (*o).clone()).collect()
 }
 
 /// An `Api` over all namespaces, or over the watched one.

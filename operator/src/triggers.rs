@@ -131,7 +131,10 @@ mod tests {
     #[test]
     fn spec_predicate_ignores_status_and_metadata() {
         use k8s_openapi::api::core::v1::{Service, ServiceSpec, ServiceStatus};
-        let mut svc = Service { spec: Some(ServiceSpec { type_: Some("ClusterIP".into()), ..ServiceSpec::default() }), ..Service::default() };
+        let mut svc = Service {
+            spec: Some(ServiceSpec { type_: Some("ClusterIP".into()), ..ServiceSpec::default() }),
+            ..Service::default()
+        };
         let before = spec(&svc);
         svc.metadata.resource_version = Some("7".into());
         svc.status = Some(ServiceStatus::default());
@@ -147,7 +150,8 @@ mod tests {
         a.metadata.finalizers = Some(vec!["sluice.dev/gateway-config".into()]);
         let with_finalizer = spec_or_lifecycle(&a);
         assert_ne!(before, with_finalizer);
-        a.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        a.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert_ne!(with_finalizer, spec_or_lifecycle(&a));
         a.metadata.resource_version = Some("9".into());
         assert_eq!(spec_or_lifecycle(&a), spec_or_lifecycle(&{ a.clone() }));

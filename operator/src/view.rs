@@ -53,7 +53,12 @@ impl GroupView {
 
     /// The render input of this group.
     pub fn group<'a>(&'a self, owners: &'a [OwnerReference]) -> crate::render::Group<'a> {
-        crate::render::Group { namespace: &self.namespace, name: &self.group, snapshot: &self.resolved.snapshot, owners }
+        crate::render::Group {
+            namespace: &self.namespace,
+            name: &self.group,
+            snapshot: &self.resolved.snapshot,
+            owners,
+        }
     }
 }
 
@@ -170,7 +175,8 @@ pub fn budget_view(budget: &ErrorBudget, upstreams: &[Upstream], routes: &[Model
         }
     }
     if let Some(c) = &mut config {
-        c.routes = budget.spec.routes.iter().map(|r| format!("{namespace}/{r}")).filter(|k| served.contains(k)).collect();
+        c.routes =
+            budget.spec.routes.iter().map(|r| format!("{namespace}/{r}")).filter(|k| served.contains(k)).collect();
     }
     let mut problems: Vec<Problem> = Vec::new();
     for p in resolutions.iter().flat_map(|r| r.problems.iter()).filter(|p| p.resource == resource) {

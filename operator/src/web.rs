@@ -61,7 +61,10 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(ct, OPENMETRICS);
         assert!(body.contains("sluice_operator_reconciles_total{controller=\"ModelRoute\"} 1"), "{body}");
-        assert!(body.contains("sluice_operator_reconcile_failures_total{controller=\"Upstream\",error=\"kube\"} 1"), "{body}");
+        assert!(
+            body.contains("sluice_operator_reconcile_failures_total{controller=\"Upstream\",error=\"kube\"} 1"),
+            "{body}"
+        );
         assert!(body.contains("sluice_operator_status_writes_total{kind=\"ErrorBudget\"} 1"), "{body}");
         assert!(body.contains("sluice_operator_reconcile_duration_seconds_bucket"), "{body}");
         assert!(body.ends_with("# EOF\n"), "{body}");

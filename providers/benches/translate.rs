@@ -28,16 +28,10 @@ fn time(out: &mut impl Write, name: &str, iters: u32, mut f: impl FnMut()) {
 }
 
 fn main() {
-    let iters: u32 = std::env::var("SLUICE_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
+    let iters: u32 = std::env::var("SLUICE_BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
     let mut out = std::io::stdout().lock();
     let target = Target::new(Protocol::Anthropic, "bench-claude", 4096);
-    let opts = AnswerOpts {
-        id: "chatcmpl-0123456789abcdef".to_owned(),
-        created: 1_764_547_200,
-    };
+    let opts = AnswerOpts { id: "chatcmpl-0123456789abcdef".to_owned(), created: 1_764_547_200 };
     let Ok(chat) = serde_json::from_slice::<ChatRequest>(REQUEST) else {
         eprintln!("the bench request does not parse");
         std::process::exit(1);

@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use crate::error::{says_context_length, says_expired};
 use crate::lenient::{self, Lenient, List, Str, U64, lenient_deserialize};
 use crate::{
-    Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, ErrorKind, FinishReason,
-    NativeRequest, Protocol, Target, TranslateError, UpstreamError, Usage, google, retry,
+    Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, ErrorKind, FinishReason, NativeRequest, Protocol,
+    Target, TranslateError, UpstreamError, Usage, google, retry,
 };
 
 pub(crate) use stream::Stream;
@@ -26,60 +26,34 @@ pub(crate) use stream::Stream;
 const DEFAULT_VERSION: &str = "2023-06-01";
 const VERTEX_VERSION: &str = "vertex-2023-10-16";
 
-pub(crate) fn build(
-    target: &Target<'_>,
-    req: &ChatRequest,
-    stream: bool,
-) -> Result<NativeRequest, TranslateError> {
+pub(crate) fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Result<NativeRequest, TranslateError> {
     let mut body = request::body(target, req)?;
     if stream {
         body["stream"] = json!(true);
     }
     let (path, headers) = if target.protocol == Protocol::VertexAnthropic {
         body["anthropic_version"] = json!(VERTEX_VERSION);
-        let verb = if stream {
-            "streamRawPredict"
-        } else {
-            "rawPredict"
-        };
+        let verb = if stream { "streamRawPredict" } else { "rawPredict" };
         (
-            format!(
-                "{}/publishers/anthropic/models/{}:{verb}",
-                vertex_prefix(target)?,
-                model_segment(target.model)
-            ),
+            format!("{}/publishers/anthropic/models/{}:{verb}", vertex_prefix(target)?, model_segment(target.model)),
             Vec::new(),
         )
     } else {
         body["model"] = json!(target.model);
         let version = target.anthropic_version.unwrap_or(DEFAULT_VERSION);
-        let value = HeaderValue::from_str(version).map_err(|_| {
-            TranslateError::invalid("anthropic.version", "not a valid header value")
-        })?;
-        (
-            "/messages".to_owned(),
-            vec![(HeaderName::from_static("anthropic-version"), value)],
-        )
+        let value = HeaderValue::from_str(version)
+            .map_err(|_| TranslateError::invalid("anthropic.version", "not a valid header value"))?;
+        ("/messages".to_owned(), vec![(HeaderName::from_static("anthropic-version"), value)])
     };
-    Ok(NativeRequest {
-        headers,
-        ..NativeRequest::json(path, &body)
-    })
+    Ok(NativeRequest { headers, ..NativeRequest::json(path, &body) })
 }
 
 /// `/projects/{p}/locations/{l}` for the Vertex targets.
 pub(crate) fn vertex_prefix(target: &Target<'_>) -> Result<String, TranslateError> {
-    let project = target
-        .gcp_project
-        .ok_or_else(|| TranslateError::invalid("gcp.project", "required for Vertex AI"))?;
-    let location = target
-        .gcp_location
-        .ok_or_else(|| TranslateError::invalid("gcp.location", "required for Vertex AI"))?;
-    Ok(format!(
-        "/projects/{}/locations/{}",
-        model_segment(project),
-        model_segment(location)
-    ))
+    let project = target.gcp_project.ok_or_else(|| TranslateError::invalid("gcp.project", "required for Vertex AI"))?;
+    let location =
+        target.gcp_location.ok_or_else(|| TranslateError::invalid("gcp.location", "required for Vertex AI"))?;
+    Ok(format!("/projects/{}/locations/{}", model_segment(project), model_segment(location)))
 }
 
 /// A model id as one path segment; `@` (Vertex model versions) stays as it is.
@@ -87,13 +61,8 @@ pub(crate) fn model_segment(model: &str) -> String {
     crate::encode_segment(model).replace("%40", "@")
 }
 
-pub(crate) fn parse(
-    target: &Target<'_>,
-    body: &[u8],
-    opts: &AnswerOpts,
-) -> Result<Completion, UpstreamError> {
-    let m: MessageIn<'_> =
-        serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+pub(crate) fn parse(target: &Target<'_>, body: &[u8], opts: &AnswerOpts) -> Result<Completion, UpstreamError> {
+    let m: MessageIn<'_> = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
     if m.kind.as_deref() == Some("error") || m.error {
         return Err(classify(200, &HeaderMap::new(), body, 0));
     }
@@ -254,14 +223,9 @@ fn usage(u: &Value, acc: &mut Usage) -> Usage {
 fn usage_of(u: &UsageIn, acc: &mut Usage) -> Usage {
     let (input, read, write) = (u.input.0, u.read.0, u.write.0);
     if input.is_some() || read.is_some() || write.is_some() {
-        let old_input = acc
-            .prompt_tokens
-            .saturating_sub(acc.cached_tokens + acc.cache_write_tokens);
-        let (input, read, write) = (
-            input.unwrap_or(old_input),
-            read.unwrap_or(acc.cached_tokens),
-            write.unwrap_or(acc.cache_write_tokens),
-        );
+        let old_input = acc.prompt_tokens.saturating_sub(acc.cached_tokens + acc.cache_write_tokens);
+        let (input, read, write) =
+            (input.unwrap_or(old_input), read.unwrap_or(acc.cached_tokens), write.unwrap_or(acc.cache_write_tokens));
         *acc = Usage::from_exclusive(input, acc.completion_tokens, read, write);
     }
     if let Some(out) = u.output.0 {
@@ -270,12 +234,7 @@ fn usage_of(u: &UsageIn, acc: &mut Usage) -> Usage {
     *acc
 }
 
-pub(crate) fn classify(
-    status: u16,
-    headers: &HeaderMap,
-    body: &[u8],
-    now_unix_ms: u64,
-) -> UpstreamError {
+pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
     let hinted = retry::from_headers(headers, now_unix_ms);
     let Some(v) = google::error_body(body) else {
         return crate::generic_error(status, headers, body, now_unix_ms);
@@ -308,9 +267,7 @@ fn anthropic_error(status: u16, err: &Value) -> Option<UpstreamError> {
         "authentication_error" if says_expired(&message) => ErrorKind::AuthExpired,
         "authentication_error" | "permission_error" => ErrorKind::Auth,
         "not_found_error" => ErrorKind::NotFound,
-        "invalid_request_error" | "request_too_large" if says_context_length(&message) => {
-            ErrorKind::ContextLength
-        }
+        "invalid_request_error" | "request_too_large" if says_context_length(&message) => ErrorKind::ContextLength,
         "invalid_request_error" | "request_too_large" => ErrorKind::InvalidRequest,
         "billing_error" => ErrorKind::Client,
         _ if status == 401 && says_expired(&message) => ErrorKind::AuthExpired,

@@ -18,41 +18,26 @@ use serde_json::Value;
 
 use crate::error::{says_context_length, says_expired};
 use crate::{
-    Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, ErrorKind, FinishReason,
-    NativeRequest, Target, TranslateError, UpstreamError, Usage, retry,
+    Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, ErrorKind, FinishReason, NativeRequest, Target,
+    TranslateError, UpstreamError, Usage, retry,
 };
 
 pub(crate) use stream::StreamTranscoder;
 
-pub(crate) fn build(
-    target: &Target<'_>,
-    req: &ChatRequest,
-    stream: bool,
-) -> Result<NativeRequest, TranslateError> {
+pub(crate) fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Result<NativeRequest, TranslateError> {
     let body = request::body(target, req)?;
-    let verb = if stream {
-        "converse-stream"
-    } else {
-        "converse"
-    };
+    let verb = if stream { "converse-stream" } else { "converse" };
     let path = format!("/model/{}/{verb}", crate::encode_segment(target.model));
     Ok(NativeRequest::json(path, &body))
 }
 
-pub(crate) fn parse(
-    target: &Target<'_>,
-    body: &[u8],
-    opts: &AnswerOpts,
-) -> Result<Completion, UpstreamError> {
+pub(crate) fn parse(target: &Target<'_>, body: &[u8], opts: &AnswerOpts) -> Result<Completion, UpstreamError> {
     let v = crate::answer_json(body)?;
     let Some(content) = v["output"]["message"]["content"].as_array() else {
         if error_name(&HeaderMap::new(), &v).is_some() {
             return Err(classify(200, &HeaderMap::new(), body, 0));
         }
-        return Err(UpstreamError::malformed(
-            200,
-            "a Converse answer without output.message",
-        ));
+        return Err(UpstreamError::malformed(200, "a Converse answer without output.message"));
     };
     let mut answer = Answer {
         model: target.model.to_owned(),
@@ -99,23 +84,13 @@ fn usage(u: &Value) -> Usage {
     )
 }
 
-pub(crate) fn classify(
-    status: u16,
-    headers: &HeaderMap,
-    body: &[u8],
-    now_unix_ms: u64,
-) -> UpstreamError {
+pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let Some(name) = error_name(headers, &v) else {
         return crate::generic_error(status, headers, body, now_unix_ms);
     };
-    let message = ["message", "Message"]
-        .iter()
-        .find_map(|k| v[*k].as_str())
-        .unwrap_or("")
-        .to_owned();
-    classify_named(status, &name, message)
-        .with_retry_after(retry::from_headers(headers, now_unix_ms))
+    let message = ["message", "Message"].iter().find_map(|k| v[*k].as_str()).unwrap_or("").to_owned();
+    classify_named(status, &name, message).with_retry_after(retry::from_headers(headers, now_unix_ms))
 }
 
 /// The error's name, bare (`ThrottlingException`): from `x-amzn-errortype`
@@ -124,11 +99,7 @@ fn error_name(headers: &HeaderMap, v: &Value) -> Option<String> {
     let raw = headers
         .get("x-amzn-errortype")
         .and_then(|h| h.to_str().ok())
-        .or_else(|| {
-            ["__type", "code", "Code"]
-                .iter()
-                .find_map(|k| v[*k].as_str())
-        })?;
+        .or_else(|| ["__type", "code", "Code"].iter().find_map(|k| v[*k].as_str()))?;
     let name = raw.split(':').next().unwrap_or(raw);
     let name = name.rsplit('#').next().unwrap_or(name).trim();
     (!name.is_empty()).then(|| name.to_owned())
@@ -150,9 +121,7 @@ pub(crate) fn classify_named(status: u16, name: &str, message: String) -> Upstre
         ErrorKind::Server
     } else if is("ModelTimeoutException") {
         ErrorKind::Timeout
-    } else if is("ExpiredTokenException")
-        || (is("UnrecognizedClientException") && says_expired(&message))
-    {
+    } else if is("ExpiredTokenException") || (is("UnrecognizedClientException") && says_expired(&message)) {
         ErrorKind::AuthExpired
     } else if is("AccessDeniedException")
         || is("UnrecognizedClientException")
@@ -180,16 +149,9 @@ pub(crate) fn classify_named(status: u16, name: &str, message: String) -> Upstre
         ErrorKind::from_status(status)
     };
     let code = match kind {
-        ErrorKind::InvalidRequest
-        | ErrorKind::Client
-        | ErrorKind::Server
-        | ErrorKind::Unavailable => Some(name),
+        ErrorKind::InvalidRequest | ErrorKind::Client | ErrorKind::Server | ErrorKind::Unavailable => Some(name),
         _ => None,
     };
-    let message = if message.is_empty() {
-        name.to_owned()
-    } else {
-        message
-    };
+    let message = if message.is_empty() { name.to_owned() } else { message };
     UpstreamError::new(kind, status, message, code)
 }

@@ -31,11 +31,7 @@ impl FinishReason {
     /// The reason an answer that called a tool finishes with: providers that say only
     /// "stop" (Gemini `STOP`, Anthropic `end_turn`) mean `tool_calls` to OpenAI clients.
     pub fn after_tool_calls(self, called: bool) -> Self {
-        if called && self == Self::Stop {
-            Self::ToolCalls
-        } else {
-            self
-        }
+        if called && self == Self::Stop { Self::ToolCalls } else { self }
     }
 }
 
@@ -145,8 +141,7 @@ impl ChunkWriter {
         if let Some(seen) = self.tool_args.get_mut(index) {
             *seen = true;
         }
-        let delta =
-            json!({ "tool_calls": [{ "index": index, "function": { "arguments": args } }] });
+        let delta = json!({ "tool_calls": [{ "index": index, "function": { "arguments": args } }] });
         out.push(self.delta(delta, None, true));
     }
 
@@ -184,14 +179,8 @@ impl ChunkWriter {
             "id": self.id, "object": "chat.completion.chunk", "created": self.created,
             "model": self.model, "choices": [], "usage": usage.to_openai(),
         });
-        out.push(Out::Event {
-            bytes: sse(&chunk),
-            content: false,
-        });
-        out.push(Out::Event {
-            bytes: Bytes::from_static(b"data: [DONE]\n\n"),
-            content: false,
-        });
+        out.push(Out::Event { bytes: sse(&chunk), content: false });
+        out.push(Out::Event { bytes: Bytes::from_static(b"data: [DONE]\n\n"), content: false });
         out.push(Out::Done);
     }
 
@@ -202,10 +191,7 @@ impl ChunkWriter {
             return;
         }
         self.done = true;
-        out.push(Out::Error {
-            error,
-            before_content: !self.content,
-        });
+        out.push(Out::Error { error, before_content: !self.content });
     }
 
     fn delta(&mut self, mut delta: Value, finish: Option<FinishReason>, content: bool) -> Out {
@@ -219,10 +205,7 @@ impl ChunkWriter {
             "model": self.model,
             "choices": [{ "index": 0, "delta": delta, "finish_reason": finish.map(FinishReason::as_str) }],
         });
-        Out::Event {
-            bytes: sse(&chunk),
-            content,
-        }
+        Out::Event { bytes: sse(&chunk), content }
     }
 }
 

@@ -37,19 +37,9 @@ impl Answer {
     /// The `chat.completion` body. `finish_reason` is `tool_calls` whenever the answer
     /// calls a tool and the provider said only "stop" (Gemini `STOP`).
     pub fn into_completion(self, opts: &AnswerOpts) -> Completion {
-        let id = self
-            .id
-            .filter(|id| !id.is_empty())
-            .unwrap_or_else(|| opts.id.clone());
-        let finish = self
-            .finish_reason
-            .unwrap_or(FinishReason::Stop)
-            .after_tool_calls(!self.tool_calls.is_empty());
-        let content = if self.text.is_empty() && !self.tool_calls.is_empty() {
-            None
-        } else {
-            Some(self.text.as_str())
-        };
+        let id = self.id.filter(|id| !id.is_empty()).unwrap_or_else(|| opts.id.clone());
+        let finish = self.finish_reason.unwrap_or(FinishReason::Stop).after_tool_calls(!self.tool_calls.is_empty());
+        let content = if self.text.is_empty() && !self.tool_calls.is_empty() { None } else { Some(self.text.as_str()) };
         let tool_calls = (!self.tool_calls.is_empty()).then(|| {
             let mut calls: Vec<Value> = self
                 .tool_calls
@@ -65,8 +55,7 @@ impl Answer {
                 })
                 .collect();
             for (i, extra) in self.tool_call_extras {
-                if let (Some(Value::Object(call)), Value::Object(extra)) = (calls.get_mut(i), extra)
-                {
+                if let (Some(Value::Object(call)), Value::Object(extra)) = (calls.get_mut(i), extra) {
                     call.extend(extra);
                 }
             }
@@ -76,11 +65,7 @@ impl Answer {
             choices: [Choice {
                 finish_reason: finish.as_str(),
                 index: 0,
-                message: MessageOut {
-                    content,
-                    role: "assistant",
-                    tool_calls,
-                },
+                message: MessageOut { content, role: "assistant", tool_calls },
             }],
             created: opts.created,
             id: &id,

@@ -50,10 +50,7 @@ mod tests {
         ] {
             assert_eq!(rfc3339_unix_ms(s), None, "{s}");
         }
-        assert_eq!(
-            rfc3339_unix_ms("2019-11-09t13:34:41-05:00"),
-            Some(1_573_324_481_000)
-        );
+        assert_eq!(rfc3339_unix_ms("2019-11-09t13:34:41-05:00"), Some(1_573_324_481_000));
         // RFC 3339 lets a space stand for the T.
         assert_eq!(rfc3339_unix_ms("2014-10-24 23:00:23Z"), Some(1_414_191_623_000));
     }

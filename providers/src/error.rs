@@ -19,16 +19,10 @@ pub enum TranslateError {
 
 impl TranslateError {
     pub fn unsupported(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::Unsupported {
-            field: field.into(),
-            reason: reason.into(),
-        }
+        Self::Unsupported { field: field.into(), reason: reason.into() }
     }
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::Invalid {
-            field: field.into(),
-            reason: reason.into(),
-        }
+        Self::Invalid { field: field.into(), reason: reason.into() }
     }
     /// The field the error names.
     pub fn field(&self) -> &str {
@@ -72,10 +66,7 @@ impl ErrorKind {
     /// Whether another candidate may be tried: rate limits, overload, unavailability,
     /// timeouts and server errors. Client errors would fail everywhere.
     pub fn retryable(self) -> bool {
-        matches!(
-            self,
-            Self::RateLimited | Self::Overloaded | Self::Unavailable | Self::Timeout | Self::Server
-        )
+        matches!(self, Self::RateLimited | Self::Overloaded | Self::Unavailable | Self::Timeout | Self::Server)
     }
 
     /// The OpenAI error `type` used in [`UpstreamError::openai_body`].
@@ -84,11 +75,9 @@ impl ErrorKind {
             Self::RateLimited => "rate_limit_error",
             Self::Overloaded | Self::Unavailable | Self::Timeout | Self::Server => "server_error",
             Self::AuthExpired | Self::Auth => "authentication_error",
-            Self::ContextLength
-            | Self::ContentFilter
-            | Self::InvalidRequest
-            | Self::NotFound
-            | Self::Client => "invalid_request_error",
+            Self::ContextLength | Self::ContentFilter | Self::InvalidRequest | Self::NotFound | Self::Client => {
+                "invalid_request_error"
+            }
         }
     }
 
@@ -141,30 +130,15 @@ pub struct UpstreamError {
 impl UpstreamError {
     /// An error of `kind`; `code` (e.g. the provider's own error name) is used when
     /// OpenAI has no code for the kind.
-    pub fn new(
-        kind: ErrorKind,
-        status: u16,
-        message: impl Into<String>,
-        code: Option<&str>,
-    ) -> Self {
+    pub fn new(kind: ErrorKind, status: u16, message: impl Into<String>, code: Option<&str>) -> Self {
         let message = message.into();
         let code = kind.openai_code().or(code);
         // An error object inside a 2xx body or stream stands for the status of its kind.
-        let status = if (200..300).contains(&status) {
-            kind.canonical_status()
-        } else {
-            status
-        };
+        let status = if (200..300).contains(&status) { kind.canonical_status() } else { status };
         let body = serde_json::json!({
             "error": { "message": message, "type": kind.openai_type(), "code": code, "param": null }
         });
-        Self {
-            kind,
-            status,
-            retry_after: None,
-            message,
-            openai_body: Bytes::from(body.to_string()),
-        }
+        Self { kind, status, retry_after: None, message, openai_body: Bytes::from(body.to_string()) }
     }
 
     /// The same error with a retry hint.
@@ -177,12 +151,7 @@ impl UpstreamError {
     /// A 2xx answer that could not be understood: treated as a server error so the
     /// attempt may fail over.
     pub fn malformed(status: u16, what: impl std::fmt::Display) -> Self {
-        Self::new(
-            ErrorKind::Server,
-            status,
-            format!("malformed upstream answer: {what}"),
-            None,
-        )
+        Self::new(ErrorKind::Server, status, format!("malformed upstream answer: {what}"), None)
     }
 
     /// The `data: {"error":…}\n\n` SSE event that carries this error after the

@@ -91,9 +91,7 @@ impl FrameDecoder {
         // no partial state between calls.
         let mut frame = self.buf.split_to(total).freeze();
         match self.inner.decode_frame(&mut frame) {
-            Ok(DecodedFrame::Complete(message)) if !frame.has_remaining() => {
-                Frame::from_message(&message).map(Some)
-            }
+            Ok(DecodedFrame::Complete(message)) if !frame.has_remaining() => Frame::from_message(&message).map(Some),
             Ok(_) => Err(FrameError::Malformed("frame length mismatch".to_owned())),
             Err(e) => Err(FrameError::Malformed(e.to_string())),
         }
@@ -115,9 +113,7 @@ impl FrameDecoder {
         let total = u32::from_be_bytes([prelude[0], prelude[1], prelude[2], prelude[3]]) as usize;
         let headers = u32::from_be_bytes([prelude[4], prelude[5], prelude[6], prelude[7]]) as usize;
         if !(OVERHEAD..=MAX_MESSAGE_LEN).contains(&total) || headers > total - OVERHEAD {
-            return Err(FrameError::Malformed(format!(
-                "prelude claims {total} bytes with {headers} bytes of headers"
-            )));
+            return Err(FrameError::Malformed(format!("prelude claims {total} bytes with {headers} bytes of headers")));
         }
         Ok(Some(total))
     }
@@ -138,9 +134,7 @@ impl Frame {
             Some("exception") => (MessageType::Exception, ":exception-type"),
             Some("error") => (MessageType::Error, ":error-code"),
             other => {
-                return Err(FrameError::Malformed(format!(
-                    "unknown :message-type {other:?}"
-                )));
+                return Err(FrameError::Malformed(format!("unknown :message-type {other:?}")));
             }
         };
         Ok(Frame {
@@ -163,34 +157,20 @@ pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
 }
 
 /// Writes one message with string `headers` and `payload` to `out`.
-pub fn write_message_to(
-    headers: &[(&str, &str)],
-    payload: &[u8],
-    out: &mut BytesMut,
-) -> Result<(), FrameError> {
+pub fn write_message_to(headers: &[(&str, &str)], payload: &[u8], out: &mut BytesMut) -> Result<(), FrameError> {
     let headers = headers
         .iter()
-        .map(|(name, value)| {
-            Header::new(
-                name.to_string(),
-                HeaderValue::String(value.to_string().into()),
-            )
-        })
+        .map(|(name, value)| Header::new(name.to_string(), HeaderValue::String(value.to_string().into())))
         .collect();
     let message = Message::new_from_parts(headers, Bytes::copy_from_slice(payload));
-    aws_smithy_eventstream::frame::write_message_to(&message, out)
-        .map_err(|e| FrameError::Malformed(e.to_string()))
+    aws_smithy_eventstream::frame::write_message_to(&message, out).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
 /// One JSON event frame, as Bedrock sends them.
 pub fn encode_event(event_type: &str, payload: &[u8]) -> Result<Bytes, FrameError> {
     let mut out = BytesMut::new();
     write_message_to(
-        &[
-            (":event-type", event_type),
-            (":content-type", "application/json"),
-            (":message-type", "event"),
-        ],
+        &[(":event-type", event_type), (":content-type", "application/json"), (":message-type", "event")],
         payload,
         &mut out,
     )?;
@@ -202,11 +182,7 @@ pub fn encode_event(event_type: &str, payload: &[u8]) -> Result<Bytes, FrameErro
 pub fn encode_exception(exception_type: &str, payload: &[u8]) -> Result<Bytes, FrameError> {
     let mut out = BytesMut::new();
     write_message_to(
-        &[
-            (":exception-type", exception_type),
-            (":content-type", "application/json"),
-            (":message-type", "exception"),
-        ],
+        &[(":exception-type", exception_type), (":content-type", "application/json"), (":message-type", "exception")],
         payload,
         &mut out,
     )?;

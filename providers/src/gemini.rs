@@ -10,50 +10,32 @@ use serde_json::Value;
 
 use crate::anthropic::{model_segment, vertex_prefix};
 use crate::{
-    Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, FinishReason, NativeRequest,
-    Protocol, Target, TranslateError, UpstreamError, Usage, google, retry,
+    Answer, AnswerOpts, AnswerToolCall, ChatRequest, Completion, FinishReason, NativeRequest, Protocol, Target,
+    TranslateError, UpstreamError, Usage, google, retry,
 };
 
 pub(crate) use stream::Stream;
 
-pub(crate) fn build(
-    target: &Target<'_>,
-    req: &ChatRequest,
-    stream: bool,
-) -> Result<NativeRequest, TranslateError> {
+pub(crate) fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Result<NativeRequest, TranslateError> {
     let body = request::body(target, req)?;
-    let verb = if stream {
-        "streamGenerateContent?alt=sse"
-    } else {
-        "generateContent"
-    };
+    let verb = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
     let model = model_segment(target.model);
     let path = if target.protocol == Protocol::VertexGemini {
-        format!(
-            "{}/publishers/google/models/{model}:{verb}",
-            vertex_prefix(target)?
-        )
+        format!("{}/publishers/google/models/{model}:{verb}", vertex_prefix(target)?)
     } else {
         format!("/models/{model}:{verb}")
     };
     Ok(NativeRequest::json(path, &body))
 }
 
-pub(crate) fn parse(
-    target: &Target<'_>,
-    body: &[u8],
-    opts: &AnswerOpts,
-) -> Result<Completion, UpstreamError> {
+pub(crate) fn parse(target: &Target<'_>, body: &[u8], opts: &AnswerOpts) -> Result<Completion, UpstreamError> {
     let v = crate::answer_json(body)?;
     if v.get("error").is_some() {
         return Err(classify(200, &HeaderMap::new(), body, 0));
     }
     let mut answer = Answer {
         id: v["responseId"].as_str().map(str::to_owned),
-        model: v["modelVersion"]
-            .as_str()
-            .unwrap_or(target.model)
-            .to_owned(),
+        model: v["modelVersion"].as_str().unwrap_or(target.model).to_owned(),
         usage: usage(&v["usageMetadata"]).unwrap_or_default(),
         ..Answer::default()
     };
@@ -61,16 +43,9 @@ pub(crate) fn parse(
     for part in parts(candidate) {
         match Part::of(part) {
             Part::Text(t) => answer.text.push_str(t),
-            Part::Call {
-                id,
-                name,
-                args,
-                extra,
-            } => {
+            Part::Call { id, name, args, extra } => {
                 if let Some(extra) = extra {
-                    answer
-                        .tool_call_extras
-                        .push((answer.tool_calls.len(), extra));
+                    answer.tool_call_extras.push((answer.tool_calls.len(), extra));
                 }
                 answer.tool_calls.push(AnswerToolCall {
                     id: id.map(str::to_owned),
@@ -86,10 +61,7 @@ pub(crate) fn parse(
 }
 
 fn parts(candidate: &Value) -> &[Value] {
-    candidate["content"]["parts"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
+    candidate["content"]["parts"].as_array().map(Vec::as_slice).unwrap_or(&[])
 }
 
 /// What a response part means on the OpenAI side.
@@ -171,12 +143,7 @@ fn usage(u: &Value) -> Option<Usage> {
     ))
 }
 
-pub(crate) fn classify(
-    status: u16,
-    headers: &HeaderMap,
-    body: &[u8],
-    now_unix_ms: u64,
-) -> UpstreamError {
+pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
     let hinted = retry::from_headers(headers, now_unix_ms);
     match google::error_body(body).and_then(|v| google::read(status, &v["error"])) {
         Some(g) => g.into_upstream(status, hinted),

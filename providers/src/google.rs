@@ -31,13 +31,8 @@ impl GoogleError {
     /// The error, its `status` name as the code; the headers' retry hint wins over
     /// the body's `RetryInfo`.
     pub(crate) fn into_upstream(self, status: u16, hinted: Option<Duration>) -> UpstreamError {
-        UpstreamError::new(
-            self.kind,
-            status,
-            self.message,
-            Some(self.status_name.as_str()).filter(|s| !s.is_empty()),
-        )
-        .with_retry_after(hinted.or(self.retry_after))
+        UpstreamError::new(self.kind, status, self.message, Some(self.status_name.as_str()).filter(|s| !s.is_empty()))
+            .with_retry_after(hinted.or(self.retry_after))
     }
 }
 
@@ -55,13 +50,9 @@ pub(crate) fn read(status: u16, err: &Value) -> Option<GoogleError> {
         .iter()
         .filter(|d| detail_type(d, "google.rpc.RetryInfo"))
         .find_map(|d| d["retryDelay"].as_str().and_then(retry::proto_duration));
-    let reason_expired = details
-        .iter()
-        .any(|d| detail_type(d, "google.rpc.ErrorInfo") && d["reason"] == "ACCESS_TOKEN_EXPIRED");
-    let code = err["code"]
-        .as_u64()
-        .and_then(|c| u16::try_from(c).ok())
-        .unwrap_or(status);
+    let reason_expired =
+        details.iter().any(|d| detail_type(d, "google.rpc.ErrorInfo") && d["reason"] == "ACCESS_TOKEN_EXPIRED");
+    let code = err["code"].as_u64().and_then(|c| u16::try_from(c).ok()).unwrap_or(status);
     let kind = match status_name.as_str() {
         "RESOURCE_EXHAUSTED" => ErrorKind::RateLimited,
         "UNAVAILABLE" => ErrorKind::Unavailable,
@@ -70,19 +61,12 @@ pub(crate) fn read(status: u16, err: &Value) -> Option<GoogleError> {
         "UNAUTHENTICATED" if reason_expired || says_expired(&message) => ErrorKind::AuthExpired,
         "UNAUTHENTICATED" | "PERMISSION_DENIED" => ErrorKind::Auth,
         "NOT_FOUND" => ErrorKind::NotFound,
-        "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE"
-            if says_context_length(&message) =>
-        {
+        "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" if says_context_length(&message) => {
             ErrorKind::ContextLength
         }
         "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" => ErrorKind::InvalidRequest,
         _ if code == 401 && (reason_expired || says_expired(&message)) => ErrorKind::AuthExpired,
         _ => ErrorKind::from_status(code),
     };
-    Some(GoogleError {
-        kind,
-        message,
-        retry_after,
-        status_name,
-    })
+    Some(GoogleError { kind, message, retry_after, status_name })
 }

@@ -50,8 +50,8 @@ pub use chunk::{ChunkWriter, FinishReason};
 pub use completion::{Answer, AnswerToolCall};
 pub use error::{ErrorKind, TranslateError, UpstreamError};
 pub use request::{
-    ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, ImageUrl, Message, NamedFunction,
-    NamedToolChoice, Role, Stop, Tool, ToolCall, ToolChoice,
+    ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, ImageUrl, Message, NamedFunction, NamedToolChoice,
+    Role, Stop, Tool, ToolCall, ToolChoice,
 };
 pub use usage::Usage;
 
@@ -169,18 +169,11 @@ pub enum Out {
     Done,
     /// An error event or exception frame; nothing follows. `before_content` tells the
     /// attempt that no content was emitted, so it may still fail over.
-    Error {
-        error: UpstreamError,
-        before_content: bool,
-    },
+    Error { error: UpstreamError, before_content: bool },
 }
 
 /// Builds the native request for `target`; `stream` selects the streaming endpoint.
-pub fn build(
-    target: &Target<'_>,
-    req: &ChatRequest,
-    stream: bool,
-) -> Result<NativeRequest, TranslateError> {
+pub fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Result<NativeRequest, TranslateError> {
     match target.protocol {
         Protocol::OpenAi | Protocol::AzureOpenAi => openai::build(target, req, stream),
         Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::build(target, req, stream),
@@ -190,11 +183,7 @@ pub fn build(
 }
 
 /// Parses a 2xx non-streamed answer. An error object in a 2xx body is classified.
-pub fn parse(
-    target: &Target<'_>,
-    body: &[u8],
-    opts: &AnswerOpts,
-) -> Result<Completion, UpstreamError> {
+pub fn parse(target: &Target<'_>, body: &[u8], opts: &AnswerOpts) -> Result<Completion, UpstreamError> {
     match target.protocol {
         Protocol::OpenAi | Protocol::AzureOpenAi => openai::parse(target, body, opts),
         Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::parse(target, body, opts),
@@ -205,23 +194,11 @@ pub fn parse(
 
 /// Classifies an error answer by the provider's error name first, then its status.
 /// `now_unix_ms` resolves retry hints given as dates.
-pub fn classify(
-    target: &Target<'_>,
-    status: u16,
-    headers: &HeaderMap,
-    body: &[u8],
-    now_unix_ms: u64,
-) -> UpstreamError {
+pub fn classify(target: &Target<'_>, status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
     match target.protocol {
-        Protocol::OpenAi | Protocol::AzureOpenAi => {
-            openai::classify(status, headers, body, now_unix_ms)
-        }
-        Protocol::Anthropic | Protocol::VertexAnthropic => {
-            anthropic::classify(status, headers, body, now_unix_ms)
-        }
-        Protocol::Gemini | Protocol::VertexGemini => {
-            gemini::classify(status, headers, body, now_unix_ms)
-        }
+        Protocol::OpenAi | Protocol::AzureOpenAi => openai::classify(status, headers, body, now_unix_ms),
+        Protocol::Anthropic | Protocol::VertexAnthropic => anthropic::classify(status, headers, body, now_unix_ms),
+        Protocol::Gemini | Protocol::VertexGemini => gemini::classify(status, headers, body, now_unix_ms),
         Protocol::Bedrock => bedrock::classify(status, headers, body, now_unix_ms),
     }
 }
@@ -229,15 +206,9 @@ pub fn classify(
 /// A transcoder for a 2xx stream from `target`.
 pub fn transcoder(target: &Target<'_>, opts: AnswerOpts) -> Box<dyn Transcoder + Send> {
     match target.protocol {
-        Protocol::OpenAi | Protocol::AzureOpenAi => {
-            Box::new(SseTranscoder::new(openai::Passthrough::new(opts)))
-        }
-        Protocol::Anthropic | Protocol::VertexAnthropic => {
-            Box::new(SseTranscoder::new(anthropic::Stream::new(opts)))
-        }
-        Protocol::Gemini | Protocol::VertexGemini => {
-            Box::new(SseTranscoder::new(gemini::Stream::new(opts)))
-        }
+        Protocol::OpenAi | Protocol::AzureOpenAi => Box::new(SseTranscoder::new(openai::Passthrough::new(opts))),
+        Protocol::Anthropic | Protocol::VertexAnthropic => Box::new(SseTranscoder::new(anthropic::Stream::new(opts))),
+        Protocol::Gemini | Protocol::VertexGemini => Box::new(SseTranscoder::new(gemini::Stream::new(opts))),
         Protocol::Bedrock => Box::new(bedrock::StreamTranscoder::new(target.model, opts)),
     }
 }
@@ -248,16 +219,8 @@ pub(crate) fn answer_json(body: &[u8]) -> Result<serde_json::Value, UpstreamErro
 }
 
 /// An error answer classified by status alone, with the raw body as its message.
-pub(crate) fn generic_error(
-    status: u16,
-    headers: &HeaderMap,
-    body: &[u8],
-    now_unix_ms: u64,
-) -> UpstreamError {
-    let message = String::from_utf8_lossy(body)
-        .chars()
-        .take(1000)
-        .collect::<String>();
+pub(crate) fn generic_error(status: u16, headers: &HeaderMap, body: &[u8], now_unix_ms: u64) -> UpstreamError {
+    let message = String::from_utf8_lossy(body).chars().take(1000).collect::<String>();
     UpstreamError::new(ErrorKind::from_status(status), status, message, None)
         .with_retry_after(retry::from_headers(headers, now_unix_ms))
 }

@@ -8,8 +8,7 @@ mod native;
 mod walk;
 
 pub(crate) use native::{
-    SamplingNames, ToolUse, empty_object_schema, reject_json_mode, reject_openai_only,
-    reject_penalties,
+    SamplingNames, ToolUse, empty_object_schema, reject_json_mode, reject_openai_only, reject_penalties,
 };
 pub(crate) use walk::{Conversation, Dialect, messages, walk};
 
@@ -52,10 +51,7 @@ impl ChatRequest {
     /// The output token limit: `max_completion_tokens` ?? `max_tokens` ?? `default`.
     /// A 0 from the client is treated as absent: no provider accepts it.
     pub fn max_output_tokens(&self, default: u32) -> u32 {
-        self.max_completion_tokens
-            .or(self.max_tokens)
-            .filter(|&n| n > 0)
-            .unwrap_or(default)
+        self.max_completion_tokens.or(self.max_tokens).filter(|&n| n > 0).unwrap_or(default)
     }
 
     /// The stop sequences, as a list.
@@ -170,11 +166,7 @@ pub struct ToolCall {
 impl ToolCall {
     /// The Gemini thought signature this call carries, if any (see [`crate::ChunkWriter::tool_start_extra`]).
     pub fn thought_signature(&self) -> Option<&str> {
-        self.rest
-            .get("extra_content")?
-            .get("google")?
-            .get("thought_signature")?
-            .as_str()
+        self.rest.get("extra_content")?.get("google")?.get("thought_signature")?.as_str()
     }
 }
 

@@ -76,9 +76,7 @@ fn go_duration(text: &str) -> Option<Duration> {
         let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         let number: f64 = rest.get(..num_len)?.parse().ok()?;
         rest = rest.get(num_len..)?;
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let scale = match rest.get(..unit_len)? {
             "ms" => 0.001,
             "s" => 1.0,
@@ -110,8 +108,7 @@ fn http_date_unix_ms(s: &str) -> Option<u64> {
 
 /// Unix milliseconds of a `SystemTime`, for callers that hold one.
 pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -130,74 +127,32 @@ mod tests {
     #[test]
     fn reads_every_hint_format() {
         let now = rfc3339_unix_ms("2015-10-21T07:28:00Z").unwrap();
+        assert_eq!(from_headers(&headers(&[("retry-after-ms", "1500")]), now), Some(Duration::from_millis(1500)));
+        assert_eq!(from_headers(&headers(&[("x-ms-retry-after-ms", "250")]), now), Some(Duration::from_millis(250)));
+        assert_eq!(from_headers(&headers(&[("retry-after", "7")]), now), Some(Duration::from_secs(7)));
         assert_eq!(
-            from_headers(&headers(&[("retry-after-ms", "1500")]), now),
-            Some(Duration::from_millis(1500))
-        );
-        assert_eq!(
-            from_headers(&headers(&[("x-ms-retry-after-ms", "250")]), now),
-            Some(Duration::from_millis(250))
-        );
-        assert_eq!(
-            from_headers(&headers(&[("retry-after", "7")]), now),
-            Some(Duration::from_secs(7))
-        );
-        assert_eq!(
-            from_headers(
-                &headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT")]),
-                now
-            ),
+            from_headers(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT")]), now),
             Some(Duration::from_secs(30))
         );
         assert_eq!(
-            from_headers(
-                &headers(&[(
-                    "anthropic-ratelimit-requests-reset",
-                    "2015-10-21T07:28:12.5Z"
-                )]),
-                now
-            ),
+            from_headers(&headers(&[("anthropic-ratelimit-requests-reset", "2015-10-21T07:28:12.5Z")]), now),
             Some(Duration::from_millis(12_500))
         );
-        assert_eq!(
-            from_headers(&headers(&[("retry-after", "soon")]), now),
-            None
-        );
+        assert_eq!(from_headers(&headers(&[("retry-after", "soon")]), now), None);
     }
 
     #[test]
     fn reads_openai_reset_headers_and_takes_the_most_precise_hint_first() {
         let now = 1_800_000_000_000;
         let at = |pairs: &[(&'static str, &'static str)]| from_headers(&headers(pairs), now);
-        assert_eq!(
-            at(&[("retry-after", "2"), ("retry-after-ms", "1500")]),
-            Some(Duration::from_millis(1500))
-        );
-        assert_eq!(
-            at(&[("retry-after", "0.5")]),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(
-            at(&[("x-ratelimit-reset", "3")]),
-            Some(Duration::from_secs(3))
-        );
+        assert_eq!(at(&[("retry-after", "2"), ("retry-after-ms", "1500")]), Some(Duration::from_millis(1500)));
+        assert_eq!(at(&[("retry-after", "0.5")]), Some(Duration::from_millis(500)));
+        assert_eq!(at(&[("x-ratelimit-reset", "3")]), Some(Duration::from_secs(3)));
         // Over 30 days, a reset is a Unix time.
-        assert_eq!(
-            at(&[("x-ratelimit-reset", "1800000005")]),
-            Some(Duration::from_secs(5))
-        );
-        assert_eq!(
-            at(&[("x-ratelimit-reset-requests", "6m0s")]),
-            Some(Duration::from_secs(360))
-        );
-        assert_eq!(
-            at(&[("x-ratelimit-reset-tokens", "20ms")]),
-            Some(Duration::from_millis(20))
-        );
-        assert_eq!(
-            at(&[("x-ratelimit-reset-tokens", "1h2m")]),
-            Some(Duration::from_secs(3720))
-        );
+        assert_eq!(at(&[("x-ratelimit-reset", "1800000005")]), Some(Duration::from_secs(5)));
+        assert_eq!(at(&[("x-ratelimit-reset-requests", "6m0s")]), Some(Duration::from_secs(360)));
+        assert_eq!(at(&[("x-ratelimit-reset-tokens", "20ms")]), Some(Duration::from_millis(20)));
+        assert_eq!(at(&[("x-ratelimit-reset-tokens", "1h2m")]), Some(Duration::from_secs(3720)));
         assert_eq!(at(&[("x-ratelimit-reset-tokens", "6 minutes")]), None);
         assert_eq!(at(&[]), None);
     }
@@ -206,10 +161,7 @@ mod tests {
     fn parses_rfc3339_with_offsets() {
         assert_eq!(rfc3339_unix_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(rfc3339_unix_ms("1970-01-01T01:00:00+01:00"), Some(0));
-        assert_eq!(
-            rfc3339_unix_ms("2024-02-29T12:00:00.123456Z"),
-            Some(1_709_208_000_123)
-        );
+        assert_eq!(rfc3339_unix_ms("2024-02-29T12:00:00.123456Z"), Some(1_709_208_000_123));
         assert_eq!(proto_duration("13s"), Some(Duration::from_secs(13)));
         assert_eq!(proto_duration("0.5s"), Some(Duration::from_millis(500)));
     }

@@ -54,8 +54,7 @@ impl SseFramer {
     pub fn finish(&mut self) -> Option<SseEvent> {
         if !self.buf.is_empty() {
             let buf = std::mem::take(&mut self.buf);
-            let line =
-                String::from_utf8_lossy(buf.strip_suffix(b"\r").unwrap_or(&buf)).into_owned();
+            let line = String::from_utf8_lossy(buf.strip_suffix(b"\r").unwrap_or(&buf)).into_owned();
             if let Some(event) = self.line(&line) {
                 return Some(event);
             }
@@ -93,10 +92,7 @@ impl SseFramer {
         if !std::mem::take(&mut self.has_data) {
             return None;
         }
-        Some(SseEvent {
-            event,
-            data: std::mem::take(&mut self.data),
-        })
+        Some(SseEvent { event, data: std::mem::take(&mut self.data) })
     }
 }
 
@@ -111,20 +107,13 @@ pub(crate) trait SseEvents {
 
 /// The JSON of an event of a stream `writer` still writes: a stream that is done takes
 /// nothing more, and data that is not JSON ends it in an error.
-pub(crate) fn event_json(
-    writer: &mut ChunkWriter,
-    data: &str,
-    out: &mut Vec<Out>,
-) -> Option<Value> {
+pub(crate) fn event_json(writer: &mut ChunkWriter, data: &str, out: &mut Vec<Out>) -> Option<Value> {
     if writer.is_done() {
         return None;
     }
     let parsed = serde_json::from_str::<Value>(data).ok();
     if parsed.is_none() {
-        writer.error(
-            UpstreamError::malformed(200, "a stream event is not JSON"),
-            out,
-        );
+        writer.error(UpstreamError::malformed(200, "a stream event is not JSON"), out);
     }
     parsed
 }
@@ -138,10 +127,7 @@ pub(crate) struct SseTranscoder<E> {
 
 impl<E: SseEvents> SseTranscoder<E> {
     pub(crate) fn new(events: E) -> Self {
-        Self {
-            framer: SseFramer::new(),
-            events,
-        }
+        Self { framer: SseFramer::new(), events }
     }
 }
 
@@ -180,18 +166,9 @@ mod tests {
     fn frames_events_at_every_split_with_lf_and_crlf() {
         let input = b"event: a\ndata: {\"x\":1}\n\n: comment\r\nevent: b\r\ndata: one\r\ndata: two\r\n\r\ndata: tail";
         let want = vec![
-            SseEvent {
-                event: Some("a".into()),
-                data: "{\"x\":1}".into(),
-            },
-            SseEvent {
-                event: Some("b".into()),
-                data: "one\ntwo".into(),
-            },
-            SseEvent {
-                event: None,
-                data: "tail".into(),
-            },
+            SseEvent { event: Some("a".into()), data: "{\"x\":1}".into() },
+            SseEvent { event: Some("b".into()), data: "one\ntwo".into() },
+            SseEvent { event: None, data: "tail".into() },
         ];
         for split in 0..=input.len() {
             assert_eq!(all(input, split), want, "split at {split}");
@@ -200,12 +177,6 @@ mod tests {
 
     #[test]
     fn an_event_without_data_is_dropped() {
-        assert_eq!(
-            all(b"event: ping\n\ndata: x\n\n", 3),
-            vec![SseEvent {
-                event: None,
-                data: "x".into()
-            }]
-        );
+        assert_eq!(all(b"event: ping\n\ndata: x\n\n", 3), vec![SseEvent { event: None, data: "x".into() }]);
     }
 }

@@ -30,12 +30,7 @@ impl Usage {
     /// From OpenAI/Gemini counts, whose `prompt` already includes cache reads (and
     /// which report no cache writes).
     pub fn from_inclusive(prompt: u64, completion: u64, cached: u64) -> Self {
-        Self {
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            cached_tokens: cached,
-            cache_write_tokens: 0,
-        }
+        Self { prompt_tokens: prompt, completion_tokens: completion, cached_tokens: cached, cache_write_tokens: 0 }
     }
 
     /// OpenAI's `usage` object. Cache writes have no OpenAI field; they are counted in

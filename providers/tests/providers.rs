@@ -1,10 +1,7 @@
 //! The integration tests of sluice-providers: one binary, one module per area under
 //! `providers/` (docs/contributing.md).
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers outside #[test] fns: a panic is how a test reports"
-)]
+#![expect(clippy::unwrap_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
 
 #[path = "providers/anthropic.rs"]
 mod anthropic;

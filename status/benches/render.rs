@@ -43,11 +43,7 @@ async fn main() -> Result<(), BoxError> {
     let now_minute = sluice_ledger::budget::unix_minute(now);
     let seeding = Instant::now();
     seed(&url, now_minute).await?;
-    writeln!(
-        out,
-        "seeded {ROUTES} routes x {DAYS} days of minutes in {:.1?}",
-        seeding.elapsed()
-    )?;
+    writeln!(out, "seeded {ROUTES} routes x {DAYS} days of minutes in {:.1?}", seeding.elapsed())?;
 
     let catalog = catalog();
     let source = Fixed(catalog, ledger.clone());
@@ -57,16 +53,9 @@ async fn main() -> Result<(), BoxError> {
         .await
         .map_err(|r| format!("page failed: {}", r.status()))?;
     let cold = started.elapsed();
-    writeln!(
-        out,
-        "first request (cold cache, budgets evaluated): {cold:.1?}"
-    )?;
+    writeln!(out, "first request (cold cache, budgets evaluated): {cold:.1?}")?;
     out.flush()?;
-    let runs: usize = std::env::var("SLUICE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(RUNS)
-        .max(1);
+    let runs: usize = std::env::var("SLUICE_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(RUNS).max(1);
     let mut warm = Vec::new();
     let mut refresh = Vec::new();
     let mut build = Vec::new();
@@ -83,21 +72,13 @@ async fn main() -> Result<(), BoxError> {
         let history = cache.refresh(&ledger, &source.0, SystemTime::now()).await?;
         refresh.push(t.elapsed());
         let t = Instant::now();
-        let _ = sluice_status::page::build(
-            &source.0,
-            history,
-            sluice_status::page::ms_of(SystemTime::now()),
-        );
+        let _ = sluice_status::page::build(&source.0, history, sluice_status::page::ms_of(SystemTime::now()));
         build.push(t.elapsed());
         let t = Instant::now();
         let h = sluice_status::html::render(&page, "bench", sluice_status::DEFAULT_RUNBOOKS);
         html.push(t.elapsed());
         let t = Instant::now();
-        let j = serde_json::to_vec(&sluice_status::summary::summary(
-            &page,
-            "bench",
-            "http://bench/status",
-        ))?;
+        let j = serde_json::to_vec(&sluice_status::summary::summary(&page, "bench", "http://bench/status"))?;
         json.push(t.elapsed());
         size = (h.len(), j.len());
     }
@@ -108,33 +89,11 @@ async fn main() -> Result<(), BoxError> {
         page.incidents.len(),
         page.states().len()
     )?;
-    writeln!(
-        out,
-        "later requests (cache refresh + build):   {}",
-        stats(&mut warm)
-    )?;
-    writeln!(
-        out,
-        "  of which the ledger reads:              {}",
-        stats(&mut refresh)
-    )?;
-    writeln!(
-        out,
-        "  of which building the page:            {}",
-        stats(&mut build)
-    )?;
-    writeln!(
-        out,
-        "render HTML ({} bytes):                  {}",
-        size.0,
-        stats(&mut html)
-    )?;
-    writeln!(
-        out,
-        "render JSON ({} bytes):                  {}",
-        size.1,
-        stats(&mut json)
-    )?;
+    writeln!(out, "later requests (cache refresh + build):   {}", stats(&mut warm))?;
+    writeln!(out, "  of which the ledger reads:              {}", stats(&mut refresh))?;
+    writeln!(out, "  of which building the page:            {}", stats(&mut build))?;
+    writeln!(out, "render HTML ({} bytes):                  {}", size.0, stats(&mut html))?;
+    writeln!(out, "render JSON ({} bytes):                  {}", size.1, stats(&mut json))?;
     ledger.close().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -145,12 +104,7 @@ async fn main() -> Result<(), BoxError> {
 fn stats(samples: &mut [Duration]) -> String {
     samples.sort();
     let p = |q: usize| samples[(samples.len() * q / 100).min(samples.len() - 1)];
-    format!(
-        "median {:.2?}, p90 {:.2?}, max {:.2?}",
-        p(50),
-        p(90),
-        p(100)
-    )
+    format!("median {:.2?}, p90 {:.2?}, max {:.2?}", p(50), p(90), p(100))
 }
 
 fn catalog() -> Catalog {
@@ -160,11 +114,7 @@ fn catalog() -> Catalog {
             model: format!("model-{i:02}"),
             candidates: ["a", "b"]
                 .iter()
-                .map(|s| CandidateSpec {
-                    upstream: format!("bench/u{i}{s}"),
-                    provider: "openai".into(),
-                    region: None,
-                })
+                .map(|s| CandidateSpec { upstream: format!("bench/u{i}{s}"), provider: "openai".into(), region: None })
                 .collect(),
             objective: 0.999,
             synthetic_interval_ms: Some(90_000),
@@ -202,9 +152,11 @@ async fn seed(url: &str, now_minute: i64) -> Result<(), BoxError> {
     )
     .execute(&mut c)
     .await?;
-    sqlx::query("CREATE INDEX IF NOT EXISTS synthetic_checks_by_candidate ON synthetic_checks (route, upstream, at_ms)")
-        .execute(&mut c)
-        .await?;
+    sqlx::query(
+        "CREATE INDEX IF NOT EXISTS synthetic_checks_by_candidate ON synthetic_checks (route, upstream, at_ms)",
+    )
+    .execute(&mut c)
+    .await?;
     let minutes = format!(
         "WITH RECURSIVE m(minute) AS (SELECT {from} UNION ALL SELECT minute + 1 FROM m WHERE minute < {now_minute}), \
          r(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM r WHERE i < {last}) ",

@@ -55,9 +55,7 @@ impl Catalog {
                     .iter()
                     .filter(|b| b.routes.contains(&r.key))
                     .map(|b| b.objective_ratio)
-                    .fold(None, |best: Option<f64>, o| {
-                        Some(best.map_or(o, |b| b.max(o)))
-                    })
+                    .fold(None, |best: Option<f64>, o| Some(best.map_or(o, |b| b.max(o))))
                     .unwrap_or(DEFAULT_OBJECTIVE);
                 RouteSpec {
                     key: r.key.clone(),
@@ -80,10 +78,7 @@ impl Catalog {
             })
             .collect();
         routes.sort_by(|a, b| a.model.cmp(&b.model).then_with(|| a.key.cmp(&b.key)));
-        Catalog {
-            routes,
-            budgets: snapshot.budgets.clone(),
-        }
+        Catalog { routes, budgets: snapshot.budgets.clone() }
     }
 
     /// Route keys.
@@ -93,11 +88,8 @@ impl Catalog {
 
     /// Upstream keys of every candidate, sorted, without duplicates.
     pub fn upstream_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self
-            .routes
-            .iter()
-            .flat_map(|r| r.candidates.iter().map(|c| c.upstream.clone()))
-            .collect();
+        let mut keys: Vec<String> =
+            self.routes.iter().flat_map(|r| r.candidates.iter().map(|c| c.upstream.clone())).collect();
         keys.sort();
         keys.dedup();
         keys

@@ -33,12 +33,7 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}th,td{text-align:left;
 /// Renders the page; `name` is its title, `runbooks` the URL of docs/operate.md.
 pub fn render(page: &Page, name: &str, runbooks: &str) -> String {
     let mut h = String::with_capacity(16 * 1024 + page.routes.len() * 8 * 1024);
-    let worst = page
-        .routes
-        .iter()
-        .map(|r| r.status)
-        .max()
-        .unwrap_or(Status::Operational);
+    let worst = page.routes.iter().map(|r| r.status).max().unwrap_or(Status::Operational);
     let _ = write!(
         h,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -78,12 +73,7 @@ pub fn render(page: &Page, name: &str, runbooks: &str) -> String {
         h.push_str("<div class=\"wrap\"><table><thead><tr><th>gateway</th><th>last seen</th></tr></thead><tbody>");
         for (id, at) in &page.gateways {
             let ago = (page.now_ms - at).max(0) / 1000;
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td>{} ({ago} s ago)</td></tr>",
-                esc(id),
-                human(*at)
-            );
+            let _ = write!(h, "<tr><td>{}</td><td>{} ({ago} s ago)</td></tr>", esc(id), human(*at));
         }
         h.push_str("</tbody></table></div>");
     }
@@ -120,16 +110,8 @@ fn route(h: &mut String, r: &RoutePanel, runbooks: &str) {
         },
     );
     if r.status != Status::Operational {
-        let anchor = if r.status == Status::DegradedPerformance {
-            "region-degraded"
-        } else {
-            "upstream-down"
-        };
-        let _ = write!(
-            h,
-            "<p>What to do: <a href=\"{}#{anchor}\">runbook</a>.</p>",
-            esc(runbooks)
-        );
+        let anchor = if r.status == Status::DegradedPerformance { "region-degraded" } else { "upstream-down" };
+        let _ = write!(h, "<p>What to do: <a href=\"{}#{anchor}\">runbook</a>.</p>", esc(runbooks));
     }
     day_bar(h, r);
     h.push_str(
@@ -172,11 +154,7 @@ fn day_bar(h: &mut String, r: &RoutePanel) {
         "no traffic in the last 90 days".to_owned()
     } else {
         let mean = with_data.iter().sum::<f64>() / with_data.len() as f64;
-        format!(
-            "{} days with traffic, mean daily availability {}",
-            with_data.len(),
-            percent(mean)
-        )
+        format!("{} days with traffic, mean daily availability {}", with_data.len(), percent(mean))
     };
     let _ = write!(
         h,
@@ -189,21 +167,13 @@ fn day_bar(h: &mut String, r: &RoutePanel) {
             Some(s) if *s >= 0.99 => ("d-fair", percent(*s)),
             Some(s) => ("d-poor", percent(*s)),
         };
-        let _ = write!(
-            h,
-            "<span class=\"{class}\" title=\"{}: {text}\"></span>",
-            date_of_day(*day)
-        );
+        let _ = write!(h, "<span class=\"{class}\" title=\"{}: {text}\"></span>", date_of_day(*day));
     }
     h.push_str("</div>");
 }
 
 fn candidate(h: &mut String, c: &CandidatePanel) {
-    let region = c
-        .region
-        .as_deref()
-        .map(|r| format!(", {}", esc(r)))
-        .unwrap_or_default();
+    let region = c.region.as_deref().map(|r| format!(", {}", esc(r))).unwrap_or_default();
     let check = match &c.last_check {
         Some((at, outcome)) => format!("{} at {}", esc(outcome), human(*at)),
         None => "none".to_owned(),
@@ -236,11 +206,7 @@ fn incidents(h: &mut String, page: &Page) {
     );
     for i in &page.incidents {
         let ended = match i.incident.resolved_ms {
-            Some(at) => format!(
-                "<time datetime=\"{}\">{}</time>",
-                crate::time::rfc3339(at),
-                human(at)
-            ),
+            Some(at) => format!("<time datetime=\"{}\">{}</time>", crate::time::rfc3339(at), human(at)),
             None => "ongoing".to_owned(),
         };
         let _ = write!(
@@ -260,20 +226,12 @@ fn incidents(h: &mut String, page: &Page) {
 }
 
 fn ratio_text(ok: u64, total: u64) -> String {
-    if total == 0 {
-        "no traffic".to_owned()
-    } else {
-        format!("{} of {total}", percent(ok as f64 / total as f64))
-    }
+    if total == 0 { "no traffic".to_owned() } else { format!("{} of {total}", percent(ok as f64 / total as f64)) }
 }
 
 fn percent(ratio: f64) -> String {
     let p = ratio * 100.0;
-    if p >= 99.0 {
-        format!("{p:.2} %")
-    } else {
-        format!("{p:.1} %")
-    }
+    if p >= 99.0 { format!("{p:.2} %") } else { format!("{p:.1} %") }
 }
 
 fn ms_text(ms: Option<u64>) -> String {
@@ -285,11 +243,7 @@ fn ms_text(ms: Option<u64>) -> String {
 }
 
 fn secs(ms: u64) -> String {
-    if ms.is_multiple_of(1000) {
-        format!("{} s", ms / 1000)
-    } else {
-        format!("{ms} ms")
-    }
+    if ms.is_multiple_of(1000) { format!("{} s", ms / 1000) } else { format!("{ms} ms") }
 }
 
 /// Escapes text for HTML content and attribute values.

@@ -62,10 +62,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options {
-            name: "sluice status".to_owned(),
-            runbooks: DEFAULT_RUNBOOKS.to_owned(),
-        }
+        Options { name: "sluice status".to_owned(), runbooks: DEFAULT_RUNBOOKS.to_owned() }
     }
 }
 
@@ -77,11 +74,7 @@ struct Served {
 
 /// `GET /status` and `GET /status/api/v2/summary.json`.
 pub fn router(source: Arc<dyn Source>, options: Options) -> Router {
-    let served = Arc::new(Served {
-        source,
-        options,
-        cache: Mutex::new(load::Cache::default()),
-    });
+    let served = Arc::new(Served { source, options, cache: Mutex::new(load::Cache::default()) });
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(warm(Arc::downgrade(&served)));
     }
@@ -93,18 +86,12 @@ pub fn router(source: Arc<dyn Source>, options: Options) -> Router {
 }
 
 /// Builds the page at `now` from `source`, reading through `cache`.
-pub async fn current(
-    source: &dyn Source,
-    cache: &mut load::Cache,
-    now: SystemTime,
-) -> Result<Page, Response> {
+pub async fn current(source: &dyn Source, cache: &mut load::Cache, now: SystemTime) -> Result<Page, Response> {
     let Some(catalog) = source.catalog() else {
         return Err(unavailable("no configuration is loaded yet"));
     };
     let Some(ledger) = source.ledger() else {
-        return Err(unavailable(
-            "the ledger is not connected (the status page reads it)",
-        ));
+        return Err(unavailable("the ledger is not connected (the status page reads it)"));
     };
     match cache.refresh(&ledger, &catalog, now).await {
         Ok(history) => Ok(page::build(&catalog, history, page::ms_of(now))),
@@ -123,10 +110,7 @@ async fn warm(served: std::sync::Weak<Served>) {
         let Some(s) = served.upgrade() else { return };
         if s.source.catalog().is_some() && s.source.ledger().is_some() {
             let mut cache = s.cache.lock().await;
-            if current(s.source.as_ref(), &mut cache, SystemTime::now())
-                .await
-                .is_ok()
-            {
+            if current(s.source.as_ref(), &mut cache, SystemTime::now()).await.is_ok() {
                 return;
             }
         }
@@ -144,14 +128,7 @@ async fn html_page(State(s): State<Arc<Served>>) -> Response {
         }
     };
     let body = html::render(&page, &s.options.name, &s.options.runbooks);
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        body,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body).into_response()
 }
 
 async fn summary_json(State(s): State<Arc<Served>>, headers: HeaderMap, uri: Uri) -> Response {
@@ -169,18 +146,9 @@ async fn summary_json(State(s): State<Arc<Served>>, headers: HeaderMap, uri: Uri
 
 /// The page's URL as the client asked for it (`Host`, `X-Forwarded-Proto`).
 fn page_url(headers: &HeaderMap, uri: &Uri) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("localhost");
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("http");
-    let path = uri
-        .path()
-        .strip_suffix("/api/v2/summary.json")
-        .unwrap_or("/status");
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
+    let scheme = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).unwrap_or("http");
+    let path = uri.path().strip_suffix("/api/v2/summary.json").unwrap_or("/status");
     format!("{scheme}://{host}{path}")
 }
 

@@ -95,24 +95,14 @@ async fn refresh_budgets(
                 let read_from = (m.read_to - REREAD_MINUTES + 1).max(from);
                 m.minutes.keep(from, read_from);
                 m.read_to = now_minute;
-                rereads
-                    .entry(read_for.1)
-                    .or_default()
-                    .push((b.key.clone(), read_from));
+                rereads.entry(read_for.1).or_default().push((b.key.clone(), read_from));
                 current.insert(b.key.clone(), m);
             }
-            None => match ledger
-                .budget_minutes(&b.routes, from, now_minute, read_for.1)
-                .await
-            {
+            None => match ledger.budget_minutes(&b.routes, from, now_minute, read_for.1).await {
                 Ok(rows) => {
                     current.insert(
                         b.key.clone(),
-                        BudgetMinutes {
-                            read_for,
-                            minutes: MinuteSeries::from_rows(from, &rows),
-                            read_to: now_minute,
-                        },
+                        BudgetMinutes { read_for, minutes: MinuteSeries::from_rows(from, &rows), read_to: now_minute },
                     );
                 }
                 Err(e) => {
@@ -122,28 +112,16 @@ async fn refresh_budgets(
         }
     }
     for (slow_from, group) in rereads {
-        let mut routes: Vec<String> = group
-            .iter()
-            .flat_map(|(key, _)| current[key].read_for.0.iter().cloned())
-            .collect();
+        let mut routes: Vec<String> =
+            group.iter().flat_map(|(key, _)| current[key].read_for.0.iter().cloned()).collect();
         routes.sort();
         routes.dedup();
-        let since = group
-            .iter()
-            .map(|(_, from)| *from)
-            .min()
-            .unwrap_or(now_minute);
-        match ledger
-            .budget_route_minutes(&routes, since, now_minute, slow_from)
-            .await
-        {
+        let since = group.iter().map(|(_, from)| *from).min().unwrap_or(now_minute);
+        match ledger.budget_route_minutes(&routes, since, now_minute, slow_from).await {
             Ok(rows) => {
                 let mut by_route: HashMap<&str, Vec<(i64, MinuteCounts)>> = HashMap::new();
                 for (route, minute, counts) in &rows {
-                    by_route
-                        .entry(route.as_str())
-                        .or_default()
-                        .push((*minute, *counts));
+                    by_route.entry(route.as_str()).or_default().push((*minute, *counts));
                 }
                 for (key, read_from) in &group {
                     let Some(m) = current.get_mut(key) else {
@@ -189,10 +167,7 @@ impl Cache {
         let routes = catalog.route_keys();
         let upstreams = catalog.upstream_keys();
         if self.keys != (routes.clone(), upstreams.clone()) {
-            *self = Cache {
-                keys: (routes.clone(), upstreams.clone()),
-                ..Cache::default()
-            };
+            *self = Cache { keys: (routes.clone(), upstreams.clone()), ..Cache::default() };
         }
         let now_ms = crate::page::ms_of(now);
         let now_minute = now_ms.div_euclid(MINUTE_MS);
@@ -203,24 +178,17 @@ impl Cache {
         let h = &mut self.history;
         h.from_ms = now_ms - lookback_minutes * MINUTE_MS;
 
-        let read_from = self
-            .minutes_read_to
-            .map_or(keep_from, |m| (m - REREAD_MINUTES + 1).max(keep_from));
+        let read_from = self.minutes_read_to.map_or(keep_from, |m| (m - REREAD_MINUTES + 1).max(keep_from));
         let clients = ledger.route_counts(&routes, read_from).await?;
-        let live = ledger
-            .upstream_minutes(&upstreams, read_from, now_minute)
-            .await?;
+        let live = ledger.upstream_minutes(&upstreams, read_from, now_minute).await?;
         for series in h.clients.values_mut().chain(h.live.values_mut()) {
             keep_range(series, keep_from, read_from);
         }
         for c in clients {
-            h.clients.entry(c.route).or_default().insert(
-                c.at,
-                Counts {
-                    ok: c.total.saturating_sub(c.bad),
-                    failed: c.bad,
-                },
-            );
+            h.clients
+                .entry(c.route)
+                .or_default()
+                .insert(c.at, Counts { ok: c.total.saturating_sub(c.bad), failed: c.bad });
         }
         let hour_ago = now_minute - 59;
         for series in self.first_byte.values_mut() {
@@ -232,25 +200,16 @@ impl Cache {
             let client = u.attempts_by_outcome.get("http_4xx").copied().unwrap_or(0);
             let failed = u.attempts().saturating_sub(ok + client);
             if u.minute >= hour_ago {
-                self.first_byte
-                    .entry(u.upstream.clone())
-                    .or_default()
-                    .insert(u.minute, u.first_byte_buckets);
+                self.first_byte.entry(u.upstream.clone()).or_default().insert(u.minute, u.first_byte_buckets);
             }
-            h.live
-                .entry(u.upstream)
-                .or_default()
-                .insert(u.minute, Counts { ok, failed });
+            h.live.entry(u.upstream).or_default().insert(u.minute, Counts { ok, failed });
         }
         self.minutes_read_to = Some(now_minute);
 
         let keep_checks_from = keep_from * MINUTE_MS;
-        let checks_from = self.checks_read_to.map_or(keep_checks_from, |t| {
-            (t - REREAD_CHECKS_MS).max(keep_checks_from)
-        });
-        let checks = ledger
-            .synthetic_checks(&routes, &upstreams, checks_from)
-            .await?;
+        let checks_from =
+            self.checks_read_to.map_or(keep_checks_from, |t| (t - REREAD_CHECKS_MS).max(keep_checks_from));
+        let checks = ledger.synthetic_checks(&routes, &upstreams, checks_from).await?;
         for list in h.checks.values_mut() {
             list.retain(|k| k.at_ms >= keep_checks_from && k.at_ms < checks_from);
         }
@@ -275,10 +234,7 @@ impl Cache {
         let sum_from = self.days_summed_to.unwrap_or(first_day).max(first_day);
         if sum_from < today - 1 {
             for d in ledger.route_days(&routes, sum_from, today - 2).await? {
-                h.days
-                    .entry(d.route)
-                    .or_default()
-                    .insert(d.at, (d.total, d.bad));
+                h.days.entry(d.route).or_default().insert(d.at, (d.total, d.bad));
             }
         }
         self.days_summed_to = Some(today - 1);

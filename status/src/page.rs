@@ -160,23 +160,15 @@ pub fn build(catalog: &Catalog, history: &History, now_ms: i64) -> Page {
     let mut incidents = Vec::new();
     for r in &catalog.routes {
         let clients = history.clients.get(&r.key).unwrap_or(&empty_series);
-        let interval = r
-            .synthetic_interval_ms
-            .map(|i| i64::try_from(i).unwrap_or(i64::MAX));
+        let interval = r.synthetic_interval_ms.map(|i| i64::try_from(i).unwrap_or(i64::MAX));
         let candidates: Vec<CandidateHistory<'_>> = r
             .candidates
             .iter()
             .map(|c| CandidateHistory {
                 interval_ms: interval,
-                checks: history
-                    .checks
-                    .get(&(r.key.clone(), c.upstream.clone()))
-                    .unwrap_or(&empty_checks),
+                checks: history.checks.get(&(r.key.clone(), c.upstream.clone())).unwrap_or(&empty_checks),
                 live: history.live.get(&c.upstream).unwrap_or(&empty_series),
-                circuit: circuits
-                    .get(c.upstream.as_str())
-                    .copied()
-                    .unwrap_or(Circuit::Unknown),
+                circuit: circuits.get(c.upstream.as_str()).copied().unwrap_or(Circuit::Unknown),
             })
             .collect();
         for c in &candidates {
@@ -190,11 +182,7 @@ pub fn build(catalog: &Catalog, history: &History, now_ms: i64) -> Page {
         if let Some((m, _)) = clients.last_key_value() {
             updated_at_ms = updated_at_ms.max(((m + 1) * MINUTE_MS - 1).min(now_ms));
         }
-        let history_of_route = RouteHistory {
-            clients,
-            objective: r.objective,
-            candidates: candidates.clone(),
-        };
+        let history_of_route = RouteHistory { clients, objective: r.objective, candidates: candidates.clone() };
         let replayed = replay(&history_of_route, history.from_ms, now_ms);
         let route_id = component_id(&r.key, None);
         let mut client_window = Counts::default();
@@ -211,10 +199,7 @@ pub fn build(catalog: &Catalog, history: &History, now_ms: i64) -> Page {
                 (d, share)
             })
             .collect();
-        let created_ms = days
-            .iter()
-            .find(|(_, s)| s.is_some())
-            .map_or(now_ms, |(d, _)| d * DAY_MS);
+        let created_ms = days.iter().find(|(_, s)| s.is_some()).map_or(now_ms, |(d, _)| d * DAY_MS);
         let candidate_panels = r
             .candidates
             .iter()
@@ -222,10 +207,7 @@ pub fn build(catalog: &Catalog, history: &History, now_ms: i64) -> Page {
             .enumerate()
             .map(|(i, (spec, h))| {
                 let mut live = Counts::default();
-                for (_, n) in h
-                    .live
-                    .range(now_minute - LIVE_WINDOW_MINUTES + 1..=now_minute)
-                {
+                for (_, n) in h.live.range(now_minute - LIVE_WINDOW_MINUTES + 1..=now_minute) {
                     live.add(*n);
                 }
                 let fb = history.first_byte.get(&spec.upstream);
@@ -241,10 +223,7 @@ pub fn build(catalog: &Catalog, history: &History, now_ms: i64) -> Page {
                     ttfb_p50_ms: fb.and_then(|b| percentile(b, 50)),
                     ttfb_p99_ms: fb.and_then(|b| percentile(b, 99)),
                     circuit: h.circuit,
-                    last_check: history
-                        .last_check
-                        .get(&(r.key.clone(), spec.upstream.clone()))
-                        .cloned(),
+                    last_check: history.last_check.get(&(r.key.clone(), spec.upstream.clone())).cloned(),
                 }
             })
             .collect();
@@ -255,11 +234,7 @@ pub fn build(catalog: &Catalog, history: &History, now_ms: i64) -> Page {
             .map(|b| BudgetPanel {
                 key: b.key.clone(),
                 objective: b.objective.clone(),
-                report: history
-                    .budgets
-                    .get(&b.key)
-                    .cloned()
-                    .unwrap_or_else(|| Err("not evaluated yet".to_owned())),
+                report: history.budgets.get(&b.key).cloned().unwrap_or_else(|| Err("not evaluated yet".to_owned())),
             })
             .collect();
         for incident in replayed.incidents {
@@ -290,31 +265,15 @@ pub fn build(catalog: &Catalog, history: &History, now_ms: i64) -> Page {
     for h in &history.heartbeats {
         updated_at_ms = updated_at_ms.max(ms_of(h.at));
     }
-    incidents.sort_by(|a, b| {
-        b.incident
-            .started_ms
-            .cmp(&a.incident.started_ms)
-            .then_with(|| a.route.cmp(&b.route))
-    });
+    incidents.sort_by(|a, b| b.incident.started_ms.cmp(&a.incident.started_ms).then_with(|| a.route.cmp(&b.route)));
     Page {
         now_ms,
-        updated_at_ms: if updated_at_ms == i64::MIN {
-            now_ms
-        } else {
-            updated_at_ms
-        },
+        updated_at_ms: if updated_at_ms == i64::MIN { now_ms } else { updated_at_ms },
         indicator: indicator(routes.iter().map(|r| r.status)),
-        synthetic: catalog
-            .routes
-            .iter()
-            .any(|r| r.synthetic_interval_ms.is_some()),
+        synthetic: catalog.routes.iter().any(|r| r.synthetic_interval_ms.is_some()),
         routes,
         incidents,
-        gateways: history
-            .heartbeats
-            .iter()
-            .map(|h| (h.gateway_id.clone(), ms_of(h.at)))
-            .collect(),
+        gateways: history.heartbeats.iter().map(|h| (h.gateway_id.clone(), ms_of(h.at))).collect(),
         from_ms: history.from_ms,
     }
 }
@@ -336,10 +295,7 @@ impl Page {
 /// The worst circuit each upstream has on a fresh heartbeat.
 fn circuits(heartbeats: &[Heartbeat], now_ms: i64) -> HashMap<&str, Circuit> {
     let mut worst: HashMap<&str, Circuit> = HashMap::new();
-    for h in heartbeats
-        .iter()
-        .filter(|h| now_ms - ms_of(h.at) <= FRESH_HEARTBEAT_MS)
-    {
+    for h in heartbeats.iter().filter(|h| now_ms - ms_of(h.at) <= FRESH_HEARTBEAT_MS) {
         for u in &h.upstreams {
             let c = Circuit::from_heartbeat(&u.circuit);
             let slot = worst.entry(u.upstream.as_str()).or_insert(c);
@@ -394,6 +350,5 @@ fn short_hash(text: &str) -> String {
 
 /// Unix milliseconds of `t` (0 before the epoch).
 pub fn ms_of(t: std::time::SystemTime) -> i64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -9,9 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::rules::{
-    Circuit, Counts, Evidence, LIVE_WINDOW_MINUTES, Status, Synthetic, candidate_rules, route_rules,
-};
+use crate::rules::{Circuit, Counts, Evidence, LIVE_WINDOW_MINUTES, Status, Synthetic, candidate_rules, route_rules};
 
 /// Milliseconds per minute.
 const MINUTE_MS: i64 = 60_000;
@@ -108,19 +106,12 @@ impl Dense {
     /// Sum of minutes `from ..= to` (clamped to the span).
     fn window(&self, from: i64, to: i64) -> Counts {
         let len = self.ok.len() - 1;
-        let index = |m: i64| {
-            usize::try_from((m - self.first).max(0))
-                .unwrap_or(0)
-                .min(len)
-        };
+        let index = |m: i64| usize::try_from((m - self.first).max(0)).unwrap_or(0).min(len);
         let (a, b) = (index(from), index(to.saturating_add(1)));
         if a >= b {
             return Counts::default();
         }
-        Counts {
-            ok: self.ok[b] - self.ok[a],
-            failed: self.failed[b] - self.failed[a],
-        }
+        Counts { ok: self.ok[b] - self.ok[a], failed: self.failed[b] - self.failed[a] }
     }
 }
 
@@ -167,34 +158,17 @@ pub fn replay(history: &RouteHistory<'_>, from_ms: i64, now_ms: i64) -> RouteRep
     let mut trackers: Vec<Tracker> = history
         .candidates
         .iter()
-        .map(|_| Tracker {
-            status: Status::Operational,
-            live_from: i64::MIN,
-            changed_ms: None,
-            seen: 0,
-            recent: 0,
-        })
+        .map(|_| Tracker { status: Status::Operational, live_from: i64::MIN, changed_ms: None, seen: 0, recent: 0 })
         .collect();
     let mut route = Status::Operational;
     let mut changed_ms = None;
     let mut incidents: Vec<Incident> = Vec::new();
     let now_minute = now_ms.div_euclid(MINUTE_MS);
     let from_minute = from_ms.div_euclid(MINUTE_MS);
-    let longest = history
-        .candidates
-        .iter()
-        .filter_map(|c| c.interval_ms)
-        .max()
-        .unwrap_or(0);
+    let longest = history.candidates.iter().filter_map(|c| c.interval_ms).max().unwrap_or(0);
     let span_from = from_minute - LIVE_WINDOW_MINUTES - (2 * longest).div_euclid(MINUTE_MS) - 1;
-    let prepared: Vec<Prepared<'_>> = history
-        .candidates
-        .iter()
-        .map(|c| Prepared {
-            c,
-            live: Dense::new(c.live, span_from, now_minute),
-        })
-        .collect();
+    let prepared: Vec<Prepared<'_>> =
+        history.candidates.iter().map(|c| Prepared { c, live: Dense::new(c.live, span_from, now_minute) }).collect();
     let clients_dense = Dense::new(history.clients, span_from, now_minute);
     let steps = (from_ms.div_euclid(MINUTE_MS)..now_minute)
         .map(|m| (m * MINUTE_MS + MINUTE_MS - 1, false))
@@ -274,18 +248,10 @@ fn step(p: &Prepared<'_>, tracker: &mut Tracker, t: i64, circuit: Option<Circuit
 
 /// The evidence at `t` (the tracker's cursors moved to it), counting live minutes from
 /// `live_from` on.
-fn evidence(
-    p: &Prepared<'_>,
-    tracker: &Tracker,
-    t: i64,
-    live_from: i64,
-    circuit: Option<Circuit>,
-) -> Evidence {
+fn evidence(p: &Prepared<'_>, tracker: &Tracker, t: i64, live_from: i64, circuit: Option<Circuit>) -> Evidence {
     let c = p.c;
     let m = t.div_euclid(MINUTE_MS);
-    let live = p
-        .live
-        .window((m - LIVE_WINDOW_MINUTES + 1).max(live_from), m);
+    let live = p.live.window((m - LIVE_WINDOW_MINUTES + 1).max(live_from), m);
     let (synthetic, live_recent) = match c.interval_ms {
         Some(interval) => {
             let seen = &c.checks[..tracker.seen];
@@ -308,12 +274,7 @@ fn evidence(
         }
         None => (None, Counts::default()),
     };
-    Evidence {
-        synthetic,
-        live,
-        live_recent,
-        circuit,
-    }
+    Evidence { synthetic, live, live_recent, circuit }
 }
 
 #[cfg(test)]

@@ -88,12 +88,8 @@ pub struct Synthetic {
 
 impl Status {
     /// Every value, best first.
-    pub const ALL: [Status; 4] = [
-        Status::Operational,
-        Status::DegradedPerformance,
-        Status::PartialOutage,
-        Status::MajorOutage,
-    ];
+    pub const ALL: [Status; 4] =
+        [Status::Operational, Status::DegradedPerformance, Status::PartialOutage, Status::MajorOutage];
 
     /// The Statuspage value, e.g. `degraded_performance`.
     pub fn as_str(self) -> &'static str {
@@ -206,14 +202,10 @@ pub fn candidate_rules(e: &Evidence) -> Status {
         Some(s) => s.recent.total() > 0 && s.recent.ok == 0 && e.live_recent.ok == 0,
         None => e.live.total() >= LIVE_MIN_ATTEMPTS && e.live.ok == 0,
     };
-    let (latest, previous) = e
-        .synthetic
-        .map_or((None, None), |s| (s.latest_ok, s.previous_ok));
+    let (latest, previous) = e.synthetic.map_or((None, None), |s| (s.latest_ok, s.previous_ok));
     if major {
         Status::MajorOutage
-    } else if (latest == Some(false) && previous == Some(false))
-        || e.live.below(90)
-        || e.circuit == Some(Circuit::Open)
+    } else if (latest == Some(false) && previous == Some(false)) || e.live.below(90) || e.circuit == Some(Circuit::Open)
     {
         Status::PartialOutage
     } else if latest == Some(false) || e.live.below(99) || e.circuit == Some(Circuit::HalfOpen) {
@@ -229,10 +221,7 @@ pub fn candidate_rules(e: &Evidence) -> Status {
 pub fn route_rules(candidates: &[Status], clients: Counts, objective: f64) -> Status {
     if !candidates.is_empty() && candidates.iter().all(|s| *s == Status::MajorOutage) {
         Status::MajorOutage
-    } else if clients
-        .ratio()
-        .is_some_and(|r| r < objective && clients.failed > 0)
-    {
+    } else if clients.ratio().is_some_and(|r| r < objective && clients.failed > 0) {
         Status::PartialOutage
     } else if candidates.iter().any(|s| *s != Status::Operational) {
         Status::DegradedPerformance
@@ -243,11 +232,7 @@ pub fn route_rules(candidates: &[Status], clients: Counts, objective: f64) -> St
 
 /// The page indicator: that of the worst route.
 pub fn indicator(routes: impl IntoIterator<Item = Status>) -> Indicator {
-    routes
-        .into_iter()
-        .max()
-        .unwrap_or(Status::Operational)
-        .indicator()
+    routes.into_iter().max().unwrap_or(Status::Operational).indicator()
 }
 
 #[cfg(test)]

@@ -34,12 +34,8 @@ pub fn summary(page: &Page, name: &str, url: &str) -> Value {
             }));
         }
     }
-    let incidents: Vec<Value> = page
-        .incidents
-        .iter()
-        .filter(|i| i.incident.resolved_ms.is_none())
-        .map(|i| incident(page, i))
-        .collect();
+    let incidents: Vec<Value> =
+        page.incidents.iter().filter(|i| i.incident.resolved_ms.is_none()).map(|i| incident(page, i)).collect();
     json!({
         "page": {
             "id": PAGE_ID,
@@ -106,11 +102,7 @@ fn incident(page: &Page, i: &IncidentView) -> Value {
         .enumerate()
         .rev()
         .map(|(n, (at, state))| {
-            let old = if n == 0 {
-                Status::Operational
-            } else {
-                inc.changes[n - 1].1
-            };
+            let old = if n == 0 { Status::Operational } else { inc.changes[n - 1].1 };
             previous = previous.max(*state);
             json!({
                 "id": format!("{}{:02x}", &i.id[..10], n % 256),

@@ -29,18 +29,14 @@ impl Price {
     /// contract's "USD per 1M tokens", computed here independently of the gateway.
     pub fn cost(self, input_tokens: u64, output_tokens: u64) -> i64 {
         let per_mtok = |usd: &str| u128::try_from(parse_usd(usd).unwrap_or(0)).unwrap_or(0);
-        let total = u128::from(input_tokens) * per_mtok(self.input)
-            + u128::from(output_tokens) * per_mtok(self.output);
+        let total = u128::from(input_tokens) * per_mtok(self.input) + u128::from(output_tokens) * per_mtok(self.output);
         i64::try_from(total.div_ceil(1_000_000)).unwrap_or(i64::MAX)
     }
 }
 
 /// `(prompt_tokens, completion_tokens)` of an OpenAI `usage` object.
 pub fn usage_of(v: &Value) -> Option<(u64, u64)> {
-    Some((
-        v.get("prompt_tokens")?.as_u64()?,
-        v.get("completion_tokens")?.as_u64()?,
-    ))
+    Some((v.get("prompt_tokens")?.as_u64()?, v.get("completion_tokens")?.as_u64()?))
 }
 
 /// What the sampler saw.
@@ -76,11 +72,7 @@ impl Sampler {
         let flag = stop.clone();
         let account = account.to_string();
         let task = tokio::spawn(async move {
-            let mut r = SampleReport {
-                min_available: i64::MAX,
-                min_reserved: i64::MAX,
-                ..SampleReport::default()
-            };
+            let mut r = SampleReport { min_available: i64::MAX, min_reserved: i64::MAX, ..SampleReport::default() };
             while !flag.load(Ordering::Relaxed) {
                 match ledger.account(&account).await {
                     Ok(Some(a)) => {

@@ -57,7 +57,11 @@ impl CannedUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.context("binding a canned upstream")?;
         let base = format!("http://{}", listener.local_addr()?);
         let bodies: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(Canned { usage, delay, bodies: bodies.clone() });
+        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(Canned {
+            usage,
+            delay,
+            bodies: bodies.clone(),
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

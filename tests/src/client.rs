@@ -87,7 +87,12 @@ impl Client {
     }
 
     /// `POST path` with a raw body and extra headers.
-    pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>, headers: &[(&str, &str)]) -> anyhow::Result<Reply> {
+    pub async fn post(
+        &self,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Reply> {
         let mut r = self.request(reqwest::Method::POST, path).header("content-type", "application/json").body(body);
         for (k, v) in headers {
             r = r.header(*k, *v);
@@ -108,15 +113,29 @@ impl Client {
     }
 
     /// A streaming chat completion with extra request headers (e.g. `x-request-id`).
-    pub async fn chat_stream_with(&self, model: &str, extra: Value, headers: &[(&str, &str)]) -> anyhow::Result<SseReply> {
+    pub async fn chat_stream_with(
+        &self,
+        model: &str,
+        extra: Value,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<SseReply> {
         self.chat_stream_counted(model, extra, headers, &AtomicUsize::new(0)).await
     }
 
     /// [`Client::chat_stream_with`] that adds each event to `seen` as it arrives, so
     /// that a test can wait until the stream is under way.
-    pub async fn chat_stream_counted(&self, model: &str, extra: Value, headers: &[(&str, &str)], seen: &AtomicUsize) -> anyhow::Result<SseReply> {
+    pub async fn chat_stream_counted(
+        &self,
+        model: &str,
+        extra: Value,
+        headers: &[(&str, &str)],
+        seen: &AtomicUsize,
+    ) -> anyhow::Result<SseReply> {
         let body = chat_body(model, true, extra).to_string();
-        let mut r = self.request(reqwest::Method::POST, "/v1/chat/completions").header("content-type", "application/json").body(body);
+        let mut r = self
+            .request(reqwest::Method::POST, "/v1/chat/completions")
+            .header("content-type", "application/json")
+            .body(body);
         for (k, v) in headers {
             r = r.header(*k, *v);
         }

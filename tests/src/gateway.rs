@@ -91,7 +91,8 @@ impl TestGateway {
     pub async fn start_with(manifests: &str, opts: GatewayOptions) -> anyhow::Result<Self> {
         crate::init_logging();
         let (dir, path) = crate::manifests_file(manifests)?;
-        let ledger = opts.ledger.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("ledger.db").display()));
+        let ledger =
+            opts.ledger.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("ledger.db").display()));
         let mut args = serve_args(&path, &ledger, &opts)?;
         if !opts.secrets.is_empty() {
             let secrets = dir.path().join("secrets");

@@ -53,7 +53,12 @@ where
         }
         let at = t0.elapsed();
         if running.len() >= max_in_flight {
-            done.push(Shot { n, at, error: Some(format!("over {max_in_flight} requests in flight")), ..Shot::default() });
+            done.push(Shot {
+                n,
+                at,
+                error: Some(format!("over {max_in_flight} requests in flight")),
+                ..Shot::default()
+            });
             continue;
         }
         running.spawn(shoot(n, at));

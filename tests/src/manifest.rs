@@ -80,10 +80,7 @@ fn set_path(at: &mut Value, keys: &[&str], value: Value) {
 
 /// Documents as one multi-document YAML text.
 pub fn yaml(docs: &[Doc]) -> String {
-    docs.iter()
-        .map(|d| serde_yaml::to_string(&d.0).unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("---\n")
+    docs.iter().map(|d| serde_yaml::to_string(&d.0).unwrap_or_default()).collect::<Vec<_>>().join("---\n")
 }
 
 /// `text` written to `manifests.yaml` in a new temporary directory (kept while the

@@ -38,9 +38,9 @@ pub fn gateway_bin() -> anyhow::Result<PathBuf> {
         (None, Some(target)) => PathBuf::from(target).join("debug/sluice-gateway"),
         (None, None) => workspace.join("target/debug/sluice-gateway"),
     };
-    let built = std::fs::metadata(&path)
-        .and_then(|m| m.modified())
-        .with_context(|| format!("{} is missing: build it first with `cargo build -p sluice-gateway`", path.display()))?;
+    let built = std::fs::metadata(&path).and_then(|m| m.modified()).with_context(|| {
+        format!("{} is missing: build it first with `cargo build -p sluice-gateway`", path.display())
+    })?;
     if std::env::var_os("SLUICE_GATEWAY_BIN").is_none() {
         let newest = ["gateway/src", "ledger/src", "ledger/migrations", "crds/src"]
             .iter()
@@ -49,7 +49,10 @@ pub fn gateway_bin() -> anyhow::Result<PathBuf> {
         if let Some(newest) = newest
             && newest > built
         {
-            anyhow::bail!("{} is older than its sources: rebuild it with `cargo build -p sluice-gateway`", path.display());
+            anyhow::bail!(
+                "{} is older than its sources: rebuild it with `cargo build -p sluice-gateway`",
+                path.display()
+            );
         }
     }
     Ok(path)

@@ -57,10 +57,10 @@ mod resilience_http;
 mod resilience_stream;
 #[path = "scenarios/resilience_transport.rs"]
 mod resilience_transport;
-#[path = "scenarios/soak.rs"]
-mod soak;
 #[path = "scenarios/resume.rs"]
 mod resume;
+#[path = "scenarios/soak.rs"]
+mod soak;
 #[path = "scenarios/status_page.rs"]
 mod status_page;
 #[path = "scenarios/stream_break.rs"]

@@ -237,8 +237,7 @@ fn values_at_the_bounds_are_accepted_and_beyond_them_refused_with_exact_messages
         let mut check = |n: u64, want: Vec<String>| {
             let got = errors_with(row.kind, row.at, (row.make)(n));
             if got != want {
-                failures
-                    .push(format!("{} {} = size {n}:\n  expected {want:?}\n  got      {got:?}", row.kind, row.at));
+                failures.push(format!("{} {} = size {n}:\n  expected {want:?}\n  got      {got:?}", row.kind, row.at));
             }
         };
         check(row.max, vec![]);

@@ -246,8 +246,9 @@ fn every_cel_rule_is_covered_by_an_accepted_and_a_refused_fixture() {
         if !accepted {
             missing.push(format!("{} {}: no valid fixture sets it", r.kind, r.path));
         }
-        let refused =
-            refusals.iter().any(|(f, e)| f.kind == r.kind && e.rule == r.rule && wildcard(&e.field_path) == r.reported_at);
+        let refused = refusals
+            .iter()
+            .any(|(f, e)| f.kind == r.kind && e.rule == r.rule && wildcard(&e.field_path) == r.reported_at);
         if !refused {
             missing.push(format!("{} {}: no invalid fixture breaks {:?}", r.kind, r.path, r.rule));
         }

@@ -67,7 +67,11 @@ fn provider() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
             }
             if let Some((project, location, credentials)) = gcp {
                 let mut g = json!({"project": project, "location": location});
-                put(&mut g, "credentials", credentials.map(|(name, key)| json!({"secretRef": {"name": name, "key": key}})));
+                put(
+                    &mut g,
+                    "credentials",
+                    credentials.map(|(name, key)| json!({"secretRef": {"name": name, "key": key}})),
+                );
                 out.push(("gcp", g));
             }
             if let Some((region, credentials)) = aws {
@@ -95,7 +99,11 @@ fn upstream() -> impl Strategy<Value = Value> {
         prop_oneof!["https?://[a-z0-9.:\\[\\]]{0,10}(/v1)?/?", "(ftp|http|https):/{0,3}[ a-z/?#]{0,6}", ".{0,8}"],
     );
     let auth = (("[a-z-]{1,12}", "[a-zA-Z]{1,8}"), opt("[A-Za-z0-9: _-]{0,8}"), opt("[A-Za-z ]{0,7}"));
-    let timeouts = (opt(duration()), opt(prop_oneof![duration(), Just("auto".to_string())]), opt(prop_oneof![duration(), Just("auto".to_string())]));
+    let timeouts = (
+        opt(duration()),
+        opt(prop_oneof![duration(), Just("auto".to_string())]),
+        opt(prop_oneof![duration(), Just("auto".to_string())]),
+    );
     let breaker = (opt(1..=100u32), opt(1..=10_000u32), opt(duration()), opt(1..=100u32));
     let probe = (opt(duration()), opt("/?[a-z/]{0,6}"));
     (
@@ -170,7 +178,8 @@ fn money() -> impl Strategy<Value = String> {
 }
 
 fn model_route() -> impl Strategy<Value = Value> {
-    let candidate = (name(), opt("[a-z0-9-]{1,12}"), opt(1..=1000u32), opt((money(), money(), opt(money()), opt(money()))));
+    let candidate =
+        (name(), opt("[a-z0-9-]{1,12}"), opt(1..=1000u32), opt((money(), money(), opt(money()), opt(money()))));
     let candidates = prop::collection::vec(candidate, 1..=8);
     let retry_on = prop::collection::vec(prop_oneof![Just(408u16), Just(429), 500..=599u16, 100..=600u16], 1..=16);
     let failover = (opt(retry_on), opt(prop::sample::select(vec!["failover", "hedge"])));

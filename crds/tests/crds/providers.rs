@@ -100,7 +100,9 @@ fn azure_and_gemini_send_the_key_in_their_own_headers_unless_told_otherwise() {
     let auth = gemini.auth.expect("auth");
     assert_eq!((auth.header.as_str(), auth.scheme.as_str()), ("x-goog-api-key", ""));
 
-    let told = upstream("  protocol: gemini\n  auth: {secretRef: {name: k, key: apiKey}, header: Authorization, scheme: Bearer}");
+    let told = upstream(
+        "  protocol: gemini\n  auth: {secretRef: {name: k, key: apiKey}, header: Authorization, scheme: Bearer}",
+    );
     let auth = told.auth.expect("auth");
     assert_eq!((auth.header.as_str(), auth.scheme.as_str()), ("authorization", "Bearer"));
 
@@ -141,7 +143,8 @@ spec:
     );
     assert_eq!(resolved.snapshot.upstreams.len(), 2, "warnings leave nothing out");
     let refs: BTreeSet<String> = resolved.snapshot.secret_refs().into_iter().map(|(s, k)| format!("{s}/{k}")).collect();
-    let want = ["aws-keys/AWS_ACCESS_KEY_ID", "aws-keys/AWS_SECRET_ACCESS_KEY", "aws-keys/AWS_SESSION_TOKEN", "sa/key.json"];
+    let want =
+        ["aws-keys/AWS_ACCESS_KEY_ID", "aws-keys/AWS_SECRET_ACCESS_KEY", "aws-keys/AWS_SESSION_TOKEN", "sa/key.json"];
     assert_eq!(refs, want.iter().map(ToString::to_string).collect());
 }
 
@@ -157,7 +160,10 @@ fn a_snapshot_written_before_protocols_and_cache_prices_still_loads() {
         "defaultMaxTokens":4096}],"budgets":[]}"#;
     let snapshot: Snapshot = serde_json::from_str(old).expect("an old snapshot loads");
     let u = &snapshot.upstreams["default/a"];
-    assert_eq!((u.protocol, u.assistant_prefill, u.gcp.is_none(), u.aws.is_none()), (Protocol::Openai, false, true, true));
+    assert_eq!(
+        (u.protocol, u.assistant_prefill, u.gcp.is_none(), u.aws.is_none()),
+        (Protocol::Openai, false, true, true)
+    );
     let price = snapshot.routes[0].candidates[0].price.expect("price");
     assert_eq!(price, PriceConfig::new(3_000_000_000, 15_000_000_000), "cache reads and writes cost input");
     let back: Snapshot = serde_json::from_str(&serde_json::to_string(&snapshot).expect("JSON")).expect("reads back");
@@ -198,7 +204,8 @@ spec:
         cache_write_per_mtok_nanos: 18_750_000_000,
     };
     assert_eq!(price(0), opus);
-    let sonnet = PriceConfig { cache_write_per_mtok_nanos: 3_750_000_000, ..PriceConfig::new(3_000_000_000, 15_000_000_000) };
+    let sonnet =
+        PriceConfig { cache_write_per_mtok_nanos: 3_750_000_000, ..PriceConfig::new(3_000_000_000, 15_000_000_000) };
     assert_eq!(price(1), sonnet, "cachedInput defaults to input");
 }
 
@@ -217,7 +224,11 @@ fn usage_costs_price_cache_reads_and_writes_apart_exactly() {
     assert_eq!(opus.cost_nanos_usage(0, 0, 1, 0), 18_750, "one cache write");
 
     // Rounded up once over the sum, never per part: 3 × 0.4 = 1.2 nanodollars → 2.
-    let tiny = PriceConfig { cached_input_per_mtok_nanos: 400_000, cache_write_per_mtok_nanos: 400_000, ..PriceConfig::new(400_000, 0) };
+    let tiny = PriceConfig {
+        cached_input_per_mtok_nanos: 400_000,
+        cache_write_per_mtok_nanos: 400_000,
+        ..PriceConfig::new(400_000, 0)
+    };
     assert_eq!(tiny.cost_nanos_usage(1, 1, 1, 0), 2);
     assert_eq!(tiny.cost_nanos_usage(0, 0, 0, 0), 0);
 

@@ -115,9 +115,7 @@ fn a_bad_duration_names_its_field() {
     );
     assert_eq!(
         problems(&resolve_text(&text)),
-        [
-            "error: Upstream default/secondary: spec.timeouts.idle: idle must be a duration such as 30s, or auto",
-        ]
+        ["error: Upstream default/secondary: spec.timeouts.idle: idle must be a duration such as 30s, or auto",]
     );
 }
 

@@ -87,7 +87,8 @@ fn expected_quickstart() -> Snapshot {
     // Protocol defaults: Anthropic can continue an assistant turn and is sent its API version.
     anthropic.assistant_prefill = true;
     anthropic.anthropic_version = Some("2023-06-01".into());
-    let mut vertex = upstream("vertex-us-east5", Protocol::VertexAnthropic, "http://127.0.0.1:9102/v1", Some("us-east5"));
+    let mut vertex =
+        upstream("vertex-us-east5", Protocol::VertexAnthropic, "http://127.0.0.1:9102/v1", Some("us-east5"));
     vertex.first_byte = FirstByte::FixedMs(2 * S);
     vertex.assistant_prefill = true;
     vertex.gcp = Some(GcpConfig {
@@ -172,7 +173,12 @@ fn expected_quickstart() -> Snapshot {
         latency: Some(LatencyConfig { threshold_ms: 10 * S, percentile: 99 }),
         ..availability.clone()
     };
-    Snapshot { format: SNAPSHOT_FORMAT, upstreams, routes: vec![claude, gemini, gpt], budgets: vec![availability, timeslices] }
+    Snapshot {
+        format: SNAPSHOT_FORMAT,
+        upstreams,
+        routes: vec![claude, gemini, gpt],
+        budgets: vec![availability, timeslices],
+    }
 }
 
 #[test]
@@ -345,8 +351,5 @@ fn usd_strings_convert_to_exact_nanodollars() {
     assert_eq!(price.cost_nanos(1, 0), 15_000, "exact: 15e9 / 1e6");
     let odd = PriceConfig::new(1, 0);
     assert_eq!(odd.cost_nanos(1, 0), 1, "rounded up, never down");
-    assert_eq!(
-        PriceConfig::new(u64::MAX, u64::MAX).cost_nanos(u64::MAX, u64::MAX),
-        u64::MAX
-    );
+    assert_eq!(PriceConfig::new(u64::MAX, u64::MAX).cost_nanos(u64::MAX, u64::MAX), u64::MAX);
 }

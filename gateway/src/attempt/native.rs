@@ -19,7 +19,9 @@ use futures::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::{BodyDataStream, BodyExt, Full};
 use sluice_crds::snapshot::{Protocol as CrdProtocol, UpstreamConfig};
-use sluice_providers::{self as providers, AnswerOpts, ChatRequest, ErrorKind, Out, Protocol, Target, Transcoder, UpstreamError};
+use sluice_providers::{
+    self as providers, AnswerOpts, ChatRequest, ErrorKind, Out, Protocol, Target, Transcoder, UpstreamError,
+};
 
 use super::outcome::{AttemptError, Outcome, Passthrough};
 use super::{AttemptSpec, BodyStream, StreamError, classify};
@@ -76,7 +78,11 @@ fn refused_here(message: String) -> AttemptError {
         detail: message,
         retryable: false,
         retry_after: None,
-        passthrough: Some(Passthrough { status: StatusCode::BAD_REQUEST, headers, body: Bytes::from(body.to_string()) }),
+        passthrough: Some(Passthrough {
+            status: StatusCode::BAD_REQUEST,
+            headers,
+            body: Bytes::from(body.to_string()),
+        }),
     }
 }
 
@@ -159,7 +165,12 @@ pub(super) struct Answer {
 }
 
 impl Answer {
-    pub(super) fn new(status: StatusCode, content_type: Option<HeaderValue>, first: Bytes, rest: Option<BodyStream>) -> Self {
+    pub(super) fn new(
+        status: StatusCode,
+        content_type: Option<HeaderValue>,
+        first: Bytes,
+        rest: Option<BodyStream>,
+    ) -> Self {
         Self { status, content_type, first, rest, usage: None }
     }
 }
@@ -169,7 +180,10 @@ fn usage_of(u: &providers::Usage) -> Usage {
     Usage {
         prompt_tokens: u.prompt_tokens,
         completion_tokens: u.completion_tokens,
-        prompt_tokens_details: PromptDetails { cached_tokens: u.cached_tokens, cache_write_tokens: u.cache_write_tokens },
+        prompt_tokens_details: PromptDetails {
+            cached_tokens: u.cached_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+        },
     }
 }
 
@@ -190,9 +204,13 @@ pub(super) async fn exchange(
             target.protocol.as_str()
         )));
     }
-    let chat: ChatRequest = serde_json::from_slice(input.client_body).map_err(|e| refused_here(format!("invalid chat request: {e}")))?;
+    let chat: ChatRequest =
+        serde_json::from_slice(input.client_body).map_err(|e| refused_here(format!("invalid chat request: {e}")))?;
     let native = providers::build(&target, &chat, spec.stream).map_err(|e| refused_here(e.to_string()))?;
-    let uri = upstream.native_uris.get(&cfg.base_url, &native.path).map_err(|e| AttemptError::transport(Outcome::Connect, e))?;
+    let uri = upstream
+        .native_uris
+        .get(&cfg.base_url, &native.path)
+        .map_err(|e| AttemptError::transport(Outcome::Connect, e))?;
     let (now_secs, now_ms) = unix_now();
     let opts = AnswerOpts { id: answer_id(spec.request_id.as_str()), created: now_secs };
 
@@ -231,7 +249,10 @@ pub(super) async fn exchange(
         let head = response.headers().clone();
         let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         let error = providers::classify(&target, status, &head, &body, now_ms);
-        if error.kind == ErrorKind::AuthExpired && !refreshed && let Some(creds) = &upstream.credentials {
+        if error.kind == ErrorKind::AuthExpired
+            && !refreshed
+            && let Some(creds) = &upstream.credentials
+        {
             tracing::info!(upstream = %cfg.name, "the upstream says the credential expired; refreshing it and asking again");
             creds.invalidate();
             refreshed = true;
@@ -247,8 +268,11 @@ pub(super) async fn exchange(
         let usage = Some(usage_of(&completion.usage));
         return Ok(Answer { usage, ..Answer::new(status, json, completion.body, None) });
     }
-    let body: BodyStream = Box::pin(BodyDataStream::new(response.into_body()).map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))));
-    let mut stream = Transcoded { body, transcoder: providers::transcoder(&target, opts), ready: VecDeque::new(), ended: false };
+    let body: BodyStream = Box::pin(
+        BodyDataStream::new(response.into_body()).map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))),
+    );
+    let mut stream =
+        Transcoded { body, transcoder: providers::transcoder(&target, opts), ready: VecDeque::new(), ended: false };
     // Collect events until the first content (or the end of an answer without any).
     let mut first = BytesMut::new();
     loop {
@@ -257,7 +281,12 @@ pub(super) async fn exchange(
         };
         first.extend_from_slice(&item.bytes);
         if item.content {
-            return Ok(Answer::new(status, Some(HeaderValue::from_static("text/event-stream")), first.freeze(), Some(Box::pin(stream))));
+            return Ok(Answer::new(
+                status,
+                Some(HeaderValue::from_static("text/event-stream")),
+                first.freeze(),
+                Some(Box::pin(stream)),
+            ));
         }
     }
 }

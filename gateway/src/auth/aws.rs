@@ -52,11 +52,19 @@ impl AwsSigner {
 
     /// Adds `authorization`, `x-amz-date` and (with temporary credentials)
     /// `x-amz-security-token` to a request whose URL, headers and body are final.
-    pub async fn sign(&self, method: &Method, uri: &Uri, headers: &mut HeaderMap, body: &[u8], now: SystemTime) -> Result<(), AuthError> {
+    pub async fn sign(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &mut HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), AuthError> {
         let creds = self.cache.get(now, || self.fetch(now)).await?;
         let url = uri.to_string();
         let request = sigv4::Request { method: method.as_str(), url: &url, headers, body };
-        let added = sigv4::sign(&request, &creds, &self.region, sigv4::BEDROCK, now).map_err(|e| AuthError::Sign(e.to_string()))?;
+        let added = sigv4::sign(&request, &creds, &self.region, sigv4::BEDROCK, now)
+            .map_err(|e| AuthError::Sign(e.to_string()))?;
         for (name, mut value) in added {
             value.set_sensitive(name == http::header::AUTHORIZATION || name.as_str() == "x-amz-security-token");
             headers.insert(name, value);
@@ -103,21 +111,28 @@ async fn from_chain(env: &Env) -> Result<AwsCredentials, AuthError> {
         let url = format!("{}/", web.sts_endpoint);
         let form = ("content-type", "application/x-www-form-urlencoded".to_string());
         let body = fetch("STS", Method::POST, &url, &[form], Bytes::from(web.request_body(&token))).await?;
-        return chain::parse_sts_response(&body).map_err(|e| AuthError::Fetch { what: "STS", url, detail: e.to_string() });
+        return chain::parse_sts_response(&body).map_err(|e| AuthError::Fetch {
+            what: "STS",
+            url,
+            detail: e.to_string(),
+        });
     }
     if let Some(container) = ContainerEndpoint::from_env(var) {
         let mut headers = Vec::new();
         if let Some(file) = &container.authorization_file {
-            let token = tokio::fs::read_to_string(file)
-                .await
-                .map_err(|e| AuthError::Source(format!("reading AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE {file}: {e}")))?;
+            let token = tokio::fs::read_to_string(file).await.map_err(|e| {
+                AuthError::Source(format!("reading AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE {file}: {e}"))
+            })?;
             headers.push(("authorization", token.trim().to_string()));
         } else if let Some(token) = &container.authorization {
             headers.push(("authorization", token.clone()));
         }
         let body = fetch("container credentials", Method::GET, &container.url, &headers, Bytes::new()).await?;
-        return chain::parse_credentials_json(&body)
-            .map_err(|e| AuthError::Fetch { what: "container credentials", url: container.url.clone(), detail: e.to_string() });
+        return chain::parse_credentials_json(&body).map_err(|e| AuthError::Fetch {
+            what: "container credentials",
+            url: container.url.clone(),
+            detail: e.to_string(),
+        });
     }
     from_imds(&imds::endpoint(var)).await
 }
@@ -126,13 +141,18 @@ async fn from_chain(env: &Env) -> Result<AwsCredentials, AuthError> {
 async fn from_imds(endpoint: &str) -> Result<AwsCredentials, AuthError> {
     const WHAT: &str = "instance metadata";
     let token_url = format!("{endpoint}{}", imds::TOKEN_PATH);
-    let session = fetch(WHAT, Method::PUT, &token_url, &[(imds::TOKEN_TTL_HEADER, "21600".into())], Bytes::new()).await?;
+    let session =
+        fetch(WHAT, Method::PUT, &token_url, &[(imds::TOKEN_TTL_HEADER, "21600".into())], Bytes::new()).await?;
     let session = String::from_utf8_lossy(&session).trim().to_string();
     let listing_url = format!("{endpoint}{}", imds::ROLE_PATH);
-    let listing = fetch(WHAT, Method::GET, &listing_url, &[(imds::TOKEN_HEADER, session.clone())], Bytes::new()).await?;
+    let listing =
+        fetch(WHAT, Method::GET, &listing_url, &[(imds::TOKEN_HEADER, session.clone())], Bytes::new()).await?;
     let listing = String::from_utf8_lossy(&listing).into_owned();
-    let role = imds::role_name(&listing)
-        .ok_or_else(|| AuthError::Fetch { what: WHAT, url: listing_url.clone(), detail: "no instance role is attached".into() })?;
+    let role = imds::role_name(&listing).ok_or_else(|| AuthError::Fetch {
+        what: WHAT,
+        url: listing_url.clone(),
+        detail: "no instance role is attached".into(),
+    })?;
     let url = format!("{listing_url}{role}");
     let body = fetch(WHAT, Method::GET, &url, &[(imds::TOKEN_HEADER, session)], Bytes::new()).await?;
     chain::parse_credentials_json(&body).map_err(|e| AuthError::Fetch { what: WHAT, url, detail: e.to_string() })

@@ -65,16 +65,24 @@ impl GoogleTokens {
                     .map_err(|e| AuthError::Source(format!("Secret {:?}: {e}", file.secret)))?;
                 let form = key.exchange_body(unix_secs(now)).map_err(|e| AuthError::Sign(e.to_string()))?;
                 let content_type = ("content-type", "application/x-www-form-urlencoded".to_string());
-                let body = fetch("token endpoint", Method::POST, &key.token_uri, &[content_type], Bytes::from(form)).await?;
-                gcp::parse_token_response(&body, unix_secs(now))
-                    .map_err(|e| AuthError::Fetch { what: "token endpoint", url: key.token_uri.clone(), detail: e.to_string() })?
+                let body =
+                    fetch("token endpoint", Method::POST, &key.token_uri, &[content_type], Bytes::from(form)).await?;
+                gcp::parse_token_response(&body, unix_secs(now)).map_err(|e| AuthError::Fetch {
+                    what: "token endpoint",
+                    url: key.token_uri.clone(),
+                    detail: e.to_string(),
+                })?
             }
             TokenSource::Metadata(base) => {
                 let url = format!("{base}{}", gcp::metadata::TOKEN_PATH);
                 let (name, value) = gcp::metadata::FLAVOR_HEADER;
-                let body = fetch("metadata server", Method::GET, &url, &[(name, value.to_string())], Bytes::new()).await?;
-                gcp::metadata::parse_token(&body, unix_secs(now))
-                    .map_err(|e| AuthError::Fetch { what: "metadata server", url, detail: e.to_string() })?
+                let body =
+                    fetch("metadata server", Method::GET, &url, &[(name, value.to_string())], Bytes::new()).await?;
+                gcp::metadata::parse_token(&body, unix_secs(now)).map_err(|e| AuthError::Fetch {
+                    what: "metadata server",
+                    url,
+                    detail: e.to_string(),
+                })?
             }
         };
         let mut value = HeaderValue::try_from(format!("Bearer {}", token.token))

@@ -56,7 +56,10 @@ async fn token_endpoint(State(s): State<TokenServer>, body: String) -> (StatusCo
     let ok = check.is_ok() && grant_ok;
     s.checks.lock().map(|mut c| c.push(check)).ok();
     if !ok {
-        return (StatusCode::BAD_REQUEST, r#"{"error":"invalid_grant","error_description":"Invalid JWT Signature."}"#.into());
+        return (
+            StatusCode::BAD_REQUEST,
+            r#"{"error":"invalid_grant","error_description":"Invalid JWT Signature."}"#.into(),
+        );
     }
     let n = s.issued.fetch_add(1, Ordering::SeqCst) + 1;
     (StatusCode::OK, format!(r#"{{"access_token":"ya29.t{n}","expires_in":3599,"token_type":"Bearer"}}"#))
@@ -115,7 +118,10 @@ async fn a_refused_exchange_is_an_error_naming_the_token_endpoint() -> anyhow::R
 
 #[tokio::test]
 async fn a_missing_key_file_names_the_secret() {
-    let source = TokenSource::ServiceAccount(SecretFile { secret: "vertex-sa".into(), path: "/nonexistent/sluice/key.json".into() });
+    let source = TokenSource::ServiceAccount(SecretFile {
+        secret: "vertex-sa".into(),
+        path: "/nonexistent/sluice/key.json".into(),
+    });
     let err = GoogleTokens::new(source).token(at(0)).await.err();
     assert!(matches!(&err, Some(AuthError::Source(m)) if m.contains("\"vertex-sa\"")), "{err:?}");
 }
@@ -137,7 +143,9 @@ async fn without_a_key_the_metadata_server_at_gce_metadata_host_is_asked() -> an
 
 /// Signs a request the way the attempt does and verifies it as the provider would.
 async fn sign_and_verify(signer: &AwsSigner, secrets: &[(&str, &str)]) -> anyhow::Result<sigv4::Verified> {
-    let uri: Uri = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse".parse()?;
+    let uri: Uri =
+        "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse"
+            .parse()?;
     let mut headers = http::HeaderMap::new();
     headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
     let body = br#"{"messages":[]}"#;
@@ -153,9 +161,15 @@ async fn keys_from_a_secret_sign_a_bedrock_request() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), "AKIDTESTSECRET\n")?;
     std::fs::write(dir.path().join("AWS_SECRET_ACCESS_KEY"), "secret-from-the-secret")?;
-    let signer = AwsSigner::new("us-east-1", CredentialSource::Secret { dir: dir.path().to_path_buf(), name: "bedrock-keys".into() });
+    let signer = AwsSigner::new(
+        "us-east-1",
+        CredentialSource::Secret { dir: dir.path().to_path_buf(), name: "bedrock-keys".into() },
+    );
     let verified = sign_and_verify(&signer, &[("AKIDTESTSECRET", "secret-from-the-secret")]).await?;
-    assert_eq!((verified.access_key_id.as_str(), verified.region.as_str(), verified.service.as_str()), ("AKIDTESTSECRET", "us-east-1", "bedrock"));
+    assert_eq!(
+        (verified.access_key_id.as_str(), verified.region.as_str(), verified.service.as_str()),
+        ("AKIDTESTSECRET", "us-east-1", "bedrock")
+    );
     // A wrong secret on the provider's side refuses the signature.
     assert!(sign_and_verify(&signer, &[("AKIDTESTSECRET", "another-secret")]).await.is_err());
     Ok(())
@@ -165,7 +179,10 @@ async fn keys_from_a_secret_sign_a_bedrock_request() -> anyhow::Result<()> {
 async fn a_secret_without_the_secret_key_names_what_is_missing() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), "AKIDTESTSECRET")?;
-    let signer = AwsSigner::new("us-east-1", CredentialSource::Secret { dir: dir.path().to_path_buf(), name: "bedrock-keys".into() });
+    let signer = AwsSigner::new(
+        "us-east-1",
+        CredentialSource::Secret { dir: dir.path().to_path_buf(), name: "bedrock-keys".into() },
+    );
     let err = sign_and_verify(&signer, &[]).await.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("bedrock-keys") && err.contains("AWS_SECRET_ACCESS_KEY"), "{err}");
     Ok(())
@@ -186,7 +203,11 @@ async fn web_identity_assumes_the_role_at_sts() -> anyhow::Result<()> {
     async fn sts(body: String) -> (StatusCode, String) {
         let ok = body.contains("Action=AssumeRoleWithWebIdentity") && body.contains("WebIdentityToken=projected-jwt");
         if !ok {
-            return (StatusCode::BAD_REQUEST, "<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>no</Message></Error></ErrorResponse>".into());
+            return (
+                StatusCode::BAD_REQUEST,
+                "<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>no</Message></Error></ErrorResponse>"
+                    .into(),
+            );
         }
         let xml = "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>\
             <AccessKeyId>ASIAWEB</AccessKeyId><SecretAccessKey>web-secret</SecretAccessKey>\
@@ -223,7 +244,10 @@ async fn the_container_endpoint_is_asked_with_its_authorization_token() -> anyho
         ("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-identity-token".into()),
     ]);
     let signer = AwsSigner::new("us-east-1", CredentialSource::Chain(vars));
-    assert_eq!(sign_and_verify(&signer, &[("ASIATEMP", "temp-secret")]).await?.session_token.as_deref(), Some("session-token"));
+    assert_eq!(
+        sign_and_verify(&signer, &[("ASIATEMP", "temp-secret")]).await?.session_token.as_deref(),
+        Some("session-token")
+    );
     Ok(())
 }
 
@@ -249,7 +273,8 @@ async fn instance_metadata_is_asked_with_an_imdsv2_session() -> anyhow::Result<(
         .route("/latest/meta-data/iam/security-credentials/", get(role))
         .route("/latest/meta-data/iam/security-credentials/sluice-node-role", get(creds));
     let base = serve(router).await?;
-    let signer = AwsSigner::new("us-east-1", CredentialSource::Chain(env(&[("AWS_EC2_METADATA_SERVICE_ENDPOINT", base)])));
+    let signer =
+        AwsSigner::new("us-east-1", CredentialSource::Chain(env(&[("AWS_EC2_METADATA_SERVICE_ENDPOINT", base)])));
     assert_eq!(sign_and_verify(&signer, &[("ASIATEMP", "temp-secret")]).await?.access_key_id, "ASIATEMP");
     Ok(())
 }

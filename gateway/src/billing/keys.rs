@@ -76,11 +76,7 @@ impl KeyCache {
             ttl,
             stale: DEFAULT_STALE.max(ttl),
             capacity: capacity.max(1),
-            state: Mutex::new(State {
-                entries: HashMap::new(),
-                changes: None,
-                generation: 0,
-            }),
+            state: Mutex::new(State { entries: HashMap::new(), changes: None, generation: 0 }),
         }
     }
 
@@ -158,14 +154,7 @@ impl KeyCache {
         if state.entries.len() >= capacity && !state.entries.contains_key(&hash) {
             state.evict(capacity, now);
         }
-        state.entries.insert(
-            hash,
-            Entry {
-                account,
-                confirmed: now,
-                expires: now + self.ttl,
-            },
-        );
+        state.entries.insert(hash, Entry { account, confirmed: now, expires: now + self.ttl });
     }
 
     /// Entries held (some may have expired).

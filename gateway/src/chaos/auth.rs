@@ -91,10 +91,7 @@ impl ServiceAccount {
 
 impl Default for GoogleAuth {
     fn default() -> Self {
-        Self {
-            service_account: None,
-            token_ttl: DEFAULT_TOKEN_TTL,
-        }
+        Self { service_account: None, token_ttl: DEFAULT_TOKEN_TTL }
     }
 }
 
@@ -109,12 +106,7 @@ fn bearer(parts: &Parts) -> Option<&str> {
 impl ChaosState {
     /// Checks a request's credentials for `protocol`: `Some` is the
     /// provider's refusal.
-    pub(crate) fn refuse_auth(
-        &self,
-        protocol: Protocol,
-        parts: &Parts,
-        body: &[u8],
-    ) -> Option<Response> {
+    pub(crate) fn refuse_auth(&self, protocol: Protocol, parts: &Parts, body: &[u8]) -> Option<Response> {
         if !self.auth_on() {
             return None;
         }
@@ -149,22 +141,12 @@ impl ChaosState {
             },
             // Anthropic takes the key as `x-api-key` or as a Bearer token
             // (what its current SDKs send).
-            Protocol::Anthropic => {
-                match (key, header(parts, "x-api-key").or_else(|| bearer(parts))) {
-                    (None, _) => None,
-                    (Some(k), Some(sent)) if k == sent => None,
-                    (Some(_), None) => Some(errors::anthropic(
-                        401,
-                        "authentication_error",
-                        "x-api-key header is required",
-                    )),
-                    (Some(_), Some(_)) => Some(errors::anthropic(
-                        401,
-                        "authentication_error",
-                        "invalid x-api-key",
-                    )),
-                }
-            }
+            Protocol::Anthropic => match (key, header(parts, "x-api-key").or_else(|| bearer(parts))) {
+                (None, _) => None,
+                (Some(k), Some(sent)) if k == sent => None,
+                (Some(_), None) => Some(errors::anthropic(401, "authentication_error", "x-api-key header is required")),
+                (Some(_), Some(_)) => Some(errors::anthropic(401, "authentication_error", "invalid x-api-key")),
+            },
             Protocol::Gemini => {
                 let sent = header(parts, "x-goog-api-key")
                     .map(str::to_owned)
@@ -181,10 +163,7 @@ impl ChaosState {
                     (Some(_), Some(_)) => Some(errors::google(
                         400,
                         "API key not valid. Please pass a valid API key.",
-                        vec![super::native::google_error_info(
-                            "API_KEY_INVALID",
-                            "generativelanguage.googleapis.com",
-                        )],
+                        vec![super::native::google_error_info("API_KEY_INVALID", "generativelanguage.googleapis.com")],
                         None,
                     )),
                 }
@@ -199,17 +178,12 @@ impl ChaosState {
                         "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.",
                     ),
                     Some(TokenCheck::Expired) => ("ACCESS_TOKEN_EXPIRED", INVALID_CREDENTIALS),
-                    Some(TokenCheck::Unknown) => {
-                        ("ACCESS_TOKEN_TYPE_UNSUPPORTED", INVALID_CREDENTIALS)
-                    }
+                    Some(TokenCheck::Unknown) => ("ACCESS_TOKEN_TYPE_UNSUPPORTED", INVALID_CREDENTIALS),
                 };
                 Some(errors::google(
                     401,
                     message,
-                    vec![super::native::google_error_info(
-                        reason,
-                        "aiplatform.googleapis.com",
-                    )],
+                    vec![super::native::google_error_info(reason, "aiplatform.googleapis.com")],
                     None,
                 ))
             }
@@ -223,11 +197,7 @@ const INVALID_CREDENTIALS: &str = "Request had invalid authentication credential
 
 fn check_bedrock(auth: &ChaosAuth, parts: &Parts, body: &[u8]) -> Option<Response> {
     let unrecognized = || {
-        errors::bedrock(
-            403,
-            "UnrecognizedClientException",
-            "The security token included in the request is invalid.",
-        )
+        errors::bedrock(403, "UnrecognizedClientException", "The security token included in the request is invalid.")
     };
     if let Some(sent) = bearer(parts) {
         return match auth.api_key.as_deref() {
@@ -239,13 +209,10 @@ fn check_bedrock(auth: &ChaosAuth, parts: &Parts, body: &[u8]) -> Option<Respons
     }
     let Some(keys) = &auth.aws else {
         // Only an API key is expected, and none was sent.
-        return auth.api_key.as_ref().map(|_| {
-            errors::bedrock(
-                403,
-                "MissingAuthenticationTokenException",
-                "Missing Authentication Token",
-            )
-        });
+        return auth
+            .api_key
+            .as_ref()
+            .map(|_| errors::bedrock(403, "MissingAuthenticationTokenException", "Missing Authentication Token"));
     };
     let host = header(parts, "host")
         .map(str::to_owned)
@@ -253,29 +220,16 @@ fn check_bedrock(auth: &ChaosAuth, parts: &Parts, body: &[u8]) -> Option<Respons
         .unwrap_or_default();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let url = format!("http://{host}{path}");
-    let request = sigv4::Request {
-        method: parts.method.as_str(),
-        url: &url,
-        headers: &parts.headers,
-        body,
-    };
+    let request = sigv4::Request { method: parts.method.as_str(), url: &url, headers: &parts.headers, body };
     let secret_for = |id: &str| (id == keys.access_key_id).then(|| keys.secret_access_key.clone());
     match sigv4::verify(&request, secret_for, SystemTime::now()) {
         Ok(v) if v.service == sigv4::BEDROCK => None,
         Ok(v) => Some(errors::bedrock(
             403,
             "InvalidSignatureException",
-            &format!(
-                "Credential should be scoped to correct service: '{}'. (got '{}')",
-                sigv4::BEDROCK,
-                v.service
-            ),
+            &format!("Credential should be scoped to correct service: '{}'. (got '{}')", sigv4::BEDROCK, v.service),
         )),
-        Err(e) => Some(errors::bedrock(
-            e.status(),
-            e.aws_error_type(),
-            &e.to_string(),
-        )),
+        Err(e) => Some(errors::bedrock(e.status(), e.aws_error_type(), &e.to_string())),
     }
 }
 

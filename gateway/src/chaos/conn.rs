@@ -54,11 +54,7 @@ impl Listener for ChaosListener {
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!(error = %e, "chaos: cannot set TCP_NODELAY");
                     }
-                    let io = AbortableIo {
-                        stream,
-                        handle: ConnHandle::default(),
-                        lingering: false,
-                    };
+                    let io = AbortableIo { stream, handle: ConnHandle::default(), lingering: false };
                     return (io, addr);
                 }
                 // The peer went away between SYN and accept: nothing to do.
@@ -111,10 +107,7 @@ impl AbortableIo {
             return Ok(());
         }
         self.arm_reset();
-        Err(io::Error::new(
-            io::ErrorKind::ConnectionReset,
-            "chaos: connection reset on purpose",
-        ))
+        Err(io::Error::new(io::ErrorKind::ConnectionReset, "chaos: connection reset on purpose"))
     }
 }
 
@@ -129,22 +122,14 @@ impl Drop for AbortableIo {
 }
 
 impl AsyncRead for AbortableIo {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         self.check()?;
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for AbortableIo {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.check()?;
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
@@ -176,8 +161,6 @@ impl AsyncWrite for AbortableIo {
 fn is_connection_error(e: &io::Error) -> bool {
     matches!(
         e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
     )
 }

@@ -87,9 +87,7 @@ impl Counters {
         self.by_protocol[protocol.index()].fetch_add(1, SeqCst);
         let seq = self.requests.fetch_add(1, SeqCst) + 1;
         self.in_flight.fetch_add(1, SeqCst);
-        let guard = InFlight {
-            counters: Arc::clone(self),
-        };
+        let guard = InFlight { counters: Arc::clone(self) };
         (seq, guard)
     }
 

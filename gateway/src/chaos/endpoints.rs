@@ -63,10 +63,7 @@ pub(crate) async fn expire_tokens(State(state): State<ChaosState>) -> Response {
 /// `GET /models`: always healthy, so probes cannot see model-level chaos.
 pub(crate) async fn models(State(state): State<ChaosState>) -> Response {
     state.inner.counters.model_list();
-    json_response(
-        StatusCode::OK,
-        Bytes::from_static(wire::MODELS_BODY.as_bytes()),
-    )
+    json_response(StatusCode::OK, Bytes::from_static(wire::MODELS_BODY.as_bytes()))
 }
 
 /// `GET /_chaos`: the default script and the counters.
@@ -84,21 +81,12 @@ pub(crate) async fn set(State(state): State<ChaosState>, body: Bytes) -> Respons
 
 /// Any other path: an OpenAI-shaped 404.
 pub(crate) async fn not_found() -> Response {
-    let body = wire::error_body(
-        "chaos upstream: no such endpoint",
-        "invalid_request_error",
-        "not_found",
-    );
+    let body = wire::error_body("chaos upstream: no such endpoint", "invalid_request_error", "not_found");
     json_response(StatusCode::NOT_FOUND, body)
 }
 
 /// `deployment` is set for Azure OpenAI, `None` for OpenAI.
-async fn inference(
-    state: ChaosState,
-    endpoint: Endpoint,
-    deployment: Option<String>,
-    request: Request,
-) -> Response {
+async fn inference(state: ChaosState, endpoint: Endpoint, deployment: Option<String>, request: Request) -> Response {
     let protocol = match deployment {
         Some(_) => Protocol::AzureOpenAi,
         None => Protocol::OpenAi,
@@ -106,10 +94,7 @@ async fn inference(
     let counters = Arc::clone(&state.inner.counters);
     let (seq, in_flight) = counters.begin(protocol);
     let (parts, body) = request.into_parts();
-    let conn = parts
-        .extensions
-        .get::<ConnectInfo<ConnHandle>>()
-        .map(|ConnectInfo(handle)| handle.clone());
+    let conn = parts.extensions.get::<ConnectInfo<ConnHandle>>().map(|ConnectInfo(handle)| handle.clone());
 
     let plan = match state.plan_for(&parts.headers) {
         Ok(plan) => plan,
@@ -160,11 +145,7 @@ async fn inference(
     }
 
     counters.status(plan.success_status.as_u16());
-    let ctx = BodyCtx {
-        counters: Arc::clone(&counters),
-        conn,
-        _in_flight: in_flight,
-    };
+    let ctx = BodyCtx { counters: Arc::clone(&counters), conn, _in_flight: in_flight };
     answer(&plan, endpoint, seq, &req, streaming, ctx)
 }
 
@@ -178,25 +159,13 @@ fn answer(
     ctx: BodyCtx,
 ) -> Response {
     let chunks = req.completion_chunks(plan.chunks);
-    let finish = if chunks < plan.chunks {
-        "length"
-    } else {
-        "stop"
-    };
+    let finish = if chunks < plan.chunks { "length" } else { "stop" };
     let completion = match endpoint {
         Endpoint::Embedding => 0,
         Endpoint::Chat | Endpoint::Completion => u64::from(chunks),
     };
-    let usage = Usage {
-        prompt: req.prompt_tokens,
-        completion,
-    };
-    let meta = Meta {
-        endpoint,
-        seq,
-        created: unix_now(),
-        model: &req.model,
-    };
+    let usage = Usage { prompt: req.prompt_tokens, completion };
+    let meta = Meta { endpoint, seq, created: unix_now(), model: &req.model };
 
     if streaming {
         ctx.counters.stream_started();
@@ -217,11 +186,7 @@ fn answer(
         return response;
     }
 
-    let text = if chunks < plan.chunks {
-        wire::truncate(&plan.content, chunks)
-    } else {
-        plan.content.clone()
-    };
+    let text = if chunks < plan.chunks { wire::truncate(&plan.content, chunks) } else { plan.content.clone() };
     let full = wire::full_body(&meta, &text, usage, finish, req.inputs);
     let cut = match (plan.reset_after, plan.hang_after) {
         (Some(_), _) => Some(Cut::Reset),
@@ -245,9 +210,7 @@ pub(crate) fn reset_before_headers(conn: Option<ConnHandle>) -> Response {
         // left is a body that breaks right after the headers.
         None => tracing::warn!("chaos: reset before headers needs chaos::serve; breaking the body"),
     }
-    let body = Body::from_stream(futures::stream::once(async {
-        Err::<Bytes, _>(stream::ResetError)
-    }));
+    let body = Body::from_stream(futures::stream::once(async { Err::<Bytes, _>(stream::ResetError) }));
     Response::new(body)
 }
 
@@ -262,16 +225,11 @@ fn control_view(state: &ChaosState) -> Response {
 /// A 400 made by the chaos upstream itself (bad script, bad request).
 fn client_error(message: &str, code: &str) -> Response {
     let (kind, _) = error_kind(StatusCode::BAD_REQUEST);
-    json_response(
-        StatusCode::BAD_REQUEST,
-        wire::error_body(message, kind, code),
-    )
+    json_response(StatusCode::BAD_REQUEST, wire::error_body(message, kind, code))
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 impl ChaosState {

@@ -75,10 +75,7 @@ impl InferenceRequest {
         Ok(Self {
             model: raw.model.unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
             stream: raw.stream.unwrap_or(false),
-            include_usage: raw
-                .stream_options
-                .and_then(|o| o.include_usage)
-                .unwrap_or(false),
+            include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
             max_tokens: raw.max_completion_tokens.or(raw.max_tokens),
             prompt_tokens: bytes.div_ceil(4).max(1),
             inputs,
@@ -109,32 +106,19 @@ impl<'de> Visitor<'de> for TextVisitor {
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
         let bytes = u64::try_from(v.len()).unwrap_or(u64::MAX);
-        Ok(Text {
-            bytes,
-            items: 0,
-            kind: Kind::Str,
-        })
+        Ok(Text { bytes, items: 0, kind: Kind::Str })
     }
 
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<Text, E> {
-        Ok(Text {
-            bytes: 4,
-            ..Text::default()
-        })
+        Ok(Text { bytes: 4, ..Text::default() })
     }
 
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<Text, E> {
-        Ok(Text {
-            bytes: 4,
-            ..Text::default()
-        })
+        Ok(Text { bytes: 4, ..Text::default() })
     }
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Text, E> {
-        Ok(Text {
-            bytes: 4,
-            ..Text::default()
-        })
+        Ok(Text { bytes: 4, ..Text::default() })
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Text, E> {
@@ -154,10 +138,7 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
-        let mut total = Text {
-            kind: Kind::Seq,
-            ..Text::default()
-        };
+        let mut total = Text { kind: Kind::Seq, ..Text::default() };
         while let Some(item) = seq.next_element::<Text>()? {
             total.bytes = total.bytes.saturating_add(item.bytes);
             total.items += u64::from(item.kind != Kind::Other);
@@ -191,9 +172,6 @@ mod tests {
         let r = InferenceRequest::parse(br#"{"model":"e","input":["a","b",[1,2]]}"#).unwrap();
         assert_eq!((r.inputs, r.prompt_tokens), (3, 3));
         let r = InferenceRequest::parse(b"{}").unwrap();
-        assert_eq!(
-            (r.model.as_str(), r.prompt_tokens, r.stream),
-            ("chaos-model", 1, false)
-        );
+        assert_eq!((r.model.as_str(), r.prompt_tokens, r.stream), ("chaos-model", 1, false));
     }
 }

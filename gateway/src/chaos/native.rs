@@ -87,11 +87,7 @@ impl Answer {
 
 /// `POST /v1/messages` and `/messages`.
 pub(crate) async fn messages(State(state): State<ChaosState>, request: Request) -> Response {
-    let call = Call {
-        protocol: Protocol::Anthropic,
-        model: None,
-        stream: false,
-    };
+    let call = Call { protocol: Protocol::Anthropic, model: None, stream: false };
     inference(state, Ok(call), request).await
 }
 
@@ -99,11 +95,7 @@ pub(crate) async fn messages(State(state): State<ChaosState>, request: Request) 
 /// beta API versions).
 pub(crate) async fn vertex(State(state): State<ChaosState>, request: Request) -> Response {
     let path = request.uri().path();
-    let rest = path
-        .strip_prefix("/v1/")
-        .or_else(|| path.strip_prefix("/v1beta1/"))
-        .unwrap_or_default()
-        .to_owned();
+    let rest = path.strip_prefix("/v1/").or_else(|| path.strip_prefix("/v1beta1/")).unwrap_or_default().to_owned();
     inference(state, protocol::vertex(&rest), request).await
 }
 
@@ -121,12 +113,7 @@ pub(crate) async fn gemini(State(state): State<ChaosState>, request: Request) ->
 
 /// `POST /model/{id}/converse|converse-stream` (Bedrock).
 pub(crate) async fn bedrock(State(state): State<ChaosState>, request: Request) -> Response {
-    let rest = request
-        .uri()
-        .path()
-        .strip_prefix("/model/")
-        .unwrap_or_default()
-        .to_owned();
+    let rest = request.uri().path().strip_prefix("/model/").unwrap_or_default().to_owned();
     inference(state, protocol::bedrock(&rest), request).await
 }
 
@@ -138,10 +125,7 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
     let counters = Arc::clone(&state.inner.counters);
     let (seq, in_flight) = counters.begin(protocol);
     let (parts, body) = request.into_parts();
-    let conn = parts
-        .extensions
-        .get::<ConnectInfo<ConnHandle>>()
-        .map(|ConnectInfo(handle)| handle.clone());
+    let conn = parts.extensions.get::<ConnectInfo<ConnHandle>>().map(|ConnectInfo(handle)| handle.clone());
     let refuse = |response: Response| {
         counters.status(response.status().as_u16());
         response
@@ -154,20 +138,14 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
     let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(body) => body,
         Err(e) => {
-            return refuse(errors::invalid(
-                protocol,
-                &format!("cannot read request body: {e}"),
-            ));
+            return refuse(errors::invalid(protocol, &format!("cannot read request body: {e}")));
         }
     };
     if let Some(response) = state.refuse_auth(protocol, &parts, &body) {
         return refuse(response);
     }
     if protocol == Protocol::Anthropic && !parts.headers.contains_key("anthropic-version") {
-        return refuse(errors::invalid(
-            protocol,
-            "anthropic-version: header is required",
-        ));
+        return refuse(errors::invalid(protocol, "anthropic-version: header is required"));
     }
     let req = match NativeRequest::parse(&call, &body) {
         Ok(req) => req,
@@ -200,11 +178,7 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
     }
 
     counters.status(plan.success_status.as_u16());
-    let ctx = BodyCtx {
-        counters: Arc::clone(&counters),
-        conn,
-        _in_flight: in_flight,
-    };
+    let ctx = BodyCtx { counters: Arc::clone(&counters), conn, _in_flight: in_flight };
     let sse = protocol::query_param(parts.uri.query(), "alt").as_deref() == Some("sse");
     let answer = answer(&plan, &call, seq, &req, sse);
     respond(&plan, protocol.family(), answer, streaming, ctx)
@@ -216,11 +190,7 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
         Some(max) => u32::try_from(max).map_or(plan.chunks, |max| plan.chunks.min(max)),
         None => plan.chunks,
     };
-    let tool = plan
-        .tool_call
-        .as_ref()
-        .filter(|name| req.tools.iter().any(|t| t == *name))
-        .cloned();
+    let tool = plan.tool_call.as_ref().filter(|name| req.tools.iter().any(|t| t == *name)).cloned();
     // A trailing assistant message is continued where it stops, as a model does: the
     // words it already holds are skipped and the next one starts with the space that
     // a prefill (trailing whitespace trimmed) lacks.
@@ -302,13 +272,7 @@ fn json_fragment(s: &str) -> String {
     quoted[1..quoted.len() - 1].to_owned()
 }
 
-fn respond(
-    plan: &Arc<Plan>,
-    family: Family,
-    answer: Answer,
-    streaming: bool,
-    ctx: BodyCtx,
-) -> Response {
+fn respond(plan: &Arc<Plan>, family: Family, answer: Answer, streaming: bool, ctx: BodyCtx) -> Response {
     if streaming {
         ctx.counters.stream_started();
         let content_type = match family {
@@ -316,13 +280,7 @@ fn respond(
             Family::Gemini if !answer.sse => "application/json",
             _ => "text/event-stream",
         };
-        let body = NativeStream {
-            ctx,
-            plan: Arc::clone(plan),
-            answer,
-            family,
-        }
-        .into_body();
+        let body = NativeStream { ctx, plan: Arc::clone(plan), answer, family }.into_body();
         let mut response = Response::new(body);
         *response.status_mut() = plan.success_status;
         let headers = response.headers_mut();

@@ -85,11 +85,8 @@ impl Plan {
             (None, true) => FailMode::Always(ErrorReply::new(script, status)),
             (None, false) => FailMode::Never,
         };
-        let success_status = if status < 400 {
-            StatusCode::from_u16(status).unwrap_or(StatusCode::OK)
-        } else {
-            StatusCode::OK
-        };
+        let success_status =
+            if status < 400 { StatusCode::from_u16(status).unwrap_or(StatusCode::OK) } else { StatusCode::OK };
         let chunks = script.chunks.unwrap_or(DEFAULT_CHUNKS);
         Self {
             fail,
@@ -166,9 +163,7 @@ impl ErrorReply {
 pub(crate) fn json_response(status: StatusCode, body: Bytes) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 

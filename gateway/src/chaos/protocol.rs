@@ -97,17 +97,7 @@ pub(crate) struct NoCall;
 /// (the `/v1` already stripped by the route).
 pub(crate) fn vertex(rest: &str) -> Result<Call, NoCall> {
     let parts: Vec<&str> = rest.split('/').collect();
-    let [
-        "projects",
-        project,
-        "locations",
-        location,
-        "publishers",
-        publisher,
-        "models",
-        tail,
-    ] = parts[..]
-    else {
+    let ["projects", project, "locations", location, "publishers", publisher, "models", tail] = parts[..] else {
         return Err(NoCall);
     };
     if project.is_empty() || location.is_empty() {
@@ -155,11 +145,7 @@ fn named(protocol: Protocol, model: &str, stream: bool) -> Result<Call, NoCall> 
     if model.is_empty() {
         return Err(NoCall);
     }
-    Ok(Call {
-        protocol,
-        model: Some(model.to_owned()),
-        stream,
-    })
+    Ok(Call { protocol, model: Some(model.to_owned()), stream })
 }
 
 /// Decodes `%XX` escapes; `None` for a bad escape or non-UTF-8 result.
@@ -194,38 +180,19 @@ mod tests {
 
     #[test]
     fn paths_name_calls() {
-        let c = vertex(
-            "projects/p/locations/us-east5/publishers/anthropic/models/claude@1:streamRawPredict",
-        )
-        .unwrap();
-        assert_eq!(
-            (c.protocol, c.model.as_deref(), c.stream),
-            (Protocol::VertexAnthropic, Some("claude@1"), true)
-        );
-        let c = vertex("projects/p/locations/global/publishers/google/models/g:generateContent")
-            .unwrap();
+        let c = vertex("projects/p/locations/us-east5/publishers/anthropic/models/claude@1:streamRawPredict").unwrap();
+        assert_eq!((c.protocol, c.model.as_deref(), c.stream), (Protocol::VertexAnthropic, Some("claude@1"), true));
+        let c = vertex("projects/p/locations/global/publishers/google/models/g:generateContent").unwrap();
         assert_eq!((c.protocol, c.stream), (Protocol::VertexGemini, false));
-        assert_eq!(
-            vertex("projects/p/locations/l/publishers/x/models/m:rawPredict"),
-            Err(NoCall)
-        );
+        assert_eq!(vertex("projects/p/locations/l/publishers/x/models/m:rawPredict"), Err(NoCall));
         assert!(gemini("gemini-2.0:streamGenerateContent").unwrap().stream);
         assert_eq!(gemini("m:predict"), Err(NoCall));
         let arn = "arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Aapplication-inference-profile%2Fabc";
         let c = bedrock(&format!("{arn}/converse-stream")).unwrap();
-        assert_eq!(
-            c.model.as_deref(),
-            Some("arn:aws:bedrock:us-east-1:1:application-inference-profile/abc")
-        );
+        assert_eq!(c.model.as_deref(), Some("arn:aws:bedrock:us-east-1:1:application-inference-profile/abc"));
         // The same ARN with a literal '/': not an operation.
-        assert_eq!(
-            bedrock("arn:aws:bedrock:us-east-1:1:application-inference-profile/abc/converse"),
-            Err(NoCall)
-        );
-        assert_eq!(
-            query_param(Some("a=1&api-version=2024-10-21"), "api-version").as_deref(),
-            Some("2024-10-21")
-        );
+        assert_eq!(bedrock("arn:aws:bedrock:us-east-1:1:application-inference-profile/abc/converse"), Err(NoCall));
+        assert_eq!(query_param(Some("a=1&api-version=2024-10-21"), "api-version").as_deref(), Some("2024-10-21"));
         assert_eq!(query_param(Some("alt=sse"), "api-version"), None);
     }
 }

@@ -143,16 +143,10 @@ impl Script {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Script::default());
         }
-        let map: Map<String, Value> =
-            serde_json::from_slice(body).map_err(|e| ScriptError::Json(e.to_string()))?;
+        let map: Map<String, Value> = serde_json::from_slice(body).map_err(|e| ScriptError::Json(e.to_string()))?;
         let mut script = Script::default();
         for (field, value) in map {
-            script
-                .set(&field, value)
-                .map_err(|message| ScriptError::Field {
-                    path: field.clone(),
-                    message,
-                })?;
+            script.set(&field, value).map_err(|message| ScriptError::Field { path: field.clone(), message })?;
         }
         script.validate_as(Origin::Json)?;
         Ok(script)
@@ -168,30 +162,18 @@ impl Script {
             let Some(suffix) = name.as_str().strip_prefix(HEADER_PREFIX) else {
                 continue;
             };
-            let bad = |message: String| ScriptError::Field {
-                path: name.as_str().to_owned(),
-                message,
-            };
+            let bad = |message: String| ScriptError::Field { path: name.as_str().to_owned(), message };
             let Some(field) = Self::FIELDS.iter().find(|f| same_name(f, suffix)) else {
                 let known: Vec<String> = Self::FIELDS.iter().map(|f| header_name(f)).collect();
-                return Err(bad(format!(
-                    "unknown chaos header, expected one of: {}",
-                    known.join(", ")
-                )));
+                return Err(bad(format!("unknown chaos header, expected one of: {}", known.join(", "))));
             };
-            let raw = value
-                .to_str()
-                .map_err(|_| bad("value is not visible ASCII".to_owned()))?
-                .trim();
+            let raw = value.to_str().map_err(|_| bad("value is not visible ASCII".to_owned()))?.trim();
             let value = if matches!(*field, "error_code" | "tool_call") {
                 Value::String(raw.to_owned())
             } else {
                 serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
             };
-            script
-                .get_or_insert_default()
-                .set(field, value)
-                .map_err(bad)?;
+            script.get_or_insert_default().set(field, value).map_err(bad)?;
         }
         if let Some(script) = &script {
             script.validate_as(Origin::Header)?;
@@ -221,26 +203,16 @@ impl Script {
             return Err(("status", format!("must be from 200 to 599, got {s}")));
         }
         if let Some(code) = &self.error_code
-            && (code.is_empty()
-                || code.len() > 64
-                || !code.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            && (code.is_empty() || code.len() > 64 || !code.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
         {
-            return Err((
-                "error_code",
-                format!("must be 1 to 64 letters, digits or '_', got {code:?}"),
-            ));
+            return Err(("error_code", format!("must be 1 to 64 letters, digits or '_', got {code:?}")));
         }
         if let Some(name) = &self.tool_call
             && (name.is_empty()
                 || name.len() > 64
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
         {
-            return Err((
-                "tool_call",
-                format!("must be 1 to 64 letters, digits, '_' or '-', got {name:?}"),
-            ));
+            return Err(("tool_call", format!("must be 1 to 64 letters, digits, '_' or '-', got {name:?}")));
         }
         let ms_fields = [
             ("first_byte_ms", self.first_byte_ms),
@@ -252,10 +224,7 @@ impl Script {
             if let Some(ms) = ms
                 && ms > MAX_MS
             {
-                return Err((
-                    field,
-                    format!("must be at most {MAX_MS} (one day), got {ms}"),
-                ));
+                return Err((field, format!("must be at most {MAX_MS} (one day), got {ms}")));
             }
         }
         if let Some(s) = self.retry_after
@@ -289,11 +258,7 @@ fn header_name(field: &str) -> String {
 
 /// Whether a header suffix (`fail-rate`) names a field (`fail_rate`).
 fn same_name(field: &str, suffix: &str) -> bool {
-    field.len() == suffix.len()
-        && field
-            .bytes()
-            .zip(suffix.bytes())
-            .all(|(f, s)| f == s || (f == b'_' && s == b'-'))
+    field.len() == suffix.len() && field.bytes().zip(suffix.bytes()).all(|(f, s)| f == s || (f == b'_' && s == b'-'))
 }
 
 #[cfg(test)]
@@ -326,15 +291,9 @@ mod tests {
     #[test]
     fn json_errors_name_the_field() {
         let err = Script::from_json(br#"{"statuss":503}"#).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("statuss: unknown field, expected one of: status, error_code,")
-        );
+        assert!(err.to_string().starts_with("statuss: unknown field, expected one of: status, error_code,"));
         let err = Script::from_json(br#"{"chunks":"many"}"#).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            r#"chunks: invalid type: string "many", expected u32"#
-        );
+        assert_eq!(err.to_string(), r#"chunks: invalid type: string "many", expected u32"#);
         let err = Script::from_json(br#"{"fail_rate":1.5}"#).unwrap_err();
         assert_eq!(err.to_string(), "fail_rate: must be from 0 to 1, got 1.5");
         let err = Script::from_json(b"[1]").unwrap_err();
@@ -343,10 +302,7 @@ mod tests {
 
     #[test]
     fn headers_parse_and_name_the_header() {
-        assert_eq!(
-            Script::from_headers(&headers(&[("accept", "x")])).unwrap(),
-            None
-        );
+        assert_eq!(Script::from_headers(&headers(&[("accept", "x")])).unwrap(), None);
         let s = Script::from_headers(&headers(&[
             ("x-chaos-status", "400"),
             ("x-chaos-error-code", "context_length_exceeded"),
@@ -361,15 +317,9 @@ mod tests {
         assert_eq!(s.fail_rate, Some(0.25));
 
         let err = Script::from_headers(&headers(&[("x-chaos-status", "99")])).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "x-chaos-status: must be from 200 to 599, got 99"
-        );
+        assert_eq!(err.to_string(), "x-chaos-status: must be from 200 to 599, got 99");
         let err = Script::from_headers(&headers(&[("x-chaos-chunks", "abc")])).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            r#"x-chaos-chunks: invalid type: string "abc", expected u32"#
-        );
+        assert_eq!(err.to_string(), r#"x-chaos-chunks: invalid type: string "abc", expected u32"#);
         let s = Script::from_headers(&headers(&[
             ("x-chaos-tool-call", "get_weather"),
             ("x-chaos-error-after-chunks", "0"),
@@ -378,33 +328,17 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(s.tool_call.as_deref(), Some("get_weather"));
-        assert_eq!(
-            (s.error_after_chunks, s.cache_read_tokens),
-            (Some(0), Some(7))
-        );
+        assert_eq!((s.error_after_chunks, s.cache_read_tokens), (Some(0), Some(7)));
         let err = Script::from_headers(&headers(&[("x-chaos-tool-call", "a b")])).unwrap_err();
-        assert!(
-            err.to_string().starts_with("x-chaos-tool-call: must be"),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("x-chaos-tool-call: must be"), "{err}");
         let err = Script::from_headers(&headers(&[("x-chaos-bogus", "1")])).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("x-chaos-bogus: unknown chaos header")
-        );
+        assert!(err.to_string().starts_with("x-chaos-bogus: unknown chaos header"));
     }
 
     #[test]
     fn header_script_wins_over_default() {
-        let default = Script {
-            status: Some(503),
-            chunks: Some(9),
-            ..Script::default()
-        };
-        let header = Script {
-            status: Some(200),
-            ..Script::default()
-        };
+        let default = Script { status: Some(503), chunks: Some(9), ..Script::default() };
+        let header = Script { status: Some(200), ..Script::default() };
         let merged = header.over(&default);
         assert_eq!(merged.status, Some(200));
         assert_eq!(merged.chunks, Some(9));

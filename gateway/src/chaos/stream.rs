@@ -93,11 +93,7 @@ impl BodyCtx {
 
 impl Sse {
     pub(crate) fn into_body(self) -> Body {
-        let state = SseState {
-            sse: self,
-            step: Step::FirstByte,
-            events: 0,
-        };
+        let state = SseState { sse: self, step: Step::FirstByte, events: 0 };
         Body::from_stream(futures::stream::unfold(state, |mut state| async move {
             let item = state.next().await?;
             Some((item, state))
@@ -146,16 +142,10 @@ impl SseState {
                     }
                     self.step = Step::Content(i + 1);
                     let (endpoint, text) = (self.sse.endpoint, wire::word(i));
-                    return Some(Ok(
-                        self.event(|p| wire::content_event(p, endpoint, text, i == 0))
-                    ));
+                    return Some(Ok(self.event(|p| wire::content_event(p, endpoint, text, i == 0))));
                 }
                 Step::Finish => {
-                    self.step = if self.sse.usage.is_some() {
-                        Step::Usage
-                    } else {
-                        Step::Done
-                    };
+                    self.step = if self.sse.usage.is_some() { Step::Usage } else { Step::Done };
                     let (endpoint, finish) = (self.sse.endpoint, self.sse.finish);
                     return Some(Ok(self.event(|p| wire::finish_event(p, endpoint, finish))));
                 }
@@ -191,19 +181,16 @@ impl SseState {
 pub(crate) fn cut_body(full: Bytes, cut: Cut, ctx: BodyCtx) -> Body {
     let half = full.slice(..full.len() / 2);
     let state = (Some(half), Some(ctx));
-    Body::from_stream(futures::stream::unfold(
-        state,
-        move |(head, ctx)| async move {
-            if let Some(head) = head {
-                return Some((Ok(head), (None, ctx)));
-            }
-            let ctx = ctx?;
-            match cut {
-                Cut::Reset => Some((Err(ctx.reset().await), (None, None))),
-                Cut::Hang => match ctx.hang().await {},
-            }
-        },
-    ))
+    Body::from_stream(futures::stream::unfold(state, move |(head, ctx)| async move {
+        if let Some(head) = head {
+            return Some((Ok(head), (None, ctx)));
+        }
+        let ctx = ctx?;
+        match cut {
+            Cut::Reset => Some((Err(ctx.reset().await), (None, None))),
+            Cut::Hang => match ctx.hang().await {},
+        }
+    }))
 }
 
 /// `tokio::time::sleep`, without arming a timer for zero.

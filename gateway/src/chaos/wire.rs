@@ -91,13 +91,7 @@ pub(crate) fn word(i: u32) -> &'static str {
 }
 
 /// A non-streaming answer: chat, completion or embedding.
-pub(crate) fn full_body(
-    meta: &Meta<'_>,
-    text: &[u8],
-    usage: Usage,
-    finish: &str,
-    inputs: u64,
-) -> Bytes {
+pub(crate) fn full_body(meta: &Meta<'_>, text: &[u8], usage: Usage, finish: &str, inputs: u64) -> Bytes {
     let mut out = Vec::with_capacity(256 + text.len());
     match meta.endpoint {
         Endpoint::Chat => {
@@ -279,24 +273,13 @@ mod tests {
 
     #[test]
     fn rendered_bodies_are_valid_json() {
-        let meta = Meta {
-            endpoint: Endpoint::Chat,
-            seq: 42,
-            created: 7,
-            model: "m\"\u{1}x",
-        };
-        let usage = Usage {
-            prompt: 2,
-            completion: 5,
-        };
+        let meta = Meta { endpoint: Endpoint::Chat, seq: 42, created: 7, model: "m\"\u{1}x" };
+        let usage = Usage { prompt: 2, completion: 5 };
         let body = full_body(&meta, &content(5), usage, "stop", 1);
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["id"], "chatcmpl-chaos-42");
         assert_eq!(v["model"], "m\"\u{1}x");
-        assert_eq!(
-            v["choices"][0]["message"]["content"],
-            "The upstream said hello and "
-        );
+        assert_eq!(v["choices"][0]["message"]["content"], "The upstream said hello and ");
         assert_eq!(v["usage"]["total_tokens"], 7);
         let prefix = event_prefix(&meta);
         for event in [
@@ -304,23 +287,13 @@ mod tests {
             finish_event(&prefix, Endpoint::Chat, "stop"),
             usage_event(&prefix, usage),
         ] {
-            let json = event
-                .strip_prefix(b"data: ")
-                .unwrap()
-                .strip_suffix(b"\n\n")
-                .unwrap();
+            let json = event.strip_prefix(b"data: ").unwrap().strip_suffix(b"\n\n").unwrap();
             let v: Value = serde_json::from_slice(json).unwrap();
             assert_eq!(v["object"], "chat.completion.chunk");
         }
-        let embed = Meta {
-            endpoint: Endpoint::Embedding,
-            ..meta
-        };
+        let embed = Meta { endpoint: Endpoint::Embedding, ..meta };
         let v: Value = serde_json::from_slice(&full_body(&embed, b"", usage, "", 2)).unwrap();
         assert_eq!(v["data"].as_array().unwrap().len(), 2);
-        assert_eq!(
-            truncate(&content(5), 2),
-            Bytes::from_static(b"The upstream ")
-        );
+        assert_eq!(truncate(&content(5), 2), Bytes::from_static(b"The upstream "));
     }
 }

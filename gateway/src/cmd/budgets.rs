@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use sluice_crds::snapshot::BudgetConfig;
-use sluice_ledger::budget::{BudgetReport, BudgetState};
 use sluice_ledger::Ledger;
+use sluice_ledger::budget::{BudgetReport, BudgetState};
 
 /// Options of `budgets`.
 #[derive(clap::Args, Debug, Clone)]
@@ -37,7 +37,9 @@ pub async fn run(args: BudgetsArgs) -> anyhow::Result<()> {
     for p in resolved.errors() {
         tracing::warn!(problem = %p, "manifest problem");
     }
-    let ledger = Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", crate::cmd::serve::redact(&args.ledger)))?;
+    let ledger = Ledger::connect(&args.ledger)
+        .await
+        .with_context(|| format!("opening the ledger {}", crate::cmd::serve::redact(&args.ledger)))?;
     let mut rows = Vec::new();
     for b in &resolved.snapshot.budgets {
         rows.push((b, evaluate(&ledger, b).await?));

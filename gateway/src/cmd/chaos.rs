@@ -22,12 +22,7 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "ID", requires = "aws_secret_access_key")]
     pub aws_access_key_id: Option<String>,
     /// ... and this secret key.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "SLUICE_CHAOS_AWS_SECRET_ACCESS_KEY",
-        requires = "aws_access_key_id"
-    )]
+    #[arg(long, value_name = "SECRET", env = "SLUICE_CHAOS_AWS_SECRET_ACCESS_KEY", requires = "aws_access_key_id")]
     pub aws_secret_access_key: Option<String>,
     /// Vertex AI requests must carry an access token issued by this upstream
     /// (`POST /token` or the metadata server).
@@ -46,31 +41,21 @@ impl ChaosArgs {
     /// The credentials these flags ask the upstream to check.
     pub fn auth(&self) -> anyhow::Result<ChaosAuth> {
         let aws = match (&self.aws_access_key_id, &self.aws_secret_access_key) {
-            (Some(id), Some(secret)) => Some(AwsKeys {
-                access_key_id: id.clone(),
-                secret_access_key: secret.clone(),
-            }),
+            (Some(id), Some(secret)) => Some(AwsKeys { access_key_id: id.clone(), secret_access_key: secret.clone() }),
             _ => None,
         };
         let service_account = match &self.gcp_service_account {
             Some(path) => {
-                let json = std::fs::read(path)
-                    .with_context(|| format!("chaos: cannot read {}", path.display()))?;
+                let json = std::fs::read(path).with_context(|| format!("chaos: cannot read {}", path.display()))?;
                 let account = ServiceAccount::from_key_json(&json)
                     .map_err(|e| anyhow::anyhow!("chaos: {}: {e}", path.display()))?;
                 Some(account)
             }
             None => None,
         };
-        let google = (self.gcp_tokens || service_account.is_some()).then(|| GoogleAuth {
-            service_account,
-            token_ttl: std::time::Duration::from_secs(self.token_ttl),
-        });
-        Ok(ChaosAuth {
-            api_key: self.api_key.clone(),
-            aws,
-            google,
-        })
+        let google = (self.gcp_tokens || service_account.is_some())
+            .then(|| GoogleAuth { service_account, token_ttl: std::time::Duration::from_secs(self.token_ttl) });
+        Ok(ChaosAuth { api_key: self.api_key.clone(), aws, google })
     }
 }
 
@@ -78,9 +63,8 @@ impl ChaosArgs {
 /// stderr, for tests that pass port 0) and serves until SIGINT or SIGTERM.
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let auth = args.auth()?;
-    let listener = TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("chaos: cannot listen on {}", args.listen))?;
+    let listener =
+        TcpListener::bind(&args.listen).await.with_context(|| format!("chaos: cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("chaos: no local address")?;
     tracing::info!("listening on http://{addr}");
     eprintln!("listening on http://{addr}");
@@ -127,10 +111,7 @@ mod tests {
         let auth = cli.chaos.auth().unwrap();
         assert_eq!(auth.api_key.as_deref(), Some("k"));
         assert_eq!(auth.aws.unwrap().access_key_id, "AKID");
-        assert_eq!(
-            auth.google.unwrap().token_ttl,
-            std::time::Duration::from_secs(5)
-        );
+        assert_eq!(auth.google.unwrap().token_ttl, std::time::Duration::from_secs(5));
         assert!(Cli::try_parse_from(["chaos", "--aws-access-key-id", "AKID"]).is_err());
     }
 }

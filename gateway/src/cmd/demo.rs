@@ -15,8 +15,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::chaos::ChaosState;
-use crate::route::health::Circuit;
 use crate::cmd::serve::{ServeArgs, build, spawn_loops};
+use crate::route::health::Circuit;
 
 mod cast;
 mod report;
@@ -128,7 +128,11 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let loops = spawn_loops(gw.clone(), &serve_args, "demo".into());
-    let server = tokio::spawn(crate::server::serve_http(listener, crate::server::router(gw.clone()), futures::future::pending()));
+    let server = tokio::spawn(crate::server::serve_http(
+        listener,
+        crate::server::router(gw.clone()),
+        futures::future::pending(),
+    ));
 
     writeln!(out, "{}", style.bold("sluice demo"))?;
     writeln!(out, "  gateway   http://{addr}/v1   (ledger {ledger_url}, account \"demo\" with $20.00)")?;
@@ -137,7 +141,11 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
             cast::Credential::ApiKey(secret, _) => format!("checks the API key in Secret {secret}"),
             cast::Credential::ServiceAccount => "checks Google tokens for the vertex-sa service account".to_string(),
         };
-        writeln!(out, "  upstream  {:<16} {:<17} {url:<23} ~{}ms, {checks}", member.name, member.protocol, member.first_byte_ms)?;
+        writeln!(
+            out,
+            "  upstream  {:<16} {:<17} {url:<23} ~{}ms, {checks}",
+            member.name, member.protocol, member.first_byte_ms
+        )?;
     }
     writeln!(
         out,

@@ -121,7 +121,8 @@ pub fn holder_id(args: &ServeArgs) -> String {
 
 /// Builds the gateway for `args` (config loaded, ledger connected), without serving.
 pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
-    let ledger = Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", redact(&args.ledger)))?;
+    let ledger =
+        Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", redact(&args.ledger)))?;
     let settings = HealthSettings { window: args.health_window, ..HealthSettings::default() };
     let mut gw = Gateway::new(settings, Secrets::new(args.secrets_dir.clone()), Some(ledger.clone()), args.auth);
     if args.auth == AuthMode::Keys {
@@ -163,7 +164,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         drain.draining.store(true, std::sync::atomic::Ordering::Relaxed);
         if !delay.is_zero() {
-            tracing::info!(delay_ms = delay.as_millis() as u64, "shutting down: /readyz now answers 503, still accepting for the delay");
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "shutting down: /readyz now answers 503, still accepting for the delay"
+            );
             tokio::time::sleep(delay).await;
         }
         tracing::info!("shutting down: no new connections, letting requests in flight finish");

@@ -136,7 +136,9 @@ impl Secrets {
                     v.set_sensitive(true);
                     fresh.insert(u.key.clone(), (name, v));
                 }
-                _ => tracing::warn!(upstream = %u.key, secret = %a.secret, "secret value is not a valid header value; not sent"),
+                _ => {
+                    tracing::warn!(upstream = %u.key, secret = %a.secret, "secret value is not a valid header value; not sent")
+                }
             }
         }
         *self.headers.write().unwrap_or_else(|e| e.into_inner()) = fresh;

@@ -82,14 +82,22 @@ impl Resumer {
 
     /// Starts the next continuation, trying the unused candidates in spec order, those
     /// with an open circuit last.
-    async fn next(&mut self, delivered: &Delivered, reason: ResumeReason, broken_upstream: &str) -> Option<Continuation> {
+    async fn next(
+        &mut self,
+        delivered: &Delivered,
+        reason: ResumeReason,
+        broken_upstream: &str,
+    ) -> Option<Continuation> {
         if self.resumes >= MAX_RESUMES {
             return None;
         }
         let (prefill, tail) = delivered.prefill();
         let now = Instant::now();
-        let mut order: Vec<usize> = (0..self.route.candidates.len()).filter(|i| self.used.get(*i) == Some(&false)).collect();
-        order.sort_by_key(|i| self.route.candidates.get(*i).is_some_and(|c| c.upstream.health.circuit(now) == Circuit::Open));
+        let mut order: Vec<usize> =
+            (0..self.route.candidates.len()).filter(|i| self.used.get(*i) == Some(&false)).collect();
+        order.sort_by_key(|i| {
+            self.route.candidates.get(*i).is_some_and(|c| c.upstream.health.circuit(now) == Circuit::Open)
+        });
         for idx in order {
             if Instant::now() >= self.deadline {
                 return None;
@@ -131,7 +139,15 @@ impl Resumer {
                             "resuming a broken stream on another upstream"
                         );
                         let idle = IdleWatch::of(attempt.upstream());
-                        return Some(Continuation { first, rest, mode, idle, candidate: idx, attempt, prompt_bound: body.input_bound });
+                        return Some(Continuation {
+                            first,
+                            rest,
+                            mode,
+                            idle,
+                            candidate: idx,
+                            attempt,
+                            prompt_bound: body.input_bound,
+                        });
                     }
                     // A refused prefill is tried again as a replay on the same candidate.
                     Err(outcome) if outcome == Outcome::Http4xx && matches!(mode, Mode::Prefill { .. }) => continue,
@@ -155,7 +171,11 @@ impl Resumer {
         let no_trace = crate::telemetry::traces::RequestTrace::default();
         let spec = attempt::AttemptSpec {
             endpoint: req.endpoint,
-            body: if native.is_some() { Bytes::new() } else { req.upstream_body(&c.cfg.model, self.route.cfg.default_max_tokens) },
+            body: if native.is_some() {
+                Bytes::new()
+            } else {
+                req.upstream_body(&c.cfg.model, self.route.cfg.default_max_tokens)
+            },
             model: &c.cfg.model,
             native,
             stream: true,
@@ -246,7 +266,11 @@ pub(super) async fn pump(
                         let text = String::from_utf8_lossy(&raw);
                         let data = text.trim().trim_start_matches("data:").trim();
                         if is_error(data) {
-                            broke = Some((Outcome::Reset, ResumeReason::ErrorEvent, format!("the upstream sent an error: {data}")));
+                            broke = Some((
+                                Outcome::Reset,
+                                ResumeReason::ErrorEvent,
+                                format!("the upstream sent an error: {data}"),
+                            ));
                             break;
                         }
                         if f.is_some() {
@@ -270,7 +294,8 @@ pub(super) async fn pump(
                                 Spliced::Diverged => {
                                     // The replay's upstream did nothing wrong; the client's
                                     // stream cannot go on.
-                                    let (outcome, reason) = first_break.clone().unwrap_or((Outcome::Reset, String::new()));
+                                    let (outcome, reason) =
+                                        first_break.clone().unwrap_or((Outcome::Reset, String::new()));
                                     end_attempt(&mut end, &mut cur, Outcome::Ok, &resumer, &mut earlier);
                                     tracing::warn!(route = %resumer.route.cfg.name, upstream = %upstream_name, "the replay differs from what the client has; the stream ends");
                                     return broken(end, outcome, &reason);
@@ -315,9 +340,19 @@ pub(super) async fn pump(
                     continue;
                 }
                 Ok(None) if finished => return done(end, cur, &resumer, earlier),
-                Ok(None) => broke = Some((Outcome::Reset, ResumeReason::Cut, "the upstream closed the stream before it finished".into())),
-                Ok(Some(Err(StreamError::Upstream(e)))) => broke = Some((Outcome::Reset, ResumeReason::ErrorEvent, format!("the upstream sent an error: {e}"))),
-                Ok(Some(Err(e))) => broke = Some((Outcome::Reset, ResumeReason::Reset, format!("the upstream stream broke: {e}"))),
+                Ok(None) => {
+                    broke = Some((
+                        Outcome::Reset,
+                        ResumeReason::Cut,
+                        "the upstream closed the stream before it finished".into(),
+                    ))
+                }
+                Ok(Some(Err(StreamError::Upstream(e)))) => {
+                    broke = Some((Outcome::Reset, ResumeReason::ErrorEvent, format!("the upstream sent an error: {e}")))
+                }
+                Ok(Some(Err(e))) => {
+                    broke = Some((Outcome::Reset, ResumeReason::Reset, format!("the upstream stream broke: {e}")))
+                }
                 Err(_) => {
                     let reason = format!("the upstream sent nothing for {}ms", limit.as_millis());
                     broke = Some((Outcome::IdleTimeout, ResumeReason::IdleTimeout, reason));
@@ -336,7 +371,12 @@ pub(super) async fn pump(
         };
         let Some(c) = next else { return broken(end, first_detail.0, &first_detail.1) };
         upstream_name = c.attempt.upstream().cfg.name.clone();
-        cur = Current { attempt: Some((c.candidate, c.attempt)), usage: None, content_events: 0, prompt_bound: c.prompt_bound };
+        cur = Current {
+            attempt: Some((c.candidate, c.attempt)),
+            usage: None,
+            content_events: 0,
+            prompt_bound: c.prompt_bound,
+        };
         mode = c.mode;
         rest = c.rest;
         idle = c.idle;
@@ -349,7 +389,8 @@ pub(super) async fn pump(
 /// An OpenAI-style in-stream error event: `{"error": …}` and no choices.
 fn is_error(data: &str) -> bool {
     data.contains("\"error\"")
-        && serde_json::from_str::<Value>(data).is_ok_and(|v| v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none())
+        && serde_json::from_str::<Value>(data)
+            .is_ok_and(|v| v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none())
 }
 
 /// Ends the attempt being relayed: the first one's outcome and usage go to `end`, a

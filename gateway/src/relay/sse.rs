@@ -254,7 +254,8 @@ mod tests {
     #[test]
     fn null_finish_reason_is_not_a_finish() {
         let mut s = Splitter::default();
-        let events = s.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}],\"usage\":null}\n\n");
+        let events =
+            s.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}],\"usage\":null}\n\n");
         assert!(matches!(events[0], Event::Chunk { finished: None, usage: None, usage_only: false, .. }));
     }
 

@@ -61,23 +61,39 @@ fn refuses_bad_requests_naming_the_field() {
     assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[ ]}"#), "'messages' must not be empty");
     assert_eq!(err(Endpoint::Completions, r#"{"model":"m","prompt":3}"#), "'prompt' must be a string or an array");
     assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"stream":"yes"}"#), "'stream' must be a boolean");
-    assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"max_tokens":-1}"#), "'max_tokens' must be a positive integer");
-    assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"max_completion_tokens":1.5}"#), "'max_completion_tokens' must be a positive integer");
-    assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"stream_options":[]}"#), "'stream_options' must be an object");
+    assert_eq!(
+        err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"max_tokens":-1}"#),
+        "'max_tokens' must be a positive integer"
+    );
+    assert_eq!(
+        err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"max_completion_tokens":1.5}"#),
+        "'max_completion_tokens' must be a positive integer"
+    );
+    assert_eq!(
+        err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"stream_options":[]}"#),
+        "'stream_options' must be an object"
+    );
     assert_eq!(
         err(Endpoint::Chat, r#"{"model":"m","messages":[{}],"stream_options":{"include_usage":1}}"#),
         "'stream_options.include_usage' must be a boolean"
     );
-    assert_eq!(err(Endpoint::Embeddings, r#"{"model":"m","input":"x","stream":true}"#), "'stream' is not supported for embeddings");
+    assert_eq!(
+        err(Endpoint::Embeddings, r#"{"model":"m","input":"x","stream":true}"#),
+        "'stream' is not supported for embeddings"
+    );
     // Two values for one member are ambiguous: which one did the client mean?
     assert!(err(Endpoint::Chat, r#"{"model":"a","model":"b","messages":[{}]}"#).contains("duplicate field `model`"));
     assert_eq!(err(Endpoint::Chat, r#"{"model":"m","messages":[{}]}"#), "accepted");
-    assert_eq!(err(Endpoint::Chat, " \n {\"model\":\"m\",\"messages\":[{}],\"stream\":null,\"max_tokens\":null}"), "accepted");
+    assert_eq!(
+        err(Endpoint::Chat, " \n {\"model\":\"m\",\"messages\":[{}],\"stream\":null,\"max_tokens\":null}"),
+        "accepted"
+    );
 }
 
 #[test]
 fn upstream_body_sets_model_max_tokens_and_usage() {
-    let r = parse(Endpoint::Chat, r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#).unwrap();
+    let r =
+        parse(Endpoint::Chat, r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#).unwrap();
     let body: Value = serde_json::from_slice(&r.upstream_body("m-2025", 4096)).unwrap();
     assert_eq!(body["model"], "m-2025");
     assert_eq!(body["max_tokens"], 4096);
@@ -110,7 +126,8 @@ fn members_the_gateway_does_not_own_keep_their_exact_bytes() {
 
 #[test]
 fn stream_options_are_completed_not_replaced() {
-    let text = r#"{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":false,"x":1},"max_tokens":3}"#;
+    let text =
+        r#"{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":false,"x":1},"max_tokens":3}"#;
     let r = parse(Endpoint::Chat, text).unwrap();
     assert!(!r.wants_usage);
     let body: Value = serde_json::from_slice(&r.upstream_body("m", 9)).unwrap();

@@ -144,9 +144,11 @@ impl Health {
             CircuitState::HalfOpen => s.trials_in_flight < cb.half_open_requests,
             // Demoted by a failure and not tried since: without a trial it could stay
             // behind a healthy backup until its failures age out.
-            _ => s.trials_in_flight == 0
-                && s.ratio() < 1.0
-                && s.last_attempt.is_some_and(|(at, ok)| !ok && now.duration_since(at) >= demoted_retry),
+            _ => {
+                s.trials_in_flight == 0
+                    && s.ratio() < 1.0
+                    && s.last_attempt.is_some_and(|(at, ok)| !ok && now.duration_since(at) >= demoted_retry)
+            }
         };
         if due_trial {
             s.trials_in_flight += 1;

@@ -37,10 +37,7 @@ pub fn order(
         }
         let up = &c.upstream;
         let weight = f64::from(c.cfg.weight);
-        let saturated = up
-            .cfg
-            .max_concurrent_requests
-            .is_some_and(|max| up.in_flight.load(Ordering::Relaxed) >= max);
+        let saturated = up.cfg.max_concurrent_requests.is_some_and(|max| up.in_flight.load(Ordering::Relaxed) >= max);
         let availability = up.health.availability(&up.cfg.circuit_breaker, settings, now);
         match availability {
             Availability::Trial if saturated => {

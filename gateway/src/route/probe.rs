@@ -15,10 +15,10 @@ use bytes::Bytes;
 use http::HeaderValue;
 use http_body_util::{BodyExt, Full};
 
-use crate::server::state::Gateway;
-use crate::config::UpstreamHandle;
 use crate::attempt;
 use crate::attempt::outcome::Outcome;
+use crate::config::UpstreamHandle;
+use crate::server::state::Gateway;
 
 /// Runs probes until aborted; checks every second which are due.
 pub async fn run(gw: Arc<Gateway>) {

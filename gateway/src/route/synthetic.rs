@@ -138,7 +138,8 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
     let request_id = request_id(&route.cfg.key, &up.cfg.key, began);
     let trial = up.health.check_trial(&up.cfg.circuit_breaker, &gw.settings, Instant::now());
     let body = check_body(&c.cfg.model, max_tokens);
-    let native = up.is_native().then(|| NativeInput { model: &c.cfg.model, default_max_tokens: max_tokens, client_body: &body });
+    let native =
+        up.is_native().then(|| NativeInput { model: &c.cfg.model, default_max_tokens: max_tokens, client_body: &body });
     let trace = RequestTrace::default();
     let spec = AttemptSpec {
         endpoint: Endpoint::Chat,
@@ -173,7 +174,9 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
             }
             // Without reported usage, what is known: the body's size as the input bound
             // and one token per content event (as a live stream is billed).
-            let usage = read.usage.or_else(|| (read.content_events > 0).then(|| Usage::plain(body.len() as u64, read.content_events)));
+            let usage = read
+                .usage
+                .or_else(|| (read.content_events > 0).then(|| Usage::plain(body.len() as u64, read.content_events)));
             (read.outcome, Some(first_byte), usage)
         }
     };
@@ -204,7 +207,9 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
     let stored = tokio::spawn(async move { ledger.record_synthetic(&row).await }).await;
     match stored {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, route = %route.cfg.name, upstream = %up.cfg.name, "storing a synthetic check failed"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, route = %route.cfg.name, upstream = %up.cfg.name, "storing a synthetic check failed")
+        }
         Err(e) => tracing::warn!(error = %e, "the task storing a synthetic check failed"),
     }
 }

@@ -9,14 +9,14 @@ use futures::stream::FuturesUnordered;
 use futures::{Future, StreamExt};
 use sluice_crds::model_route::FirstByteAction;
 
+use crate::attempt::outcome::{AttemptError, Outcome};
 use crate::attempt::{self, Started};
 use crate::config::Route;
 use crate::config::source::Secrets;
 use crate::error::ApiError;
+use crate::request::ClientRequest;
 use crate::route::health::HealthSettings;
 use crate::telemetry::metrics::{Metrics, RouteReason};
-use crate::attempt::outcome::{AttemptError, Outcome};
-use crate::request::ClientRequest;
 use crate::telemetry::sli::Sli;
 
 use super::{backoff, order};
@@ -59,7 +59,8 @@ pub struct Failed {
     pub failovers: Vec<Outcome>,
 }
 
-type AttemptFuture<'a> = Pin<Box<dyn Future<Output = (usize, bool, Instant, Result<Started, AttemptError>)> + Send + 'a>>;
+type AttemptFuture<'a> =
+    Pin<Box<dyn Future<Output = (usize, bool, Instant, Result<Started, AttemptError>)> + Send + 'a>>;
 
 /// Dispatches a request over the route's candidates.
 pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest) -> Result<Dispatched, Failed> {
@@ -109,7 +110,8 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                 }
                 running.push(launch(ctx, route, req, pick.idx, pick.trial, deadline, picks.len() - next + 1, hedge));
             }
-            if hedge && next < picks.len()
+            if hedge
+                && next < picks.len()
                 && let Some(c) = picks.get(next.saturating_sub(1)).and_then(|p| route.candidates.get(p.idx))
             {
                 let limit = c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte);
@@ -182,7 +184,8 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
             break;
         }
         let hint = last_walk.iter().filter_map(|(_, e)| e.retry_after).max();
-        let wait = backoff::full_jitter(Duration::from_millis(cfg.backoff_base_ms), walk, &mut rng).max(hint.unwrap_or_default());
+        let wait = backoff::full_jitter(Duration::from_millis(cfg.backoff_base_ms), walk, &mut rng)
+            .max(hint.unwrap_or_default());
         let max_total = Duration::from_millis(cfg.backoff_max_total_ms);
         if waited + wait > max_total || Instant::now() + wait >= deadline {
             break;
@@ -220,7 +223,11 @@ fn launch<'a>(
         let spec = attempt::AttemptSpec {
             endpoint: req.endpoint,
             // A translated request is built from the client's body by the attempt.
-            body: if native.is_some() { bytes::Bytes::new() } else { req.upstream_body(&c.cfg.model, route.cfg.default_max_tokens) },
+            body: if native.is_some() {
+                bytes::Bytes::new()
+            } else {
+                req.upstream_body(&c.cfg.model, route.cfg.default_max_tokens)
+            },
             model: &c.cfg.model,
             native,
             stream: req.stream,
@@ -294,7 +301,13 @@ fn deadline_failure(route: &Route, attempts: u32, failovers: Vec<Outcome>) -> Fa
 
 /// The answer when every walk failed: 504 if the deadline ran out, 429 if throttling was
 /// the cause, else 503 naming each candidate and why.
-fn exhausted(route: &Route, attempts: u32, failovers: Vec<Outcome>, last_walk: &[(usize, AttemptError)], deadline: Instant) -> Failed {
+fn exhausted(
+    route: &Route,
+    attempts: u32,
+    failovers: Vec<Outcome>,
+    last_walk: &[(usize, AttemptError)],
+    deadline: Instant,
+) -> Failed {
     // Within 1% of the deadline (20ms to 200ms) counts as having run out of it.
     let slack = Duration::from_millis((route.cfg.deadline_ms / 100).clamp(20, 200));
     if Instant::now() + slack >= deadline {
@@ -311,7 +324,8 @@ fn exhausted(route: &Route, attempts: u32, failovers: Vec<Outcome>, last_walk: &
     let detail = if reasons.is_empty() { "no candidate could be tried".to_string() } else { reasons.join("; ") };
     if throttled {
         let retry_after = last_walk.iter().filter_map(|(_, e)| e.retry_after).max().unwrap_or(Duration::from_secs(1));
-        let message = format!("every candidate of {:?} is throttling after {attempts} attempt(s): {detail}", route.cfg.model);
+        let message =
+            format!("every candidate of {:?} is throttling after {attempts} attempt(s): {detail}", route.cfg.model);
         return Failed { error: ApiError::RateLimited { message, retry_after }, attempts, failovers };
     }
     let message = format!("every candidate of {:?} failed after {attempts} attempt(s): {detail}", route.cfg.model);

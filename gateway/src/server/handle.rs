@@ -38,7 +38,13 @@ fn with_request_id(mut response: Response, request_id: &RequestId) -> Response {
     response
 }
 
-async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body: Bytes, request_id: &RequestId) -> Result<Response, ApiError> {
+async fn serve(
+    gw: &Arc<Gateway>,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Bytes,
+    request_id: &RequestId,
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     let account = billing::authenticate(gw, headers).await?;
     if body.len() > gw.max_body {
@@ -53,14 +59,29 @@ async fn serve(gw: &Arc<Gateway>, endpoint: Endpoint, headers: &HeaderMap, body:
             Ok(r) => r,
             Err(e) => {
                 // The route is known: a refused request (402) is one of its answers.
-                let end = answer::Ending { status: e.status(), slo_bad: None, latency_ms: 0, attempts: 0, candidate: None, usage: None, resumed: Vec::new() };
+                let end = answer::Ending {
+                    status: e.status(),
+                    slo_bad: None,
+                    latency_ms: 0,
+                    attempts: 0,
+                    candidate: None,
+                    usage: None,
+                    resumed: Vec::new(),
+                };
                 answer::conclude(gw, &route, started, end, None, trace).await;
                 return Err(e);
             }
         },
         None => None,
     };
-    let ctx = DispatchCtx { secrets: &gw.secrets, settings: &gw.settings, metrics: &gw.metrics, request_id, sli: &gw.sli, trace: &trace };
+    let ctx = DispatchCtx {
+        secrets: &gw.secrets,
+        settings: &gw.settings,
+        metrics: &gw.metrics,
+        request_id,
+        sli: &gw.sli,
+        trace: &trace,
+    };
     let dispatched = route::dispatch(&ctx, &route, &req).await;
     match dispatched {
         Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, reservation, started, trace)),

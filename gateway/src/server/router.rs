@@ -10,11 +10,11 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 
-use crate::server::state::Gateway;
 use crate::error::ApiError;
-use crate::server::handle;
 use crate::headers::X_REQUEST_ID;
 use crate::request::Endpoint;
+use crate::server::handle;
+use crate::server::state::Gateway;
 
 /// The gateway's router.
 pub fn router(gw: Arc<Gateway>) -> Router {
@@ -53,8 +53,7 @@ async fn read_body(gw: &Gateway, req: Request) -> Result<(HeaderMap, Bytes), Api
     match read {
         Ok(b) => Ok((parts.headers, b)),
         Err(e) => {
-            let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+            let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
                 || e.to_string().contains("length limit");
             if too_large {
                 Err(ApiError::RequestTooLarge(gw.max_body))
@@ -121,7 +120,11 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
         // (docs/design.md §5a): taking every such pod out of its Service at once would
         // turn a database blip into an outage that the grants exist to prevent.
         if gw.biller.as_ref().is_some_and(|b| b.serving(std::time::SystemTime::now())) {
-            return (StatusCode::OK, format!("ready (ledger unreachable, billing from the balance grants held: {e})\n")).into_response();
+            return (
+                StatusCode::OK,
+                format!("ready (ledger unreachable, billing from the balance grants held: {e})\n"),
+            )
+                .into_response();
         }
         return (StatusCode::SERVICE_UNAVAILABLE, format!("ledger unreachable: {e}\n")).into_response();
     }
@@ -143,7 +146,8 @@ async fn method_not_allowed(req: Request) -> Response {
 
 async fn not_found(req: Request) -> Response {
     let message = format!("unknown endpoint {} {}", req.method(), req.uri().path());
-    let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error", "code": "unknown_url"}});
+    let body =
+        serde_json::json!({"error": {"message": message, "type": "invalid_request_error", "code": "unknown_url"}});
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
 }
 
@@ -180,9 +184,14 @@ mod tests {
     #[tokio::test]
     async fn readiness_holds_through_a_ledger_outage_while_a_grant_can_bill() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let ledger = Ledger::connect(&format!("sqlite://{}", dir.path().join("l.db").display())).await.unwrap_or_else(|e| panic!("{e}"));
+        let ledger = Ledger::connect(&format!("sqlite://{}", dir.path().join("l.db").display()))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         let account = ledger.create_account("acme", 10 * NANOS_PER_USD).await.unwrap_or_else(|e| panic!("{e}"));
-        let (holding, empty) = (Biller::start(ledger.clone(), BillerConfig::new("a"), None), Biller::start(ledger.clone(), BillerConfig::new("b"), None));
+        let (holding, empty) = (
+            Biller::start(ledger.clone(), BillerConfig::new("a"), None),
+            Biller::start(ledger.clone(), BillerConfig::new("b"), None),
+        );
         let hold = holding.reserve(account.id, NANOS_PER_USD / 100, "r1").await.unwrap_or_else(|e| panic!("{e}"));
         assert!(hold.release().await.is_ok());
         let (a, b) = (gateway(&ledger, holding.clone()), gateway(&ledger, empty.clone()));

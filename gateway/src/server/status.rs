@@ -13,10 +13,7 @@ pub struct GatewaySource(pub Arc<Gateway>);
 
 impl Source for GatewaySource {
     fn catalog(&self) -> Option<Catalog> {
-        self.0
-            .current
-            .get()
-            .map(|runtime| Catalog::from_snapshot(&runtime.snapshot))
+        self.0.current.get().map(|runtime| Catalog::from_snapshot(&runtime.snapshot))
     }
 
     fn ledger(&self) -> Option<Ledger> {
@@ -26,8 +23,5 @@ impl Source for GatewaySource {
 
 /// `GET /status` and `GET /status/api/v2/summary.json`.
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
-    sluice_status::router(
-        Arc::new(GatewaySource(gw)),
-        sluice_status::Options::default(),
-    )
+    sluice_status::router(Arc::new(GatewaySource(gw)), sluice_status::Options::default())
 }

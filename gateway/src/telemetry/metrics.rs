@@ -227,13 +227,33 @@ impl Metrics {
         let synthetic_checks = Family::<SyntheticLabel, Counter>::default();
         let grants = GrantMetrics::default();
         registry.register("requests", "Requests answered, by route and HTTP status", requests.clone());
-        registry.register("request_duration_seconds", "Time to answer a request, whole response", request_duration.clone());
+        registry.register(
+            "request_duration_seconds",
+            "Time to answer a request, whole response",
+            request_duration.clone(),
+        );
         registry.register("upstream_attempts", "Upstream attempts by outcome", attempts.clone());
-        registry.register("upstream_first_byte_seconds", "Time to the first body byte of an upstream", first_byte.clone());
+        registry.register(
+            "upstream_first_byte_seconds",
+            "Time to the first body byte of an upstream",
+            first_byte.clone(),
+        );
         registry.register("failovers", "Attempts that moved on to another candidate, by reason", failovers.clone());
-        registry.register("stream_resumes", "Broken streams continued on another candidate, by reason", stream_resumes.clone());
-        registry.register("upstream_effective_weight", "Configured weight times recent success ratio", effective_weight.clone());
-        registry.register("circuit_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open", circuit_state.clone());
+        registry.register(
+            "stream_resumes",
+            "Broken streams continued on another candidate, by reason",
+            stream_resumes.clone(),
+        );
+        registry.register(
+            "upstream_effective_weight",
+            "Configured weight times recent success ratio",
+            effective_weight.clone(),
+        );
+        registry.register(
+            "circuit_state",
+            "Circuit breaker state: 0 closed, 1 half-open, 2 open",
+            circuit_state.clone(),
+        );
         registry.register("tokens", "Tokens served, by kind", tokens.clone());
         registry.register("spend_nanodollars", "Settled spend in nanodollars", spend.clone());
         registry.register("reservations_open", "Billing reservations not yet settled", reservations_open.clone());
@@ -245,8 +265,16 @@ impl Metrics {
         for result in [RenewalResult::Ok, RenewalResult::Refused, RenewalResult::Failed] {
             let _ = grants.renewals.get_or_create(&RenewalLabel { result: Renewal(result) });
         }
-        registry.register("stream_events_dropped", "SSE events dropped because they were not valid JSON", dropped_events.clone());
-        registry.register("synthetic_checks", "Synthetic checks of route candidates, by outcome", synthetic_checks.clone());
+        registry.register(
+            "stream_events_dropped",
+            "SSE events dropped because they were not valid JSON",
+            dropped_events.clone(),
+        );
+        registry.register(
+            "synthetic_checks",
+            "Synthetic checks of route candidates, by outcome",
+            synthetic_checks.clone(),
+        );
         for result in [ReloadResult::Ok, ReloadResult::Rejected] {
             let _ = config_reloads.get_or_create(&ReloadLabel { result });
         }
@@ -354,9 +382,8 @@ pub struct UpstreamMetrics {
 impl UpstreamMetrics {
     /// Resolves the handles of upstream `name`.
     pub fn new(m: &Metrics, name: &str) -> Self {
-        let attempts = Outcome::ALL.map(|outcome| {
-            m.attempts.get_or_create(&UpstreamOutcome { upstream: name.to_string(), outcome }).clone()
-        });
+        let attempts = Outcome::ALL
+            .map(|outcome| m.attempts.get_or_create(&UpstreamOutcome { upstream: name.to_string(), outcome }).clone());
         let label = UpstreamLabel { upstream: name.to_string() };
         Self {
             attempts,

@@ -7,9 +7,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_ledger::{Heartbeat, Ledger, LedgerError, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
 
+use crate::attempt::outcome::Outcome;
 use crate::config::Runtime;
 use crate::route::health::HealthSettings;
-use crate::attempt::outcome::Outcome;
 
 /// Rollups not yet flushed, by minute and then by key (looked up by `&str`, so that
 /// counting a request allocates nothing once its row exists).
@@ -26,7 +26,13 @@ fn take_all<R>(map: &Mutex<HashMap<i64, HashMap<String, R>>>) -> Vec<R> {
 }
 
 /// Applies `f` to the row of `key` in `minute`, made by `new` if missing.
-fn with_row<R>(map: &Mutex<HashMap<i64, HashMap<String, R>>>, minute: i64, key: &str, new: impl FnOnce() -> R, f: impl FnOnce(&mut R)) {
+fn with_row<R>(
+    map: &Mutex<HashMap<i64, HashMap<String, R>>>,
+    minute: i64,
+    key: &str,
+    new: impl FnOnce() -> R,
+    f: impl FnOnce(&mut R),
+) {
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
     let rows = map.entry(minute).or_default();
     match rows.get_mut(key) {
@@ -43,18 +49,30 @@ impl Sli {
     /// Counts a request that matters to the SLO (client errors are left out by the caller).
     pub fn request(&self, route_key: &str, bad: bool, latency_ms: u64, failovers: u64) {
         let minute = minute_now();
-        with_row(&self.routes, minute, route_key, || RouteMinute::new(route_key, minute), |row| {
-            row.record(bad, latency_ms);
-            row.failovers += failovers;
-        });
+        with_row(
+            &self.routes,
+            minute,
+            route_key,
+            || RouteMinute::new(route_key, minute),
+            |row| {
+                row.record(bad, latency_ms);
+                row.failovers += failovers;
+            },
+        );
     }
 
     /// Counts an upstream attempt.
     pub fn attempt(&self, upstream_key: &str, outcome: Outcome, first_byte_ms: Option<u64>) {
         let minute = minute_now();
-        with_row(&self.upstreams, minute, upstream_key, || UpstreamMinute::new(upstream_key, minute), |row| {
-            row.record(outcome.as_str(), first_byte_ms);
-        });
+        with_row(
+            &self.upstreams,
+            minute,
+            upstream_key,
+            || UpstreamMinute::new(upstream_key, minute),
+            |row| {
+                row.record(outcome.as_str(), first_byte_ms);
+            },
+        );
     }
 
     /// Writes everything pending; on failure it stays pending.
@@ -63,7 +81,13 @@ impl Sli {
         let upstreams = take_all(&self.upstreams);
         if let Err(e) = ledger.write_rollups(&routes, &upstreams).await {
             for row in routes {
-                with_row(&self.routes, row.minute, &row.route, || RouteMinute::new(row.route.clone(), row.minute), |r| r.merge(&row));
+                with_row(
+                    &self.routes,
+                    row.minute,
+                    &row.route,
+                    || RouteMinute::new(row.route.clone(), row.minute),
+                    |r| r.merge(&row),
+                );
             }
             for row in upstreams {
                 let new = || UpstreamMinute::new(row.upstream.clone(), row.minute);

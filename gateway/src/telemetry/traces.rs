@@ -122,7 +122,14 @@ struct RequestSpan {
 
 impl RequestTrace {
     /// Starts the request span, a child of the client's `traceparent` if it sent one.
-    pub fn start(tracing: Option<&Tracing>, headers: &HeaderMap, endpoint: Endpoint, model: &str, route: &Route, body: &[u8]) -> Self {
+    pub fn start(
+        tracing: Option<&Tracing>,
+        headers: &HeaderMap,
+        endpoint: Endpoint,
+        model: &str,
+        route: &Route,
+        body: &[u8],
+    ) -> Self {
         let Some(t) = tracing else { return Self::default() };
         let op = operation(endpoint);
         let mut attributes = Vec::with_capacity(REQUEST_ATTRIBUTES);
@@ -131,7 +138,11 @@ impl RequestTrace {
             KeyValue::new("gen_ai.request.model", model.to_owned()),
             KeyValue::new("sluice.route", route.cfg.name.clone()),
         ]);
-        let builder = SpanBuilder { span_kind: Some(SpanKind::Server), attributes: Some(attributes), ..SpanBuilder::from_name(joined(op, model)) };
+        let builder = SpanBuilder {
+            span_kind: Some(SpanKind::Server),
+            attributes: Some(attributes),
+            ..SpanBuilder::from_name(joined(op, model))
+        };
         // Without a `traceparent` there is nothing to extract: the span starts a trace.
         let parent = if headers.contains_key(TRACEPARENT) {
             TraceContextPropagator::new().extract_with_context(&Context::new(), &HeaderExtractor(headers))
@@ -146,7 +157,12 @@ impl RequestTrace {
             span.set_attribute(KeyValue::new("gen_ai.input.messages", input.to_string()));
         }
         let context = span.span_context().clone();
-        Self(Some(Arc::new(RequestSpan { span: Mutex::new(span), context, tracer: t.tracer.clone(), content: t.content })))
+        Self(Some(Arc::new(RequestSpan {
+            span: Mutex::new(span),
+            context,
+            tracer: t.tracer.clone(),
+            content: t.content,
+        })))
     }
 
     /// Starts the span of an attempt at `upstream`.
@@ -295,5 +311,4 @@ mod tests {
         hex(&[0x00, 0x0a, 0xff], &mut out);
         assert_eq!(&out, b"000aff");
     }
-
 }

@@ -11,10 +11,7 @@ use super::{CHAT, MS, chat_body, start};
 async fn control_endpoint_sets_and_resets_the_default_script() {
     let c = start().await;
     let (status, v) = c.control(r#"{"status":503,"retry_after":2}"#).await;
-    assert_eq!(
-        (status, &v["script"]),
-        (200, &json!({"status": 503, "retry_after": 2}))
-    );
+    assert_eq!((status, &v["script"]), (200, &json!({"status": 503, "retry_after": 2})));
     let resp = c.chat(&[]).await;
     assert_eq!(resp.status(), 503);
     assert_eq!(resp.headers()["retry-after"], "2");
@@ -31,14 +28,8 @@ async fn control_endpoint_sets_and_resets_the_default_script() {
     let want = "statuss: unknown field, expected one of: status, error_code, first_byte_ms";
     assert!(msg.starts_with(want), "{msg}");
     let (status, v) = c.control(r#"{"fail_rate":2}"#).await;
-    assert_eq!(
-        (status, &v["error"]["code"]),
-        (400, &json!("invalid_chaos_script"))
-    );
-    assert_eq!(
-        v["error"]["message"],
-        "fail_rate: must be from 0 to 1, got 2"
-    );
+    assert_eq!((status, &v["error"]["code"]), (400, &json!("invalid_chaos_script")));
+    assert_eq!(v["error"]["message"], "fail_rate: must be from 0 to 1, got 2");
 }
 
 #[tokio::test]
@@ -70,20 +61,14 @@ async fn counters_are_exact() {
     c.stream(&chat_body(true), &[]).await.end.unwrap();
     let h = [("x-chaos-reset-after-chunks", "0")];
     c.send(CHAT, &chat_body(false), &h).await.unwrap_err();
-    assert!(
-        eventually(MS(2000), async || c.state.in_flight() == 0).await,
-        "all requests finished"
-    );
+    assert!(eventually(MS(2000), async || c.state.in_flight() == 0).await, "all requests finished");
     let v = c.get("/_chaos").await;
     assert_eq!(v["script"], json!({}));
     let want = json!({"requests": 7, "by_status": {"200": 4, "503": 2}, "streams_started": 1,
                       "resets": 1, "hangs": 0, "in_flight": 0, "models": 0,
                       "by_protocol": {"openai": 7}, "tokens_issued": 0});
     assert_eq!(v["counters"], want);
-    assert_eq!(
-        (c.state.requests(), c.state.requests_with_status(200)),
-        (7, 4)
-    );
+    assert_eq!((c.state.requests(), c.state.requests_with_status(200)), (7, 4));
     c.state.clear_counters();
     assert_eq!(c.state.requests(), 0);
 }

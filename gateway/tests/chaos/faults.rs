@@ -12,26 +12,13 @@ use super::{CHAT, MS, chat_body, io_kind, read_events, start};
 async fn first_byte_delay_comes_after_200_headers_for_streams() {
     let c = start().await;
     let t0 = Instant::now();
-    let resp = c
-        .send(CHAT, &chat_body(true), &[("x-chaos-first-byte-ms", "400")])
-        .await;
-    assert!(
-        t0.elapsed() < MS(300),
-        "stream headers came after {:?}",
-        t0.elapsed()
-    );
+    let resp = c.send(CHAT, &chat_body(true), &[("x-chaos-first-byte-ms", "400")]).await;
+    assert!(t0.elapsed() < MS(300), "stream headers came after {:?}", t0.elapsed());
     let s = read_events(resp.unwrap(), t0).await;
-    assert!(
-        s.events[0].0 >= MS(380),
-        "first event at {:?}",
-        s.events[0].0
-    );
+    assert!(s.events[0].0 >= MS(380), "first event at {:?}", s.events[0].0);
 
     let t0 = Instant::now();
-    assert_eq!(
-        c.chat(&[("x-chaos-first-byte-ms", "300")]).await.status(),
-        200
-    );
+    assert_eq!(c.chat(&[("x-chaos-first-byte-ms", "300")]).await.status(), 200);
     assert!(t0.elapsed() >= MS(280), "non-stream headers wait");
 
     let t0 = Instant::now();
@@ -44,16 +31,10 @@ async fn first_byte_delay_comes_after_200_headers_for_streams() {
 async fn hang_holds_until_the_client_gives_up() {
     let c = start().await;
     let h = [("x-chaos-hang", "true")];
-    let err = c
-        .send_within(MS(300), CHAT, &chat_body(false), &h)
-        .await
-        .unwrap_err();
+    let err = c.send_within(MS(300), CHAT, &chat_body(false), &h).await.unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
     assert_eq!((c.state.hangs(), c.state.requests()), (1, 1));
-    assert!(
-        eventually(MS(2000), async || c.state.in_flight() == 0).await,
-        "hung handler dropped when the client left"
-    );
+    assert!(eventually(MS(2000), async || c.state.in_flight() == 0).await, "hung handler dropped when the client left");
 
     let h = [("x-chaos-hang-after-chunks", "2")];
     let mut resp = c.send(CHAT, &chat_body(true), &h).await.unwrap();
@@ -67,10 +48,7 @@ async fn hang_holds_until_the_client_gives_up() {
     assert!(stalled.is_err(), "stream must stall after 2 chunks");
     assert_eq!(c.state.hangs(), 2);
     drop(resp);
-    assert!(
-        eventually(MS(2000), async || c.state.in_flight() == 0).await,
-        "stalled stream dropped with its client"
-    );
+    assert!(eventually(MS(2000), async || c.state.in_flight() == 0).await, "stalled stream dropped with its client");
 }
 
 #[tokio::test]
@@ -89,25 +67,15 @@ async fn reset_before_headers_is_a_connection_error() {
 #[tokio::test]
 async fn reset_after_chunks_breaks_the_body() {
     let c = start().await;
-    let s = c
-        .stream(&chat_body(true), &[("x-chaos-reset-after-chunks", "3")])
-        .await;
+    let s = c.stream(&chat_body(true), &[("x-chaos-reset-after-chunks", "3")]).await;
     assert_eq!(s.events.len(), 3, "{:?}", s.texts());
-    assert!(
-        s.json()
-            .iter()
-            .all(|e| e["choices"][0]["finish_reason"].is_null())
-    );
+    assert!(s.json().iter().all(|e| e["choices"][0]["finish_reason"].is_null()));
     let err = s.end.unwrap_err();
     assert_eq!(io_kind(&err), Some(ErrorKind::ConnectionReset), "{err:?}");
 
     let resp = c.chat(&[("x-chaos-reset-after-chunks", "2")]).await;
     assert_eq!(resp.status(), 200);
     let err = resp.bytes().await.unwrap_err();
-    assert_eq!(
-        io_kind(&err),
-        Some(ErrorKind::ConnectionReset),
-        "plain body: {err:?}"
-    );
+    assert_eq!(io_kind(&err), Some(ErrorKind::ConnectionReset), "plain body: {err:?}");
     assert_eq!(c.state.resets(), 2);
 }

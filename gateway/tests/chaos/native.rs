@@ -65,10 +65,7 @@ pub(crate) async fn read_body(mut resp: Response) -> Body {
 /// Parses an SSE body (LF or CRLF line ends); every `data:` must be JSON.
 pub(crate) fn parse_sse(bytes: &[u8]) -> Vec<Event> {
     let text = std::str::from_utf8(bytes).unwrap().replace("\r\n", "\n");
-    assert!(
-        text.is_empty() || text.ends_with("\n\n"),
-        "partial event at the end: {text:?}"
-    );
+    assert!(text.is_empty() || text.ends_with("\n\n"), "partial event at the end: {text:?}");
     text.split("\n\n")
         .filter(|block| !block.is_empty())
         .map(|block| {
@@ -90,10 +87,7 @@ pub(crate) fn parse_sse(bytes: &[u8]) -> Vec<Event> {
 
 /// The `event:` names of `events`, in order.
 pub(crate) fn names(events: &[Event]) -> Vec<&str> {
-    events
-        .iter()
-        .map(|e| e.name.as_deref().unwrap_or(""))
-        .collect()
+    events.iter().map(|e| e.name.as_deref().unwrap_or("")).collect()
 }
 
 /// CRC-32 (IEEE, as in gzip), bit by bit.
@@ -102,11 +96,7 @@ fn crc32(bytes: &[u8]) -> u32 {
     for &b in bytes {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
         }
     }
     !crc
@@ -124,17 +114,9 @@ pub(crate) fn decode_frames(mut bytes: &[u8]) -> Vec<Frame> {
         assert!(bytes.len() >= 16, "truncated frame");
         let total = be32(&bytes[0..4]);
         let headers_len = be32(&bytes[4..8]);
-        assert_eq!(
-            be32(&bytes[8..12]),
-            crc32(&bytes[0..8]) as usize,
-            "prelude CRC"
-        );
+        assert_eq!(be32(&bytes[8..12]), crc32(&bytes[0..8]) as usize, "prelude CRC");
         let (frame, rest) = bytes.split_at(total);
-        assert_eq!(
-            be32(&frame[total - 4..]),
-            crc32(&frame[..total - 4]) as usize,
-            "message CRC"
-        );
+        assert_eq!(be32(&frame[total - 4..]), crc32(&frame[..total - 4]) as usize, "message CRC");
         let mut h = &frame[12..12 + headers_len];
         let mut headers = BTreeMap::new();
         while !h.is_empty() {
@@ -143,9 +125,7 @@ pub(crate) fn decode_frames(mut bytes: &[u8]) -> Vec<Frame> {
             assert_eq!(h[1 + name_len], 7, "header {name} is not a string");
             let at = 2 + name_len;
             let value_len = usize::from(u16::from_be_bytes([h[at], h[at + 1]]));
-            let value = std::str::from_utf8(&h[at + 2..at + 2 + value_len])
-                .unwrap()
-                .to_owned();
+            let value = std::str::from_utf8(&h[at + 2..at + 2 + value_len]).unwrap().to_owned();
             headers.insert(name, value);
             h = &h[at + 2 + value_len..];
         }

@@ -12,10 +12,7 @@ async fn json_answers_carry_usage_on_every_endpoint() {
     let c = start().await;
     for path in [CHAT, "/chat/completions"] {
         let v = c.json(path, chat_body(false)).await;
-        assert_eq!(
-            (&v["object"], &v["model"]),
-            (&json!("chat.completion"), &json!("gpt-test"))
-        );
+        assert_eq!((&v["object"], &v["model"]), (&json!("chat.completion"), &json!("gpt-test")));
         assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
         assert!(v["created"].as_u64().unwrap() > 1_700_000_000);
         assert_eq!(v["choices"][0]["message"]["role"], "assistant");
@@ -28,29 +25,15 @@ async fn json_answers_carry_usage_on_every_endpoint() {
     assert_eq!(v["usage"]["completion_tokens"], 2);
     assert_eq!(v["choices"][0]["finish_reason"], "length");
 
-    let v = c
-        .json("/completions", json!({"model": "c", "prompt": "abcd"}))
-        .await;
-    assert_eq!(
-        (&v["object"], &v["usage"]["prompt_tokens"]),
-        (&json!("text_completion"), &json!(1))
-    );
-    let v = c
-        .json("/v1/embeddings", json!({"model": "e", "input": ["a", "b"]}))
-        .await;
-    assert_eq!(
-        (v["data"].as_array().unwrap().len(), &v["model"]),
-        (2, &json!("e"))
-    );
+    let v = c.json("/completions", json!({"model": "c", "prompt": "abcd"})).await;
+    assert_eq!((&v["object"], &v["usage"]["prompt_tokens"]), (&json!("text_completion"), &json!(1)));
+    let v = c.json("/v1/embeddings", json!({"model": "e", "input": ["a", "b"]})).await;
+    assert_eq!((v["data"].as_array().unwrap().len(), &v["model"]), (2, &json!("e")));
 
     for path in ["/models", "/v1/models"] {
         assert_eq!(c.get(path).await["object"], "list");
     }
-    assert_eq!(
-        c.state.requests(),
-        5,
-        "model listings are not inference requests"
-    );
+    assert_eq!(c.state.requests(), 5, "model listings are not inference requests");
     assert_eq!(c.state.counters().models, 2);
 }
 
@@ -60,19 +43,11 @@ async fn stream_keeps_its_cadence_and_ends_with_done() {
     let h = [("x-chaos-chunks", "4"), ("x-chaos-chunk-ms", "100")];
     let s = c.stream(&chat_body(true), &h).await;
     s.end.as_ref().unwrap();
-    assert_eq!(
-        s.events.len(),
-        6,
-        "4 content + finish + [DONE]: {:?}",
-        s.texts()
-    );
+    assert_eq!(s.events.len(), 6, "4 content + finish + [DONE]: {:?}", s.texts());
     assert_eq!(*s.texts().last().unwrap(), "data: [DONE]");
     let json = s.json();
     for e in &json {
-        assert_eq!(
-            (&e["object"], &e["model"]),
-            (&json!("chat.completion.chunk"), &json!("gpt-test"))
-        );
+        assert_eq!((&e["object"], &e["model"]), (&json!("chat.completion.chunk"), &json!("gpt-test")));
         assert!(e.get("usage").is_none(), "usage only when asked");
     }
     assert_eq!(json[0]["choices"][0]["delta"]["role"], "assistant");
@@ -101,56 +76,33 @@ async fn include_usage_adds_a_final_usage_chunk() {
 #[tokio::test]
 async fn no_done_ends_cleanly_after_the_finish_chunk() {
     let c = start().await;
-    let s = c
-        .stream(&chat_body(true), &[("x-chaos-no-done", "true")])
-        .await;
+    let s = c.stream(&chat_body(true), &[("x-chaos-no-done", "true")]).await;
     s.end.as_ref().unwrap();
     assert!(!s.texts().contains(&"data: [DONE]"));
-    assert_eq!(
-        s.json().last().unwrap()["choices"][0]["finish_reason"],
-        "stop"
-    );
+    assert_eq!(s.json().last().unwrap()["choices"][0]["finish_reason"], "stop");
 }
 
 #[tokio::test]
 async fn errors_are_openai_shaped_with_retry_after() {
     let c = start().await;
-    let h = [
-        ("x-chaos-status", "429"),
-        ("x-chaos-retry-after", "7"),
-        ("x-chaos-retry-after-ms", "1500"),
-    ];
+    let h = [("x-chaos-status", "429"), ("x-chaos-retry-after", "7"), ("x-chaos-retry-after-ms", "1500")];
     let resp = c.chat(&h).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "7");
     assert_eq!(resp.headers()["retry-after-ms"], "1500");
     let v: Value = resp.json().await.unwrap();
     let want = json!({"type": "rate_limit_error", "code": "rate_limit_exceeded"});
-    assert_eq!(
-        (&v["error"]["type"], &v["error"]["code"]),
-        (&want["type"], &want["code"])
-    );
+    assert_eq!((&v["error"]["type"], &v["error"]["code"]), (&want["type"], &want["code"]));
 
-    let h = [
-        ("x-chaos-status", "400"),
-        ("x-chaos-error-code", "context_length_exceeded"),
-    ];
+    let h = [("x-chaos-status", "400"), ("x-chaos-error-code", "context_length_exceeded")];
     let resp = c.chat(&h).await;
     assert_eq!(resp.status(), 400);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["code"], "context_length_exceeded");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("context_length_exceeded")
-    );
+    assert!(v["error"]["message"].as_str().unwrap().contains("context_length_exceeded"));
 
     // A failing streaming request gets a JSON error, not an SSE stream.
-    let resp = c
-        .send(CHAT, &chat_body(true), &[("x-chaos-status", "503")])
-        .await
-        .unwrap();
+    let resp = c.send(CHAT, &chat_body(true), &[("x-chaos-status", "503")]).await.unwrap();
     assert_eq!(resp.status(), 503);
     assert_eq!(resp.headers()["content-type"], "application/json");
     assert!(resp.headers().get("retry-after").is_none());
@@ -165,9 +117,7 @@ async fn errors_are_openai_shaped_with_retry_after() {
 #[tokio::test]
 async fn malformed_chunk_replaces_one_event() {
     let c = start().await;
-    let s = c
-        .stream(&chat_body(true), &[("x-chaos-malformed-chunk", "2")])
-        .await;
+    let s = c.stream(&chat_body(true), &[("x-chaos-malformed-chunk", "2")]).await;
     s.end.as_ref().unwrap();
     let texts = s.texts();
     assert_eq!(texts.len(), 7, "5 content + finish + [DONE]");

@@ -13,10 +13,7 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
 
 /// Flows per run: `SLUICE_BENCH_FLOWS`, default 4000.
 pub fn flows() -> usize {
-    std::env::var("SLUICE_BENCH_FLOWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4000)
+    std::env::var("SLUICE_BENCH_FLOWS").ok().and_then(|v| v.parse().ok()).unwrap_or(4000)
 }
 
 /// One ledger a bench runs on, and what to remove after it.
@@ -49,12 +46,7 @@ pub async fn ledgers(name: &str, out: &mut impl Write) -> Result<Vec<BenchLedger
 
     let base = std::env::var("SLUICE_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    match PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&base)
-        .await
-    {
+    match PgPoolOptions::new().max_connections(1).acquire_timeout(Duration::from_secs(5)).connect(&base).await {
         Err(e) => writeln!(out, "postgres skipped: {base} unreachable: {e}")?,
         Ok(admin) => {
             sqlx::query(&format!("CREATE SCHEMA {tag}")).execute(&admin).await?;

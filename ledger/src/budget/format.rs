@@ -9,13 +9,7 @@ pub fn format_duration(d: Duration) -> String {
     if ms == 0 {
         return "0s".to_owned();
     }
-    let units: [(&str, u128); 5] = [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-        ("ms", 1),
-    ];
+    let units: [(&str, u128); 5] = [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
     let mut rest = ms;
     let mut out = String::new();
     for (suffix, size) in units {

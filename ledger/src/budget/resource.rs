@@ -9,8 +9,7 @@ use sluice_crds::error_budget::BudgetMethod as CrdMethod;
 use sluice_crds::snapshot::BudgetConfig;
 
 use super::{
-    AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy, BudgetReport, LatencySli, MinuteSeries,
-    evaluate_minutes,
+    AlertPolicy, BudgetError, BudgetMethod, BudgetPolicy, BudgetReport, LatencySli, MinuteSeries, evaluate_minutes,
 };
 use crate::{Ledger, LedgerError};
 
@@ -36,10 +35,9 @@ impl From<&BudgetConfig> for BudgetPolicy {
                 CrdMethod::Timeslices => BudgetMethod::Timeslices,
             },
             timeslice: b.timeslice_ms.map(Duration::from_millis),
-            latency: b.latency.map(|l| LatencySli {
-                threshold_ms: l.threshold_ms,
-                percentile: f64::from(l.percentile),
-            }),
+            latency: b
+                .latency
+                .map(|l| LatencySli { threshold_ms: l.threshold_ms, percentile: f64::from(l.percentile) }),
             alerts: b
                 .alerts
                 .iter()
@@ -56,30 +54,19 @@ impl From<&BudgetConfig> for BudgetPolicy {
 
 /// The unix minute `t` falls in (0 before the epoch).
 pub fn unix_minute(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs() / 60).unwrap_or(i64::MAX))
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs() / 60).unwrap_or(i64::MAX))
 }
 
 impl Ledger {
     /// Evaluates the budget `config` at `now`: reads the rollups of its routes over the
     /// policy's lookback ending at `now`'s minute, summed per minute
     /// ([`Ledger::budget_minutes`]), and hands them to [`evaluate_minutes`].
-    pub async fn evaluate_budget(
-        &self,
-        config: &BudgetConfig,
-        now: SystemTime,
-    ) -> Result<BudgetReport, EvaluateError> {
+    pub async fn evaluate_budget(&self, config: &BudgetConfig, now: SystemTime) -> Result<BudgetReport, EvaluateError> {
         let policy = BudgetPolicy::from(config);
         let now = unix_minute(now);
         let from = now - policy.lookback_minutes() + 1;
-        let rows = self
-            .budget_minutes(&config.routes, from, now, policy.slow_from())
-            .await?;
-        Ok(evaluate_minutes(
-            &policy,
-            &MinuteSeries::from_rows(from, &rows),
-            now,
-        )?)
+        let rows = self.budget_minutes(&config.routes, from, now, policy.slow_from()).await?;
+        Ok(evaluate_minutes(&policy, &MinuteSeries::from_rows(from, &rows), now)?)
     }
 }
 

@@ -44,20 +44,14 @@ pub struct MinuteSeries {
 impl MinuteSeries {
     /// An empty series starting at `first`.
     pub fn new(first: i64) -> MinuteSeries {
-        MinuteSeries {
-            first,
-            counts: Vec::new(),
-        }
+        MinuteSeries { first, counts: Vec::new() }
     }
 
     /// A series starting at `first` holding `rows` (as [`Ledger::budget_minutes`]
     /// returns them), minutes before `first` left out.
     ///
     /// [`Ledger::budget_minutes`]: crate::Ledger::budget_minutes
-    pub fn from_rows<'r>(
-        first: i64,
-        rows: impl IntoIterator<Item = &'r (i64, MinuteCounts)>,
-    ) -> MinuteSeries {
+    pub fn from_rows<'r>(first: i64, rows: impl IntoIterator<Item = &'r (i64, MinuteCounts)>) -> MinuteSeries {
         let mut series = MinuteSeries::new(first);
         for (minute, counts) in rows {
             series.add(*minute, counts);
@@ -67,10 +61,7 @@ impl MinuteSeries {
 
     /// The counts of `minute` (zeros outside the series).
     pub fn get(&self, minute: i64) -> MinuteCounts {
-        usize::try_from(minute - self.first)
-            .ok()
-            .and_then(|i| self.counts.get(i).copied())
-            .unwrap_or_default()
+        usize::try_from(minute - self.first).ok().and_then(|i| self.counts.get(i).copied()).unwrap_or_default()
     }
 
     /// Adds `counts` to `minute`; minutes before the first are ignored.
@@ -95,8 +86,7 @@ impl MinuteSeries {
             Err(_) => {
                 // `from` is before the first minute: pad the front.
                 let pad = usize::try_from(self.first - from).unwrap_or(0);
-                self.counts
-                    .splice(0..0, std::iter::repeat_n(MinuteCounts::default(), pad));
+                self.counts.splice(0..0, std::iter::repeat_n(MinuteCounts::default(), pad));
             }
         }
         self.first = from;
@@ -105,9 +95,7 @@ impl MinuteSeries {
     /// Sum over `from ..= to`.
     fn sum(&self, from: i64, to: i64) -> MinuteCounts {
         let lo = usize::try_from(from.max(self.first) - self.first).unwrap_or(0);
-        let hi = usize::try_from(to - self.first + 1)
-            .unwrap_or(0)
-            .min(self.counts.len());
+        let hi = usize::try_from(to - self.first + 1).unwrap_or(0).min(self.counts.len());
         let mut sum = MinuteCounts::default();
         for c in self.counts.get(lo..hi).unwrap_or_default() {
             sum.add(c);
@@ -137,16 +125,12 @@ impl<'a> Validated<'a> {
             return Err(BudgetError::Objective(policy.objective));
         }
         let allowed_ppb = PPB - to_ppb(policy.objective);
-        let window_minutes =
-            whole_minutes(policy.window).ok_or(BudgetError::Window(policy.window))?;
+        let window_minutes = whole_minutes(policy.window).ok_or(BudgetError::Window(policy.window))?;
         let slice_minutes = match policy.method {
             BudgetMethod::Occurrences => None,
             BudgetMethod::Timeslices => {
                 let timeslice = policy.timeslice.unwrap_or(Duration::from_secs(60));
-                let bad = || BudgetError::Timeslice {
-                    timeslice,
-                    window: policy.window,
-                };
+                let bad = || BudgetError::Timeslice { timeslice, window: policy.window };
                 let slice = whole_minutes(timeslice).ok_or_else(bad)?;
                 if window_minutes % slice != 0 {
                     return Err(bad());
@@ -166,14 +150,11 @@ impl<'a> Validated<'a> {
         let slow_from = policy.slow_from();
         let mut alerts = Vec::with_capacity(policy.alerts.len());
         for a in &policy.alerts {
-            let fail = |reason| BudgetError::Alert {
-                name: a.name.clone(),
-                reason,
-            };
-            let long = whole_minutes(a.long)
-                .ok_or_else(|| fail("longWindow must be a positive whole number of minutes"))?;
-            let short = whole_minutes(a.short)
-                .ok_or_else(|| fail("shortWindow must be a positive whole number of minutes"))?;
+            let fail = |reason| BudgetError::Alert { name: a.name.clone(), reason };
+            let long =
+                whole_minutes(a.long).ok_or_else(|| fail("longWindow must be a positive whole number of minutes"))?;
+            let short =
+                whole_minutes(a.short).ok_or_else(|| fail("shortWindow must be a positive whole number of minutes"))?;
             if !(a.burn_rate.is_finite() && a.burn_rate > 0.0) {
                 return Err(fail("burnRate must be a positive number"));
             }
@@ -181,14 +162,7 @@ impl<'a> Validated<'a> {
             let rate_milli = (a.burn_rate * 1000.0).round() as u128;
             alerts.push((a, long, short, rate_milli));
         }
-        Ok(Validated {
-            allowed_ppb,
-            window_minutes,
-            slice_minutes,
-            slow_from,
-            allowed_slow_ppb,
-            alerts,
-        })
+        Ok(Validated { allowed_ppb, window_minutes, slice_minutes, slow_from, allowed_slow_ppb, alerts })
     }
 }
 
@@ -212,9 +186,7 @@ impl Series<'_> {
     /// Bad slices among the newest ones whose newest minute lies in the last `minutes`.
     pub fn bad_slices(&self, minutes: i64, slice: i64) -> u64 {
         let slices = (minutes + slice - 1) / slice;
-        (0..slices)
-            .filter(|k| self.slice_is_bad(&self.sum_ending(self.now - k * slice, slice)))
-            .count() as u64
+        (0..slices).filter(|k| self.slice_is_bad(&self.sum_ending(self.now - k * slice, slice))).count() as u64
     }
 
     fn slice_is_bad(&self, c: &MinuteCounts) -> bool {
@@ -239,10 +211,7 @@ impl Series<'_> {
             Some(slice) => {
                 let bad = i64::try_from(self.bad_slices(minutes, slice)).unwrap_or(i64::MAX);
                 let bad_minutes = bad.saturating_mul(slice).min(minutes);
-                (
-                    u128::from(bad_minutes.unsigned_abs()),
-                    u128::from(minutes.unsigned_abs()),
-                )
+                (u128::from(bad_minutes.unsigned_abs()), u128::from(minutes.unsigned_abs()))
             }
         };
         if ratio.1 == 0 { (0, 1) } else { ratio }

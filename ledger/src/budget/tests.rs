@@ -28,10 +28,7 @@ pub(super) fn minute(route: &str, at: i64, good: u64, bad: u64) -> RouteMinute {
 }
 
 fn timeslices(objective: f64, window: Duration) -> BudgetPolicy {
-    BudgetPolicy {
-        method: BudgetMethod::Timeslices,
-        ..BudgetPolicy::new(objective, window)
-    }
+    BudgetPolicy { method: BudgetMethod::Timeslices, ..BudgetPolicy::new(objective, window) }
 }
 
 fn burn(report: &BudgetReport, label: &str) -> String {
@@ -43,10 +40,7 @@ fn empty_timeslice_budget_is_21m36s_for_99_95_over_30d() {
     let r = evaluate(&timeslices(0.9995, days(30)), &[], T0).unwrap();
     assert_eq!(r.budget, "21m36s");
     assert_eq!(r.consumed, "0s");
-    assert_eq!(
-        (r.consumed_percent.as_str(), r.remaining_percent.as_str()),
-        ("0.0", "100.0")
-    );
+    assert_eq!((r.consumed_percent.as_str(), r.remaining_percent.as_str()), ("0.0", "100.0"));
     assert_eq!((r.good_events, r.total_events), (0, 0));
     assert_eq!(r.state, BudgetState::Healthy);
     let labels: Vec<&str> = r.burn_rates.keys().map(String::as_str).collect();
@@ -59,19 +53,13 @@ fn five_bad_minutes_consume_23_1_percent_and_fire_the_ticket() {
     // 100 requests every minute of the last 2 hours; minutes now-100..now-96 have 1%
     // errors (> 0.05% allowed), so they are bad slices.
     let mut data: Vec<RouteMinute> = (0..120).map(|k| minute("r", T0 - k, 100, 0)).collect();
-    for m in data
-        .iter_mut()
-        .filter(|m| (T0 - 100..=T0 - 96).contains(&m.minute))
-    {
+    for m in data.iter_mut().filter(|m| (T0 - 100..=T0 - 96).contains(&m.minute)) {
         *m = minute("r", m.minute, 99, 1);
     }
     let r = evaluate(&timeslices(0.9995, days(30)), &data, T0).unwrap();
     assert_eq!(r.consumed, "5m");
     // 300 s of 1296 s = 23.148%
-    assert_eq!(
-        (r.consumed_percent.as_str(), r.remaining_percent.as_str()),
-        ("23.1", "76.9")
-    );
+    assert_eq!((r.consumed_percent.as_str(), r.remaining_percent.as_str()), ("23.1", "76.9"));
     assert_eq!((r.good_events, r.total_events), (11_995, 12_000));
     // 5 bad minutes: 5/360 ÷ 0.0005 = 27.78 over 6h; 5/4320 ÷ 0.0005 = 2.31 over 3d.
     assert_eq!(burn(&r, "5m"), "0.0");
@@ -97,25 +85,14 @@ fn a_slice_at_exactly_the_allowed_ratio_is_good() {
 #[test]
 fn longer_slices_and_overspending() {
     // 1h at 99% = 36 s of budget; 5-minute slices ending at now.
-    let policy = BudgetPolicy {
-        timeslice: Some(minutes(5)),
-        alerts: vec![],
-        ..timeslices(0.99, minutes(60))
-    };
+    let policy = BudgetPolicy { timeslice: Some(minutes(5)), alerts: vec![], ..timeslices(0.99, minutes(60)) };
     // One bad minute (now-7) spoils the slice now-9..now-5; the other slices have traffic
     // but no errors; minutes without traffic are neither good nor bad.
-    let data = [
-        minute("r", T0 - 7, 0, 1),
-        minute("r", T0 - 8, 10, 0),
-        minute("r", T0, 10, 0),
-    ];
+    let data = [minute("r", T0 - 7, 0, 1), minute("r", T0 - 8, 10, 0), minute("r", T0, 10, 0)];
     let r = evaluate(&policy, &data, T0).unwrap();
     assert_eq!(r.budget, "36s");
     assert_eq!(r.consumed, "5m");
-    assert_eq!(
-        (r.consumed_percent.as_str(), r.remaining_percent.as_str()),
-        ("833.3", "-733.3")
-    );
+    assert_eq!((r.consumed_percent.as_str(), r.remaining_percent.as_str()), ("833.3", "-733.3"));
     assert_eq!(r.state, BudgetState::Exhausted);
     // Burn over 1h: 5 bad minutes of 60 = 8.33% ÷ 1% = 8.3.
     assert_eq!(burn(&r, "1h"), "8.3");
@@ -145,10 +122,7 @@ fn occurrences_count_bad_events() {
     data[999] = minute("r", T0 - 999, 750, 250);
     let r = evaluate(&BudgetPolicy::new(0.999, days(30)), &data, T0).unwrap();
     assert_eq!((r.budget.as_str(), r.consumed.as_str()), ("1000", "250"));
-    assert_eq!(
-        (r.consumed_percent.as_str(), r.remaining_percent.as_str()),
-        ("25.0", "75.0")
-    );
+    assert_eq!((r.consumed_percent.as_str(), r.remaining_percent.as_str()), ("25.0", "75.0"));
     assert_eq!((r.good_events, r.total_events), (999_750, 1_000_000));
     // 250 / 1e6 ÷ 0.001 = 0.25, shown rounded half up.
     assert_eq!(burn(&r, "3d"), "0.3");
@@ -160,22 +134,13 @@ fn occurrences_count_bad_events() {
 fn occurrences_exhaust_at_100_percent() {
     let policy = BudgetPolicy::new(0.999, days(30));
     let r = evaluate(&policy, &[minute("r", T0, 999, 1)], T0).unwrap();
-    assert_eq!(
-        (r.budget.as_str(), r.consumed_percent.as_str()),
-        ("1", "100.0")
-    );
+    assert_eq!((r.budget.as_str(), r.consumed_percent.as_str()), ("1", "100.0"));
     assert_eq!(r.state, BudgetState::Exhausted);
     let r = evaluate(&policy, &[minute("r", T0, 998, 2)], T0).unwrap();
-    assert_eq!(
-        (r.consumed_percent.as_str(), r.remaining_percent.as_str()),
-        ("200.0", "-100.0")
-    );
+    assert_eq!((r.consumed_percent.as_str(), r.remaining_percent.as_str()), ("200.0", "-100.0"));
     // Less than one allowed event shows its fraction, and the percentage is exact.
     let r = evaluate(&policy, &[minute("r", T0, 500, 0)], T0).unwrap();
-    assert_eq!(
-        (r.budget.as_str(), r.consumed_percent.as_str()),
-        ("0.5", "0.0")
-    );
+    assert_eq!((r.budget.as_str(), r.consumed_percent.as_str()), ("0.5", "0.0"));
 }
 
 #[test]
@@ -186,34 +151,19 @@ fn slow_requests_are_bad_with_the_threshold_rounded_up_to_a_bucket() {
     m.record(false, 16_000); // ≤ 20 s bucket: slow
     m.record(true, 100); // bad by status, never counted twice
     let policy = BudgetPolicy {
-        latency: Some(LatencySli {
-            threshold_ms: 12_000,
-            percentile: 99.0,
-        }),
+        latency: Some(LatencySli { threshold_ms: 12_000, percentile: 99.0 }),
         ..BudgetPolicy::new(0.9, days(1))
     };
     let r = evaluate(&policy, &[m.clone()], T0).unwrap();
-    assert_eq!(
-        (r.consumed.as_str(), r.good_events, r.total_events),
-        ("2", 2, 4)
-    );
-    let exact = BudgetPolicy {
-        latency: Some(LatencySli {
-            threshold_ms: 10_000,
-            percentile: 99.0,
-        }),
-        ..policy
-    };
+    assert_eq!((r.consumed.as_str(), r.good_events, r.total_events), ("2", 2, 4));
+    let exact = BudgetPolicy { latency: Some(LatencySli { threshold_ms: 10_000, percentile: 99.0 }), ..policy };
     assert_eq!(evaluate(&exact, &[m], T0).unwrap().consumed, "3");
 }
 
 #[test]
 fn a_slice_is_bad_when_its_percentile_latency_exceeds_the_threshold() {
     let policy = BudgetPolicy {
-        latency: Some(LatencySli {
-            threshold_ms: 1_000,
-            percentile: 99.0,
-        }),
+        latency: Some(LatencySli { threshold_ms: 1_000, percentile: 99.0 }),
         ..timeslices(0.99, days(1))
     };
     let slice = |slow: u64| {
@@ -233,33 +183,21 @@ fn page_fires_when_both_windows_burn_and_resolves_as_they_move() {
     // 100 requests a minute for days; 5% errors during the hour T0..T0+59. 99.9%:
     // that hour burns at 0.05 ÷ 0.001 = 50.
     let data: Vec<RouteMinute> = (T0 - 5000..=T0 + 200)
-        .map(|t| {
-            if (T0..T0 + 60).contains(&t) {
-                minute("r", t, 95, 5)
-            } else {
-                minute("r", t, 100, 0)
-            }
-        })
+        .map(|t| if (T0..T0 + 60).contains(&t) { minute("r", t, 95, 5) } else { minute("r", t, 100, 0) })
         .collect();
     let policy = BudgetPolicy::new(0.999, days(30));
     let at = |now| evaluate(&policy, &data, now).unwrap();
 
     // 10 minutes in: 5m burns at 50 but 1h only at 50/6000 ÷ 0.001 = 8.3 and 6h at 1.4.
     let r = at(T0 + 9);
-    assert_eq!(
-        (burn(&r, "5m"), burn(&r, "1h"), burn(&r, "6h")),
-        ("50.0".into(), "8.3".into(), "1.4".into())
-    );
+    assert_eq!((burn(&r, "5m"), burn(&r, "1h"), burn(&r, "6h")), ("50.0".into(), "8.3".into(), "1.4".into()));
     assert!(r.firing_alerts.is_empty());
     assert_eq!(r.state, BudgetState::Healthy);
 
     // The whole hour: 1h at 50 > 14.4 with 5m at 50; 6h at 8.3 > 6 with 30m at 50. Both
     // page tiers fire, reported once; the 3d burn is 0.7 < 1, so no ticket.
     let r = at(T0 + 59);
-    assert_eq!(
-        (burn(&r, "1h"), burn(&r, "6h"), burn(&r, "3d")),
-        ("50.0".into(), "8.3".into(), "0.7".into())
-    );
+    assert_eq!((burn(&r, "1h"), burn(&r, "6h"), burn(&r, "3d")), ("50.0".into(), "8.3".into(), "0.7".into()));
     assert_eq!(r.firing_alerts, ["page"]);
     assert_eq!(r.state, BudgetState::Burning);
 
@@ -278,43 +216,27 @@ fn page_fires_when_both_windows_burn_and_resolves_as_they_move() {
 
 #[test]
 fn routes_are_added_up_and_future_minutes_ignored() {
-    let data = [
-        minute("a", T0, 50, 0),
-        minute("b", T0, 49, 1),
-        minute("a", T0 + 1, 0, 100),
-    ];
+    let data = [minute("a", T0, 50, 0), minute("b", T0, 49, 1), minute("a", T0 + 1, 0, 100)];
     let r = evaluate(&BudgetPolicy::new(0.99, days(1)), &data, T0).unwrap();
-    assert_eq!(
-        (r.good_events, r.total_events, r.consumed.as_str()),
-        (99, 100, "1")
-    );
+    assert_eq!((r.good_events, r.total_events, r.consumed.as_str()), (99, 100, "1"));
     assert_eq!(r.consumed_percent, "100.0");
 }
 
 #[test]
 fn invalid_policies_name_the_field() {
     let err = |p: BudgetPolicy| evaluate(&p, &[], T0).unwrap_err().to_string();
-    assert_eq!(
-        err(BudgetPolicy::new(1.0, days(30))),
-        "objective 1 must be between 0.5 and 1 (exclusive), e.g. 0.9995"
-    );
+    assert_eq!(err(BudgetPolicy::new(1.0, days(30))), "objective 1 must be between 0.5 and 1 (exclusive), e.g. 0.9995");
     assert_eq!(
         err(BudgetPolicy::new(0.99, Duration::from_secs(90))),
         "window 90s must be a positive whole number of minutes"
     );
     assert_eq!(
-        err(BudgetPolicy {
-            timeslice: Some(minutes(7)),
-            ..timeslices(0.99, minutes(60))
-        }),
+        err(BudgetPolicy { timeslice: Some(minutes(7)), ..timeslices(0.99, minutes(60)) }),
         "timeslice 420s must be a positive whole number of minutes dividing the window 3600s"
     );
     assert_eq!(
         err(BudgetPolicy {
-            latency: Some(LatencySli {
-                threshold_ms: 10,
-                percentile: 100.0
-            }),
+            latency: Some(LatencySli { threshold_ms: 10, percentile: 100.0 }),
             ..BudgetPolicy::new(0.99, days(1))
         }),
         "latency percentile 100 must be between 0 and 100 (exclusive)"
@@ -326,14 +248,8 @@ fn invalid_policies_name_the_field() {
 
 #[test]
 fn lookback_covers_window_alerts_and_the_3d_burn_rate() {
-    assert_eq!(
-        BudgetPolicy::new(0.99, days(30)).lookback_minutes(),
-        30 * 1440
-    );
-    assert_eq!(
-        BudgetPolicy::new(0.99, minutes(60)).lookback_minutes(),
-        3 * 1440
-    );
+    assert_eq!(BudgetPolicy::new(0.99, days(30)).lookback_minutes(), 30 * 1440);
+    assert_eq!(BudgetPolicy::new(0.99, minutes(60)).lookback_minutes(), 3 * 1440);
     let mut p = BudgetPolicy::new(0.99, minutes(60));
     p.alerts[0].long = days(7);
     assert_eq!(p.lookback_minutes(), 7 * 1440);
@@ -353,10 +269,7 @@ fn durations_use_their_largest_units_without_zero_parts() {
 
 #[test]
 fn a_minute_series_keeps_what_it_is_told_to() {
-    let one = |total| MinuteCounts {
-        total,
-        ..MinuteCounts::default()
-    };
+    let one = |total| MinuteCounts { total, ..MinuteCounts::default() };
     let mut s = MinuteSeries::new(10);
     s.add(9, &one(100));
     s.add(12, &one(1));
@@ -366,11 +279,7 @@ fn a_minute_series_keeps_what_it_is_told_to() {
     s.keep(11, 15);
     assert_eq!([10, 12, 15].map(|m| s.get(m).total), [0, 3, 0]);
     s.keep(5, 100);
-    assert_eq!(
-        s.get(12).total,
-        3,
-        "moving the start back keeps the minutes where they were"
-    );
+    assert_eq!(s.get(12).total, 3, "moving the start back keeps the minutes where they were");
     s.add(5, &one(8));
     assert_eq!(s.get(5).total, 8);
     s.keep(13, 13);

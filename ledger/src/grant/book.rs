@@ -131,13 +131,8 @@ impl Book {
     /// `amount` more was taken into grant `id` (new when it is not known yet), valid
     /// for new requests until `valid_until_ms`; it becomes the current grant.
     pub fn took(&mut self, id: i64, amount: i64, valid_until_ms: i64) {
-        let g = self.grants.entry(id).or_insert(Grant {
-            held: 0,
-            in_flight: 0,
-            pending: 0,
-            valid_until_ms,
-            closed: false,
-        });
+        let g =
+            self.grants.entry(id).or_insert(Grant { held: 0, in_flight: 0, pending: 0, valid_until_ms, closed: false });
         g.held += amount;
         g.valid_until_ms = g.valid_until_ms.max(valid_until_ms);
         if self.current != Some(id)
@@ -177,11 +172,7 @@ impl Book {
         if now_ms - self.window_start_ms >= 2 * RATE_WINDOW_MS {
             return 0;
         }
-        let running = if now_ms - self.window_start_ms >= RATE_WINDOW_MS {
-            0
-        } else {
-            self.window_sum
-        };
+        let running = if now_ms - self.window_start_ms >= RATE_WINDOW_MS { 0 } else { self.window_sum };
         self.rate_per_s.max(running)
     }
 
@@ -192,11 +183,7 @@ impl Book {
 
     fn count(&mut self, estimate: i64, now_ms: i64) {
         if now_ms - self.window_start_ms >= RATE_WINDOW_MS {
-            self.rate_per_s = if now_ms - self.window_start_ms >= 2 * RATE_WINDOW_MS {
-                0
-            } else {
-                self.window_sum
-            };
+            self.rate_per_s = if now_ms - self.window_start_ms >= 2 * RATE_WINDOW_MS { 0 } else { self.window_sum };
             self.window_sum = 0;
             self.window_start_ms = now_ms;
         }

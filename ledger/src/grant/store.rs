@@ -41,11 +41,7 @@ pub(crate) struct Take<'a> {
 pub(crate) enum Taken {
     /// `amount` (maybe 0) more is held in grant `grant_id`; `free` is what the account
     /// has available after it.
-    Took {
-        grant_id: i64,
-        amount: i64,
-        free: i64,
-    },
+    Took { grant_id: i64, amount: i64, free: i64 },
     /// Less than `need` is available: nothing was written.
     Short { free: i64 },
     /// The grant to grow is no longer open (a reaper expired it): nothing was written.
@@ -58,11 +54,7 @@ pub(crate) fn take_size(free: i64, need: i64, target: i64) -> Option<i64> {
         return None;
     }
     let half = free / 2;
-    Some(if half >= target {
-        target
-    } else {
-        half.max(need)
-    })
+    Some(if half >= target { target } else { half.max(need) })
 }
 
 /// A grant as a transaction that locked it found it.
@@ -108,11 +100,7 @@ impl Ledger {
         } else {
             "SELECT state, unposted_nanos, expires_at_ms FROM grants WHERE id = $1 AND account_id = $2"
         };
-        let row = sqlx::query(sql)
-            .bind(grant_id)
-            .bind(account_id)
-            .fetch_optional(&mut **tx)
-            .await?;
+        let row = sqlx::query(sql).bind(grant_id).bind(account_id).fetch_optional(&mut **tx).await?;
         Ok(match row {
             Some(r) => Some(Locked {
                 open: r.try_get::<String, _>(0)? == "open",
@@ -169,12 +157,7 @@ impl Ledger {
     /// (docs/design.md §5a), in one transaction; returns how much. Gateways post as part
     /// of renewals and closes; this alone is for tests.
     #[cfg(test)]
-    pub(crate) async fn post_grant(
-        &self,
-        account_id: i64,
-        grant_id: i64,
-        now_ms: i64,
-    ) -> Result<i64, LedgerError> {
+    pub(crate) async fn post_grant(&self, account_id: i64, grant_id: i64, now_ms: i64) -> Result<i64, LedgerError> {
         let pg = self.is_postgres();
         let mut tx = self.begin_write().await?;
         let Some(stored) = Self::lock_account(&mut tx, pg, account_id).await? else {
@@ -218,9 +201,7 @@ impl Ledger {
                         return Ok(Taken::GrantGone);
                     }
                 };
-                let after =
-                    Self::post_locked(&mut tx, t.account_id, id, unposted, stored, t.now_ms)
-                        .await?;
+                let after = Self::post_locked(&mut tx, t.account_id, id, unposted, stored, t.now_ms).await?;
                 sqlx::query(
                     "UPDATE grants SET amount_nanos = amount_nanos + $2, renewed_at_ms = $3, \
                      valid_until_ms = $4, expires_at_ms = $5 WHERE id = $1",
@@ -270,11 +251,7 @@ impl Ledger {
             row.append(&mut tx).await?;
         }
         tx.commit().await?;
-        Ok(Taken::Took {
-            grant_id,
-            amount,
-            free: free - amount,
-        })
+        Ok(Taken::Took { grant_id, amount, free: free - amount })
     }
 
     /// Gives grant `grant_id` back: it posts what it settled, and its remaining amount
@@ -302,17 +279,15 @@ impl Ledger {
                 return Ok(false);
             }
         };
-        let (balance, reserved) =
-            Self::post_locked(&mut tx, account_id, grant_id, unposted, stored, now_ms).await?;
+        let (balance, reserved) = Self::post_locked(&mut tx, account_id, grant_id, unposted, stored, now_ms).await?;
         let state = if expire { "expired" } else { "returned" };
-        let amount: i64 = sqlx::query_scalar(
-            "UPDATE grants SET state = $2, closed_at_ms = $3 WHERE id = $1 RETURNING amount_nanos",
-        )
-        .bind(grant_id)
-        .bind(state)
-        .bind(now_ms)
-        .fetch_one(&mut *tx)
-        .await?;
+        let amount: i64 =
+            sqlx::query_scalar("UPDATE grants SET state = $2, closed_at_ms = $3 WHERE id = $1 RETURNING amount_nanos")
+                .bind(grant_id)
+                .bind(state)
+                .bind(now_ms)
+                .fetch_one(&mut *tx)
+                .await?;
         sqlx::query("UPDATE accounts SET reserved_nanos = reserved_nanos - $2 WHERE id = $1")
             .bind(account_id)
             .bind(amount)
@@ -340,18 +315,17 @@ impl Ledger {
     pub(crate) async fn reap_grants(&self, now_ms: i64) -> Result<u64, LedgerError> {
         let mut reaped = 0;
         loop {
-            let due = sqlx::query("SELECT id, account_id FROM grants WHERE state = 'open' AND expires_at_ms <= $1 ORDER BY id LIMIT $2")
-                .bind(now_ms)
-                .bind(REAP_BATCH)
-                .fetch_all(&self.inner.reader)
-                .await?;
+            let due = sqlx::query(
+                "SELECT id, account_id FROM grants WHERE state = 'open' AND expires_at_ms <= $1 ORDER BY id LIMIT $2",
+            )
+            .bind(now_ms)
+            .bind(REAP_BATCH)
+            .fetch_all(&self.inner.reader)
+            .await?;
             let batch_len = due.len();
             for row in due {
                 let (id, account_id): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-                if self
-                    .close_grant(account_id, id, true, now_ms, Some(now_ms))
-                    .await?
-                {
+                if self.close_grant(account_id, id, true, now_ms, Some(now_ms)).await? {
                     reaped += 1;
                 }
             }
@@ -360,10 +334,7 @@ impl Ledger {
             }
         }
         if reaped > 0 {
-            tracing::info!(
-                reaped,
-                "expired grants of processes that did not return them"
-            );
+            tracing::info!(reaped, "expired grants of processes that did not return them");
         }
         Ok(reaped)
     }
@@ -400,11 +371,7 @@ impl Ledger {
     /// unknown commit outcome) is not inserted, and only inserted rows move money.
     /// Returns, per job, whether its grant was open (money moved).
     pub(crate) async fn settle_batch(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
-        if self.is_postgres() {
-            self.settle_batch_postgres(jobs).await
-        } else {
-            self.settle_batch_sqlite(jobs).await
-        }
+        if self.is_postgres() { self.settle_batch_postgres(jobs).await } else { self.settle_batch_sqlite(jobs).await }
     }
 }
 

@@ -75,12 +75,7 @@ pub(crate) fn start(ledger: Ledger, shared: Arc<Shared>, window: Duration, rx: m
 }
 
 /// Runs the writer until every sender is gone and the queue is empty.
-async fn run(
-    ledger: Ledger,
-    shared: Arc<Shared>,
-    window: Duration,
-    mut rx: mpsc::UnboundedReceiver<Msg>,
-) {
+async fn run(ledger: Ledger, shared: Arc<Shared>, window: Duration, mut rx: mpsc::UnboundedReceiver<Msg>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
     while let Some(first) = rx.recv().await {

@@ -93,10 +93,11 @@ impl Ledger {
     /// Why a reservation of `needed_nanos` on `account_id` was not made: what the account
     /// has available, or that it does not exist.
     async fn refusal(&self, account_id: i64, needed_nanos: i64) -> Result<LedgerError, LedgerError> {
-        let available: Option<i64> = sqlx::query_scalar("SELECT balance_nanos - reserved_nanos FROM accounts WHERE id = $1")
-            .bind(account_id)
-            .fetch_optional(&self.inner.reader)
-            .await?;
+        let available: Option<i64> =
+            sqlx::query_scalar("SELECT balance_nanos - reserved_nanos FROM accounts WHERE id = $1")
+                .bind(account_id)
+                .fetch_optional(&self.inner.reader)
+                .await?;
         Ok(match available {
             Some(available_nanos) => LedgerError::InsufficientFunds { available_nanos, needed_nanos },
             None => LedgerError::UnknownAccountId(account_id),
@@ -308,11 +309,7 @@ impl Ledger {
 
     /// Release or expire: give the whole amount back, if still open.
     async fn close_unsettled(&self, id: i64, kind: EntryKind) -> Result<bool, LedgerError> {
-        let state = if kind == EntryKind::Expire {
-            "expired"
-        } else {
-            "released"
-        };
+        let state = if kind == EntryKind::Expire { "expired" } else { "released" };
         let now = unix_ms(SystemTime::now());
         let mut tx = self.begin_write().await?;
         let row = sqlx::query(
@@ -326,11 +323,10 @@ impl Ledger {
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
-            let exists: Option<i64> =
-                sqlx::query_scalar("SELECT id FROM reservations WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+            let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM reservations WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
             tx.rollback().await?;
             return match exists {
                 Some(_) => Ok(false),

@@ -32,10 +32,8 @@ pub(super) fn upsert_route_minute() -> &'static str {
 pub(super) fn upsert_upstream_minute() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         let buckets = columns("fb_");
-        let updates: Vec<String> = buckets
-            .iter()
-            .map(|c| format!("{c} = upstream_minutes.{c} + excluded.{c}"))
-            .collect();
+        let updates: Vec<String> =
+            buckets.iter().map(|c| format!("{c} = upstream_minutes.{c} + excluded.{c}")).collect();
         format!(
             "INSERT INTO upstream_minutes (upstream, minute, {}) VALUES ({}) \
              ON CONFLICT (upstream, minute) DO UPDATE SET {}",
@@ -62,11 +60,7 @@ pub(super) fn select_route_minutes(keys: usize) -> String {
 /// route and minute with `by_route` (route first). Binds: from, to, then the route
 /// names. Postgres sums `BIGINT` into `NUMERIC`, which the `Any` driver cannot decode:
 /// hence the casts.
-pub(super) fn select_budget_minutes(
-    keys: usize,
-    slow_from: Option<usize>,
-    by_route: bool,
-) -> String {
+pub(super) fn select_budget_minutes(keys: usize, slow_from: Option<usize>, by_route: bool) -> String {
     let buckets = columns("lat_");
     let slow = match slow_from {
         Some(first) if first < buckets.len() => {
@@ -104,15 +98,10 @@ pub(super) fn select_upstream_outcomes(keys: usize) -> String {
 }
 
 fn columns(prefix: &str) -> Vec<String> {
-    (0..LATENCY_BUCKET_COUNT)
-        .map(|i| format!("{prefix}{i}"))
-        .collect()
+    (0..LATENCY_BUCKET_COUNT).map(|i| format!("{prefix}{i}")).collect()
 }
 
 /// `$first, $first+1, …` (`count` of them).
 fn placeholders(first: usize, count: usize) -> String {
-    (first..first + count)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    (first..first + count).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }

@@ -140,11 +140,7 @@ pub struct GrantRow {
 }
 
 fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}_{}_{:016x}",
-        std::process::id(),
-        rand::random::<u64>()
-    )
+    format!("{prefix}_{}_{:016x}", std::process::id(), rand::random::<u64>())
 }
 
 impl TestDb {
@@ -152,24 +148,16 @@ impl TestDb {
     pub fn sqlite() -> TestDb {
         let path = std::env::temp_dir().join(format!("{}.db", unique("sluice_test")));
         let url = format!("sqlite://{}", path.display());
-        TestDb {
-            url,
-            backend: Backend::Sqlite,
-            place: Place::Sqlite(path),
-        }
+        TestDb { url, backend: Backend::Sqlite, place: Place::Sqlite(path) }
     }
 
     /// A fresh schema in the test Postgres; `Ok(None)` after printing why when it is
     /// unreachable and `CI` is not set.
     pub async fn postgres() -> Result<Option<TestDb>, TestDbError> {
         sqlx::any::install_default_drivers();
-        let base = std::env::var("SLUICE_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned());
-        let admin = AnyPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(&base)
-            .await;
+        let base = std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned());
+        let admin =
+            AnyPoolOptions::new().max_connections(1).acquire_timeout(Duration::from_secs(5)).connect(&base).await;
         let admin = match admin {
             Ok(pool) => pool,
             Err(source) if std::env::var_os("CI").is_some() => {
@@ -181,18 +169,12 @@ impl TestDb {
             }
         };
         let schema = unique("sluice_test");
-        let created = sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&admin)
-            .await;
+        let created = sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await;
         admin.close().await;
         created?;
         let sep = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
-        Ok(Some(TestDb {
-            url,
-            backend: Backend::Postgres,
-            place: Place::Postgres(base, schema),
-        }))
+        Ok(Some(TestDb { url, backend: Backend::Postgres, place: Place::Postgres(base, schema) }))
     }
 
     /// Either backend, for tests written once for both (`Ok(None)`: skipped).
@@ -237,15 +219,8 @@ impl TestDb {
     }
 
     /// Reservations by request id (the last one if a request id repeats).
-    pub async fn reservations_by_request(
-        &self,
-    ) -> Result<BTreeMap<String, ReservationRow>, TestDbError> {
-        Ok(self
-            .reservations()
-            .await?
-            .into_iter()
-            .map(|r| (r.request_id.clone(), r))
-            .collect())
+    pub async fn reservations_by_request(&self) -> Result<BTreeMap<String, ReservationRow>, TestDbError> {
+        Ok(self.reservations().await?.into_iter().map(|r| (r.request_id.clone(), r)).collect())
     }
 
     /// The whole journal, in order.
@@ -315,10 +290,7 @@ impl TestDb {
 
     async fn pool(&self) -> Result<AnyPool, sqlx::Error> {
         sqlx::any::install_default_drivers();
-        AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&self.url)
-            .await
+        AnyPoolOptions::new().max_connections(1).connect(&self.url).await
     }
 }
 
@@ -342,16 +314,9 @@ impl Drop for TestDb {
 fn drop_schema(base: String, schema: String) {
     let statement = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
     let dropped = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .ok()?;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
         rt.block_on(async {
-            let pool = AnyPoolOptions::new()
-                .max_connections(1)
-                .connect(&base)
-                .await
-                .ok()?;
+            let pool = AnyPoolOptions::new().max_connections(1).connect(&base).await.ok()?;
             let done = sqlx::query(&statement).execute(&pool).await.ok();
             pool.close().await;
             done

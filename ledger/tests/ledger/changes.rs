@@ -26,11 +26,7 @@ async fn another_process_hears_every_change_in_order(db: &Db) {
     let watcher = Ledger::connect(&db.url).await.unwrap();
     let admin = &db.ledger;
     let mut rx = watcher.changes();
-    assert_eq!(
-        next(&mut rx).await.0,
-        Change::All,
-        "a new feed starts with All"
-    );
+    assert_eq!(next(&mut rx).await.0, Change::All, "a new feed starts with All");
     let account = admin.create_account("team-a", 0).await.unwrap();
 
     let mut waits = Vec::new();
@@ -71,17 +67,11 @@ async fn another_process_hears_every_change_in_order(db: &Db) {
 
     eprintln!("{} change feed delays: {waits:?}", admin.kind());
     for took in waits {
-        assert!(
-            took <= Duration::from_secs(1),
-            "a change took {took:?} to arrive"
-        );
+        assert!(took <= Duration::from_secs(1), "a change took {took:?} to arrive");
     }
     watcher.close().await;
 }
-on_both!(
-    changes_reach_other_processes,
-    super::another_process_hears_every_change_in_order
-);
+on_both!(changes_reach_other_processes, super::another_process_hears_every_change_in_order);
 
 /// Only the most recent changes are kept; a watcher further behind starts over with
 /// All instead of missing some.
@@ -93,15 +83,9 @@ async fn a_watcher_too_far_behind_hears_all(db: &Db) {
     // Prune as `record` would after 10 000 more changes, without making them.
     let raw = sqlx::AnyPool::connect(&db.url).await.unwrap();
     db.ledger.topup("team-a", 1).await.unwrap();
-    sqlx::query("UPDATE ledger_change_seq SET seq = seq + 20000")
-        .execute(&raw)
-        .await
-        .unwrap();
+    sqlx::query("UPDATE ledger_change_seq SET seq = seq + 20000").execute(&raw).await.unwrap();
     db.ledger.topup("team-a", 1).await.unwrap();
-    sqlx::query("DELETE FROM ledger_changes WHERE seq < 20000")
-        .execute(&raw)
-        .await
-        .unwrap();
+    sqlx::query("DELETE FROM ledger_changes WHERE seq < 20000").execute(&raw).await.unwrap();
     raw.close().await;
     // The first top-up may or may not have been read before the prune.
     let mut seen = vec![next(&mut rx).await.0];
@@ -111,7 +95,4 @@ async fn a_watcher_too_far_behind_hears_all(db: &Db) {
     assert_eq!(seen.last(), Some(&Change::All), "{seen:?}");
     watcher.close().await;
 }
-on_both!(
-    pruned_changes_mean_all,
-    super::a_watcher_too_far_behind_hears_all
-);
+on_both!(pruned_changes_mean_all, super::a_watcher_too_far_behind_hears_all);

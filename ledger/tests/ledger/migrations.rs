@@ -10,10 +10,7 @@ async fn migrations_are_idempotent(db: &Db) {
     let again = Ledger::connect(&db.url).await.unwrap();
     let third = Ledger::connect(&db.url).await.unwrap();
     assert_eq!(again.kind(), db.ledger.kind());
-    assert_eq!(
-        third.account("kept").await.unwrap().unwrap().balance_nanos,
-        42
-    );
+    assert_eq!(third.account("kept").await.unwrap().unwrap().balance_nanos, 42);
     again.close().await;
     third.close().await;
 }
@@ -24,11 +21,7 @@ on_both!(connect_twice, super::migrations_are_idempotent);
 async fn older_binaries_run_on_a_newer_schema(db: &Db) {
     db.ledger.create_account("rolled-back", 7).await.unwrap();
     let raw = sqlx::AnyPool::connect(&db.url).await.unwrap();
-    let checksum = if db.ledger.kind() == "postgres" {
-        "'\\x00'::bytea"
-    } else {
-        "x'00'"
-    };
+    let checksum = if db.ledger.kind() == "postgres" { "'\\x00'::bytea" } else { "x'00'" };
     sqlx::query(&format!(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES (9999, 'from a newer binary', TRUE, {checksum}, 0)"
@@ -38,15 +31,7 @@ async fn older_binaries_run_on_a_newer_schema(db: &Db) {
     .unwrap();
     raw.close().await;
     let older = Ledger::connect(&db.url).await.unwrap();
-    assert_eq!(
-        older
-            .account("rolled-back")
-            .await
-            .unwrap()
-            .unwrap()
-            .balance_nanos,
-        7
-    );
+    assert_eq!(older.account("rolled-back").await.unwrap().unwrap().balance_nanos, 7);
     older.close().await;
 }
 on_both!(newer_schema, super::older_binaries_run_on_a_newer_schema);
@@ -62,9 +47,7 @@ async fn kinds_and_bad_urls() {
     );
     // A file that does not exist yet is created.
     let path = std::env::temp_dir().join(format!("sluice_ledger_new_{}.db", rand::random::<u64>()));
-    let l = Ledger::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
+    let l = Ledger::connect(&format!("sqlite://{}", path.display())).await.unwrap();
     l.close().await;
     assert!(path.exists());
     for suffix in ["", "-wal", "-shm"] {
@@ -92,12 +75,6 @@ async fn schema_guards_money(db: &Db) {
         );
     }
     raw.close().await;
-    assert!(
-        db.ledger
-            .journal_verify("guarded")
-            .await
-            .unwrap()
-            .is_consistent()
-    );
+    assert!(db.ledger.journal_verify("guarded").await.unwrap().is_consistent());
 }
 on_both!(schema_guards, super::schema_guards_money);

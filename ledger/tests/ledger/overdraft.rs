@@ -29,10 +29,7 @@ async fn overdraft_is_impossible(db: &Db) {
         tokio::spawn(async move {
             while !done.load(Ordering::Relaxed) {
                 let a = l.account("wallet").await.unwrap().unwrap();
-                assert!(
-                    a.balance_nanos - a.reserved_nanos >= 0,
-                    "overdraft observed: {a:?}"
-                );
+                assert!(a.balance_nanos - a.reserved_nanos >= 0, "overdraft observed: {a:?}");
                 assert!(a.reserved_nanos >= 0, "negative reserved: {a:?}");
                 samples.fetch_add(1, Ordering::Relaxed);
                 tokio::task::yield_now().await;
@@ -45,30 +42,16 @@ async fn overdraft_is_impossible(db: &Db) {
     for i in 0..FLOWS {
         let (l, all_tried) = (l.clone(), all_tried.clone());
         flows.push(tokio::spawn(async move {
-            let reserved = l
-                .reserve(
-                    account.id,
-                    ESTIMATE,
-                    Duration::from_secs(300),
-                    &format!("req-{i}"),
-                )
-                .await;
+            let reserved = l.reserve(account.id, ESTIMATE, Duration::from_secs(300), &format!("req-{i}")).await;
             all_tried.wait().await;
             match reserved {
                 Ok(r) => {
                     // i % 7 == 0 asks for more than was reserved: capped at the estimate.
-                    let charge = if i % 7 == 0 {
-                        ESTIMATE * 2
-                    } else {
-                        ESTIMATE - (i as i64) * 100
-                    };
+                    let charge = if i % 7 == 0 { ESTIMATE * 2 } else { ESTIMATE - (i as i64) * 100 };
                     let s = r.settle(charge, Usage::default()).await.unwrap();
                     Some(s.charged_nanos)
                 }
-                Err(LedgerError::InsufficientFunds {
-                    available_nanos,
-                    needed_nanos,
-                }) => {
+                Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => {
                     assert!(available_nanos < needed_nanos);
                     assert!(available_nanos >= 0);
                     None
@@ -86,11 +69,7 @@ async fn overdraft_is_impossible(db: &Db) {
     done.store(true, Ordering::Relaxed);
     sampler.await.unwrap();
 
-    assert_eq!(
-        charged.len(),
-        AFFORDABLE,
-        "exactly the affordable reservations succeed"
-    );
+    assert_eq!(charged.len(), AFFORDABLE, "exactly the affordable reservations succeed");
     assert!(samples.load(Ordering::Relaxed) > 0, "the sampler ran");
     assert!(charged.iter().all(|&c| c > 0 && c <= ESTIMATE));
     let total: i64 = charged.iter().sum();

@@ -38,10 +38,7 @@ async fn rollups_add_up(db: &Db) {
     for (w, l) in writers.into_iter().enumerate() {
         tasks.push(tokio::spawn(async move {
             for flush in 0..5u64 {
-                let routes = [
-                    route_minute("ns/a", 100, 3, 1),
-                    route_minute("ns/b", 101, w as u64, 0),
-                ];
+                let routes = [route_minute("ns/a", 100, 3, 1), route_minute("ns/b", 101, w as u64, 0)];
                 let ups = [upstream_minute("ns/up", 100, 2, flush % 2)];
                 l.write_rollups(&routes, &ups).await.unwrap();
             }
@@ -60,28 +57,15 @@ async fn rollups_add_up(db: &Db) {
     assert_eq!(a[0], expected);
     assert_eq!((a[0].total, a[0].bad, a[0].failovers), (40, 10, 10));
 
-    let both = l
-        .route_minutes(&["ns/a".into(), "ns/b".into()], 0, 1000)
-        .await
-        .unwrap();
+    let both = l.route_minutes(&["ns/a".into(), "ns/b".into()], 0, 1000).await.unwrap();
     assert_eq!(
-        both.iter()
-            .map(|m| (m.route.as_str(), m.minute, m.total))
-            .collect::<Vec<_>>(),
+        both.iter().map(|m| (m.route.as_str(), m.minute, m.total)).collect::<Vec<_>>(),
         vec![("ns/a", 100, 40), ("ns/b", 101, 5)]
     );
-    assert!(
-        l.route_minutes(&["ns/a".into()], 101, 200)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(l.route_minutes(&["ns/a".into()], 101, 200).await.unwrap().is_empty());
     assert!(l.route_minutes(&[], 0, 1000).await.unwrap().is_empty());
 
-    let ups = l
-        .upstream_minutes(&["ns/up".into(), "ns/none".into()], 0, 1000)
-        .await
-        .unwrap();
+    let ups = l.upstream_minutes(&["ns/up".into(), "ns/none".into()], 0, 1000).await.unwrap();
     assert_eq!(ups.len(), 1);
     assert_eq!(ups[0].attempts_by_outcome["ok"], 20);
     assert_eq!(ups[0].attempts_by_outcome["first_byte_timeout"], 4);
@@ -89,17 +73,8 @@ async fn rollups_add_up(db: &Db) {
     assert_eq!(ups[0].first_byte_buckets.iter().sum::<u64>(), 20);
 
     // ns/a@100, ns/up@100 and its two outcome rows.
-    assert_eq!(
-        l.prune_rollups(101, SystemTime::UNIX_EPOCH).await.unwrap(),
-        4
-    );
-    assert_eq!(
-        l.route_minutes(&["ns/a".into(), "ns/b".into()], 0, 1000)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(l.prune_rollups(101, SystemTime::UNIX_EPOCH).await.unwrap(), 4);
+    assert_eq!(l.route_minutes(&["ns/a".into(), "ns/b".into()], 0, 1000).await.unwrap().len(), 1);
     other.close().await;
 }
 on_both!(rollups, super::rollups_add_up);
@@ -119,14 +94,8 @@ async fn budget_minutes_sum_in_the_database(db: &Db) {
     let rows = l.route_minutes(&keys, 0, 1000).await.unwrap();
     for threshold_ms in [None, Some(100), Some(400), Some(100_000)] {
         let mut policy = BudgetPolicy::new(0.99, Duration::from_secs(3600));
-        policy.latency = threshold_ms.map(|threshold_ms| LatencySli {
-            threshold_ms,
-            percentile: 90.0,
-        });
-        let summed = l
-            .budget_minutes(&keys, 0, 1000, policy.slow_from())
-            .await
-            .unwrap();
+        policy.latency = threshold_ms.map(|threshold_ms| LatencySli { threshold_ms, percentile: 90.0 });
+        let summed = l.budget_minutes(&keys, 0, 1000, policy.slow_from()).await.unwrap();
         assert_eq!(summed.iter().map(|(m, _)| *m).collect::<Vec<_>>(), [100, 101]);
         assert_eq!((summed[0].1.total, summed[0].1.bad), (13, 3));
         assert_eq!(summed[1].1.timed, 12, "ns/c is not one of the budget's routes");
@@ -140,10 +109,7 @@ async fn budget_minutes_sum_in_the_database(db: &Db) {
             "threshold {threshold_ms:?}"
         );
         // Per route, the same numbers before they are added up.
-        let per_route = l
-            .budget_route_minutes(&keys, 0, 1000, policy.slow_from())
-            .await
-            .unwrap();
+        let per_route = l.budget_route_minutes(&keys, 0, 1000, policy.slow_from()).await.unwrap();
         let keyed: Vec<(&str, i64)> = per_route.iter().map(|(r, m, _)| (r.as_str(), *m)).collect();
         assert_eq!(keyed, [("ns/a", 100), ("ns/a", 101), ("ns/b", 100)]);
         let mut added = MinuteSeries::new(0);
@@ -174,28 +140,16 @@ async fn heartbeats_upsert(db: &Db) {
         }],
     };
     l.heartbeat(beat("gw-1", t0, 100.0)).await.unwrap();
-    l.heartbeat(beat("gw-1", t0 + Duration::from_secs(10), 50.0))
-        .await
-        .unwrap();
+    l.heartbeat(beat("gw-1", t0 + Duration::from_secs(10), 50.0)).await.unwrap();
     // A late, older beat does not replace the newer one.
-    l.heartbeat(beat("gw-1", t0 + Duration::from_secs(5), 75.0))
-        .await
-        .unwrap();
-    l.heartbeat(beat("gw-2", t0 + Duration::from_secs(1), f64::NAN))
-        .await
-        .unwrap();
+    l.heartbeat(beat("gw-1", t0 + Duration::from_secs(5), 75.0)).await.unwrap();
+    l.heartbeat(beat("gw-2", t0 + Duration::from_secs(1), f64::NAN)).await.unwrap();
 
     let all = l.heartbeats(t0).await.unwrap();
     assert_eq!(all.len(), 2);
     assert_eq!(all[0], beat("gw-1", t0 + Duration::from_secs(10), 50.0));
     assert_eq!(all[1].upstreams[0].effective_weight, 0.0);
     let recent = l.heartbeats(t0 + Duration::from_secs(2)).await.unwrap();
-    assert_eq!(
-        recent
-            .iter()
-            .map(|h| h.gateway_id.as_str())
-            .collect::<Vec<_>>(),
-        ["gw-1"]
-    );
+    assert_eq!(recent.iter().map(|h| h.gateway_id.as_str()).collect::<Vec<_>>(), ["gw-1"]);
 }
 on_both!(heartbeats, super::heartbeats_upsert);

@@ -54,11 +54,7 @@ impl Db {
 
     async fn on(db: TestDb) -> Db {
         let ledger = db.connect().await.expect("connect the test ledger");
-        Db {
-            ledger,
-            url: db.url.clone(),
-            _db: db,
-        }
+        Db { ledger, url: db.url.clone(), _db: db }
     }
 }
 

@@ -12,13 +12,7 @@ use crate::support::Db;
 /// A `synthetic_checks` row: route, upstream, gateway, at, outcome, first byte, cost.
 type CheckRow = (String, String, String, i64, String, Option<i64>, i64);
 
-fn check(
-    upstream: &str,
-    outcome: &str,
-    first_byte_ms: Option<u64>,
-    cost_nanos: i64,
-    at: SystemTime,
-) -> SyntheticCheck {
+fn check(upstream: &str, outcome: &str, first_byte_ms: Option<u64>, cost_nanos: i64, at: SystemTime) -> SyntheticCheck {
     SyntheticCheck {
         route: "ns/chat".into(),
         upstream: upstream.into(),
@@ -35,35 +29,18 @@ async fn checks_are_stored_and_their_cost_is_spend(db: &Db) {
     let t0 = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
     let s = Duration::from_secs(1);
     assert!(l.account(SYNTHETIC_ACCOUNT).await.unwrap().is_none());
-    l.record_synthetic(&check("ns/backup", "http_5xx", None, 0, t0))
-        .await
-        .unwrap();
-    let made = l
-        .account(SYNTHETIC_ACCOUNT)
-        .await
-        .unwrap()
-        .expect("made by the first check, even a free one");
+    l.record_synthetic(&check("ns/backup", "http_5xx", None, 0, t0)).await.unwrap();
+    let made = l.account(SYNTHETIC_ACCOUNT).await.unwrap().expect("made by the first check, even a free one");
     assert_eq!((made.balance_nanos, made.reserved_nanos), (0, 0));
-    l.record_synthetic(&check("ns/primary", "ok", Some(42), 1_500, t0 + s))
-        .await
-        .unwrap();
-    l.record_synthetic(&check("ns/primary", "ok", Some(40), 2_500, t0 + 2 * s))
-        .await
-        .unwrap();
+    l.record_synthetic(&check("ns/primary", "ok", Some(42), 1_500, t0 + s)).await.unwrap();
+    l.record_synthetic(&check("ns/primary", "ok", Some(40), 2_500, t0 + 2 * s)).await.unwrap();
 
     let account = l.account(SYNTHETIC_ACCOUNT).await.unwrap().unwrap();
-    assert_eq!(
-        (account.balance_nanos, account.reserved_nanos),
-        (0, 0),
-        "never holds money"
-    );
+    assert_eq!((account.balance_nanos, account.reserved_nanos), (0, 0), "never holds money");
     assert_eq!(l.synthetic_spend().await.unwrap(), 4_000);
     let verify = l.journal_verify(SYNTHETIC_ACCOUNT).await.unwrap();
     assert!(verify.is_consistent(), "{verify:?}");
-    assert_eq!(
-        verify.entries, 5,
-        "open, then a topup and a settle per paid check"
-    );
+    assert_eq!(verify.entries, 5, "open, then a topup and a settle per paid check");
 
     let raw = sqlx::AnyPool::connect(&db.url).await.unwrap();
     let rows = sqlx::query(
@@ -72,31 +49,11 @@ async fn checks_are_stored_and_their_cost_is_spend(db: &Db) {
     .fetch_all(&raw)
     .await
     .unwrap();
-    let rows: Vec<CheckRow> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.get(0),
-                r.get(1),
-                r.get(2),
-                r.get(3),
-                r.get(4),
-                r.get(5),
-                r.get(6),
-            )
-        })
-        .collect();
+    let rows: Vec<CheckRow> =
+        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6))).collect();
     let ms = 1_700_000_000_123i64;
     let row = |up: &str, at: i64, outcome: &str, fb: Option<i64>, cost: i64| {
-        (
-            "ns/chat".to_string(),
-            up.to_string(),
-            "gw-1".to_string(),
-            at,
-            outcome.to_string(),
-            fb,
-            cost,
-        )
+        ("ns/chat".to_string(), up.to_string(), "gw-1".to_string(), at, outcome.to_string(), fb, cost)
     };
     assert_eq!(
         rows,
@@ -114,10 +71,8 @@ async fn checks_are_stored_and_their_cost_is_spend(db: &Db) {
     .fetch_all(&raw)
     .await
     .unwrap();
-    let journal: Vec<(String, i64, i64, i64, Option<String>)> = journal
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-        .collect();
+    let journal: Vec<(String, i64, i64, i64, Option<String>)> =
+        journal.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))).collect();
     let id = |at: i64| Some(format!("synthetic:ns/chat:ns/primary:{at}"));
     assert_eq!(
         journal,
@@ -131,39 +86,17 @@ async fn checks_are_stored_and_their_cost_is_spend(db: &Db) {
     );
 
     // Retention: rows go, the money's journal stays.
-    assert_eq!(
-        l.prune_synthetic(t0 + s + Duration::from_millis(500))
-            .await
-            .unwrap(),
-        2
-    );
-    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM synthetic_checks")
-        .fetch_one(&raw)
-        .await
-        .unwrap();
+    assert_eq!(l.prune_synthetic(t0 + s + Duration::from_millis(500)).await.unwrap(), 2);
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM synthetic_checks").fetch_one(&raw).await.unwrap();
     assert_eq!(left, 1);
     assert_eq!(l.synthetic_spend().await.unwrap(), 4_000);
-    assert!(
-        l.journal_verify(SYNTHETIC_ACCOUNT)
-            .await
-            .unwrap()
-            .is_consistent()
-    );
+    assert!(l.journal_verify(SYNTHETIC_ACCOUNT).await.unwrap().is_consistent());
     raw.close().await;
 
-    let negative = l
-        .record_synthetic(&check("ns/primary", "ok", None, -1, t0))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        negative.to_string(),
-        "synthetic check cost must not be negative, got -1 nanodollars"
-    );
+    let negative = l.record_synthetic(&check("ns/primary", "ok", None, -1, t0)).await.unwrap_err();
+    assert_eq!(negative.to_string(), "synthetic check cost must not be negative, got -1 nanodollars");
 }
-on_both!(
-    stored_and_billed,
-    super::checks_are_stored_and_their_cost_is_spend
-);
+on_both!(stored_and_billed, super::checks_are_stored_and_their_cost_is_spend);
 
 /// Two gateways (two handles) checking at once make the account once and lose nothing.
 async fn concurrent_gateways_share_the_account(db: &Db) {
@@ -188,7 +121,4 @@ async fn concurrent_gateways_share_the_account(db: &Db) {
     assert_eq!(verify.entries, 41);
     other.close().await;
 }
-on_both!(
-    concurrent_gateways,
-    super::concurrent_gateways_share_the_account
-);
+on_both!(concurrent_gateways, super::concurrent_gateways_share_the_account);

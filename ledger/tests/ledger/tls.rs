@@ -13,10 +13,7 @@ async fn a_postgres_ledger_connects_with_sslmode_require() {
         return;
     };
     let mut probe = sqlx::PgConnection::connect(&db.url).await.expect("connect");
-    let ssl: String = sqlx::query_scalar("SHOW ssl")
-        .fetch_one(&mut probe)
-        .await
-        .expect("SHOW ssl");
+    let ssl: String = sqlx::query_scalar("SHOW ssl").fetch_one(&mut probe).await.expect("SHOW ssl");
     if ssl != "on" {
         let reason = "the test Postgres has ssl = off; enable it to test TLS";
         assert!(std::env::var_os("CI").is_none(), "{reason} (CI is set)");
@@ -24,18 +21,13 @@ async fn a_postgres_ledger_connects_with_sslmode_require() {
         return;
     }
     let url = format!("{}&sslmode=require", db.url);
-    let ledger = Ledger::connect(&url)
-        .await
-        .expect("sslmode=require connects");
+    let ledger = Ledger::connect(&url).await.expect("sslmode=require connects");
     ledger.ping().await.expect("ping over TLS");
-    let mut tls = sqlx::PgConnection::connect(&url)
+    let mut tls = sqlx::PgConnection::connect(&url).await.expect("connect over TLS");
+    let encrypted: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut tls)
         .await
-        .expect("connect over TLS");
-    let encrypted: bool =
-        sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-            .fetch_one(&mut tls)
-            .await
-            .expect("pg_stat_ssl");
+        .expect("pg_stat_ssl");
     assert!(encrypted, "sslmode=require gave an unencrypted connection");
     ledger.close().await;
 }

@@ -44,7 +44,12 @@ pub fn gateway_state(d: &Deployment) -> GatewayState {
 /// PodDisruptionBudget applied, or Deployment, Service, PodDisruptionBudget and
 /// ConfigMap deleted; last, the ledger Secret is deleted when a group was deleted and
 /// no live route is left in the namespace.
-pub async fn sync_namespace(ctx: &Context, namespace: &str, focus: &str, exclude: Option<&str>) -> Result<Vec<Synced>, Error> {
+pub async fn sync_namespace(
+    ctx: &Context,
+    namespace: &str,
+    focus: &str,
+    exclude: Option<&str>,
+) -> Result<Vec<Synced>, Error> {
     let upstreams = ctx.stores.upstreams();
     let mut routes = ctx.stores.routes();
     if let Some(uid) = exclude {
@@ -73,12 +78,9 @@ pub async fn sync_namespace(ctx: &Context, namespace: &str, focus: &str, exclude
         let view = group_view(namespace, &group, &upstreams, &routes, &budgets);
         let owners = view.owners();
         let g = view.group(&owners);
-        let (Some(cm), Some(deploy), Some(svc), Some(pdb)) = (
-            desired_configmap(&g),
-            desired_deployment(&g, &ctx.config.gateway),
-            desired_service(&g),
-            desired_pdb(&g),
-        ) else {
+        let (Some(cm), Some(deploy), Some(svc), Some(pdb)) =
+            (desired_configmap(&g), desired_deployment(&g, &ctx.config.gateway), desired_service(&g), desired_pdb(&g))
+        else {
             delete_group(ctx, namespace, &group).await?;
             deleted = true;
             synced.push(Synced { view, gateway: None });
@@ -123,7 +125,8 @@ fn rendered_groups(ctx: &Context, namespace: &str) -> BTreeMap<String, BTreeSet<
         .filter(|cm| cm.namespace().as_deref() == Some(namespace))
         .filter_map(|cm| {
             let group = cm.labels().get(GATEWAY_LABEL)?.clone();
-            let owners = cm.owner_references().iter().filter(|o| o.kind == "ModelRoute").map(|o| o.uid.clone()).collect();
+            let owners =
+                cm.owner_references().iter().filter(|o| o.kind == "ModelRoute").map(|o| o.uid.clone()).collect();
             Some((group, owners))
         })
         .collect()

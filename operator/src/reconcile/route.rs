@@ -132,8 +132,10 @@ pub async fn refresh_statuses(ctx: &Context) -> Result<usize, Error> {
     for namespace in &namespaces {
         for group in groups_in(namespace, &routes) {
             let view = group_view(namespace, &group, &upstreams, &routes, &budgets);
-            let deployment = ctx.stores.deployments.get(&ObjectRef::<Deployment>::new(&object_name(&group)).within(namespace));
-            let gateway = if view.resolved.snapshot.routes.is_empty() { None } else { deployment.map(|d| gateway_state(&d)) };
+            let deployment =
+                ctx.stores.deployments.get(&ObjectRef::<Deployment>::new(&object_name(&group)).within(namespace));
+            let gateway =
+                if view.resolved.snapshot.routes.is_empty() { None } else { deployment.map(|d| gateway_state(&d)) };
             synced.push(Synced { view, gateway });
         }
     }

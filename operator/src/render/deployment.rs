@@ -112,14 +112,22 @@ fn pod_spec(group: &Group<'_>, settings: &GatewaySettings, refs: &BTreeSet<(Stri
                 name: "snapshot".into(),
                 config_map: Some(ConfigMapVolumeSource {
                     name: object_name(group.name),
-                    items: Some(vec![KeyToPath { key: SNAPSHOT_KEY.into(), path: SNAPSHOT_KEY.into(), mode: None, user: None }]),
+                    items: Some(vec![KeyToPath {
+                        key: SNAPSHOT_KEY.into(),
+                        path: SNAPSHOT_KEY.into(),
+                        mode: None,
+                        user: None,
+                    }]),
                     ..ConfigMapVolumeSource::default()
                 }),
                 ..Volume::default()
             },
             Volume {
                 name: "secrets".into(),
-                projected: Some(ProjectedVolumeSource { sources: Some(secret_projections(refs)), ..ProjectedVolumeSource::default() }),
+                projected: Some(ProjectedVolumeSource {
+                    sources: Some(secret_projections(refs)),
+                    ..ProjectedVolumeSource::default()
+                }),
                 ..Volume::default()
             },
         ]),
@@ -134,7 +142,12 @@ fn pod_spec(group: &Group<'_>, settings: &GatewaySettings, refs: &BTreeSet<(Stri
 fn secret_projections(refs: &BTreeSet<(String, String)>) -> Vec<VolumeProjection> {
     let mut by_secret: BTreeMap<&str, Vec<KeyToPath>> = BTreeMap::new();
     for (secret, key) in refs {
-        by_secret.entry(secret).or_default().push(KeyToPath { key: key.clone(), path: format!("{secret}/{key}"), mode: None, user: None });
+        by_secret.entry(secret).or_default().push(KeyToPath {
+            key: key.clone(),
+            path: format!("{secret}/{key}"),
+            mode: None,
+            user: None,
+        });
     }
     by_secret
         .into_iter()
@@ -160,7 +173,11 @@ fn container(settings: &GatewaySettings) -> Container {
         SHUTDOWN_DELAY,
     ];
     let probe = |path: &str| Probe {
-        http_get: Some(HTTPGetAction { path: Some(path.into()), port: IntOrString::String("http".into()), ..HTTPGetAction::default() }),
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            ..HTTPGetAction::default()
+        }),
         period_seconds: Some(10),
         ..Probe::default()
     };
@@ -168,27 +185,33 @@ fn container(settings: &GatewaySettings) -> Container {
         name: "gateway".into(),
         image: Some(settings.image.clone()),
         args: Some(args.iter().map(|a| a.to_string()).collect()),
-        env: Some(vec![
-            EnvVar {
-                name: "SLUICE_LEDGER_URL".into(),
-                value_from: Some(EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector { name: LEDGER_SECRET.into(), key: LEDGER_SECRET_KEY.into(), optional: None }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            },
-            EnvVar {
-                name: "POD_NAME".into(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector { field_path: "metadata.name".into(), api_version: None }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            },
-        ]
-        .into_iter()
-        .chain(settings.env.iter().cloned())
-        .collect()),
+        env: Some(
+            vec![
+                EnvVar {
+                    name: "SLUICE_LEDGER_URL".into(),
+                    value_from: Some(EnvVarSource {
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: LEDGER_SECRET.into(),
+                            key: LEDGER_SECRET_KEY.into(),
+                            optional: None,
+                        }),
+                        ..EnvVarSource::default()
+                    }),
+                    ..EnvVar::default()
+                },
+                EnvVar {
+                    name: "POD_NAME".into(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector { field_path: "metadata.name".into(), api_version: None }),
+                        ..EnvVarSource::default()
+                    }),
+                    ..EnvVar::default()
+                },
+            ]
+            .into_iter()
+            .chain(settings.env.iter().cloned())
+            .collect(),
+        ),
         ports: Some(vec![ContainerPort {
             name: Some("http".into()),
             container_port: GATEWAY_PORT,
@@ -207,8 +230,18 @@ fn container(settings: &GatewaySettings) -> Container {
             ..SecurityContext::default()
         }),
         volume_mounts: Some(vec![
-            VolumeMount { name: "snapshot".into(), mount_path: SNAPSHOT_DIR.into(), read_only: Some(true), ..VolumeMount::default() },
-            VolumeMount { name: "secrets".into(), mount_path: SECRETS_DIR.into(), read_only: Some(true), ..VolumeMount::default() },
+            VolumeMount {
+                name: "snapshot".into(),
+                mount_path: SNAPSHOT_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "secrets".into(),
+                mount_path: SECRETS_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
         ]),
         ..Container::default()
     }

@@ -14,10 +14,10 @@ use sluice_crds::error_budget::ErrorBudgetStatus;
 use sluice_crds::{ErrorBudget, Severity};
 use sluice_ledger::budget::{BudgetReport, BudgetState};
 
+use super::Transition;
 use super::conditions::{Status, set_condition, with_runbook};
 use super::format::{rfc3339, time};
 use super::upstream::describe;
-use super::Transition;
 use crate::view::BudgetView;
 
 /// Everything a budget's status is computed from.
@@ -50,8 +50,10 @@ pub fn budget_status(prev: Option<&ErrorBudgetStatus>, inputs: &BudgetInputs<'_>
     next.observed_generation = generation;
     next.last_evaluated = Some(rfc3339(inputs.now));
 
-    let errors: Vec<String> = inputs.view.problems.iter().filter(|p| p.severity == Severity::Error).map(describe).collect();
-    let warnings: Vec<String> = inputs.view.problems.iter().filter(|p| p.severity == Severity::Warning).map(describe).collect();
+    let errors: Vec<String> =
+        inputs.view.problems.iter().filter(|p| p.severity == Severity::Error).map(describe).collect();
+    let warnings: Vec<String> =
+        inputs.view.problems.iter().filter(|p| p.severity == Severity::Warning).map(describe).collect();
     let counted = inputs.view.config.as_ref().map_or(0, |c| c.routes.len());
 
     let ready = match (&inputs.view.config, inputs.report) {
@@ -59,9 +61,11 @@ pub fn budget_status(prev: Option<&ErrorBudgetStatus>, inputs: &BudgetInputs<'_>
             clear(&mut next);
             (Status::False, "Invalid", with_runbook(errors.join("; "), "config-rejected"))
         }
-        (Some(_), Some(Err(e))) => {
-            (Status::False, "EvaluationFailed", with_runbook(format!("the ledger could not be read: {e}"), "ledger-unreachable"))
-        }
+        (Some(_), Some(Err(e))) => (
+            Status::False,
+            "EvaluationFailed",
+            with_runbook(format!("the ledger could not be read: {e}"), "ledger-unreachable"),
+        ),
         (Some(_), Some(Ok(report))) => {
             fill(&mut next, report);
             if counted == 0 {
@@ -88,7 +92,11 @@ pub fn budget_status(prev: Option<&ErrorBudgetStatus>, inputs: &BudgetInputs<'_>
     let exhausted = next.state.as_deref() == Some("Exhausted");
     let consumed = next.consumed_percent.clone().unwrap_or_else(|| "0.0".into());
     let (status, reason, message) = if exhausted {
-        (Status::True, "BudgetExhausted", with_runbook(format!("{consumed}% of the error budget is consumed"), "budget-burning"))
+        (
+            Status::True,
+            "BudgetExhausted",
+            with_runbook(format!("{consumed}% of the error budget is consumed"), "budget-burning"),
+        )
     } else {
         (Status::False, "BudgetRemaining", format!("{consumed}% of the error budget is consumed"))
     };

@@ -92,7 +92,10 @@ mod tests {
         let mut cs = Vec::new();
         set_condition(&mut cs, "Ready", Status::True, "Serving", "ok", Some(3), &at(0));
         assert_eq!(cs.len(), 1);
-        assert_eq!((cs[0].status.as_str(), cs[0].reason.as_str(), cs[0].observed_generation), ("True", "Serving", Some(3)));
+        assert_eq!(
+            (cs[0].status.as_str(), cs[0].reason.as_str(), cs[0].observed_generation),
+            ("True", "Serving", Some(3))
+        );
         assert_eq!(cs[0].last_transition_time, at(0));
     }
 

@@ -122,9 +122,11 @@ fn ready(inputs: &RouteInputs<'_>) -> (Status, &'static str, String) {
     }
     match inputs.gateway {
         None => (Status::Unknown, "GatewayPending", format!("waiting for Deployment sluice-gateway-{group}")),
-        Some(g) if g.available > 0 => {
-            (Status::True, "Serving", format!("served by gateway {group} ({}/{} replicas available)", g.available, g.desired))
-        }
+        Some(g) if g.available > 0 => (
+            Status::True,
+            "Serving",
+            format!("served by gateway {group} ({}/{} replicas available)", g.available, g.desired),
+        ),
         Some(g) => {
             let message = format!("no gateway pod of {group} is available (0/{} replicas)", g.desired);
             (Status::False, "GatewayUnavailable", with_runbook(message, "gateway-pods-not-ready"))

@@ -51,14 +51,19 @@ pub fn upstream_status(prev: Option<&UpstreamStatus>, inputs: &UpstreamInputs<'_
     }
     let now = time(inputs.now);
     let errors: Vec<String> = inputs.problems.iter().filter(|p| p.severity == Severity::Error).map(describe).collect();
-    let warnings: Vec<String> = inputs.problems.iter().filter(|p| p.severity == Severity::Warning).map(describe).collect();
+    let warnings: Vec<String> =
+        inputs.problems.iter().filter(|p| p.severity == Severity::Warning).map(describe).collect();
     let (status, reason, message) = if !errors.is_empty() {
         (Status::False, "Invalid", with_runbook(errors.join("; "), "config-rejected"))
     } else if !warnings.is_empty() {
         (Status::False, "SecretMissing", with_runbook(warnings.join("; "), "config-rejected"))
     } else if next.circuit == Some(CircuitState::Open) {
         let (pods, open) = inputs.observations.map(|o| o.open_in(inputs.key)).unwrap_or((0, 0));
-        (Status::False, "CircuitOpen", with_runbook(format!("the circuit is open in {open} of {pods} gateway pods"), "upstream-down"))
+        (
+            Status::False,
+            "CircuitOpen",
+            with_runbook(format!("the circuit is open in {open} of {pods} gateway pods"), "upstream-down"),
+        )
     } else {
         (Status::True, "Available", "valid, and no gateway pod has the circuit open".to_string())
     };

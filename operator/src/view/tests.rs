@@ -31,7 +31,9 @@ fn owners_are_every_route_sorted_and_none_is_controller() {
     let refs = owner_references(&routes);
     let names: Vec<_> = refs.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["alpha", "zeta"]);
-    assert!(refs.iter().all(|r| r.controller.is_none() && r.kind == "ModelRoute" && r.api_version == "sluice.dev/v1alpha1"));
+    assert!(
+        refs.iter().all(|r| r.controller.is_none() && r.kind == "ModelRoute" && r.api_version == "sluice.dev/v1alpha1")
+    );
     assert_eq!(refs[0].uid, "uid-modelroute-alpha");
 }
 
@@ -57,7 +59,10 @@ fn a_bad_route_is_left_out_and_reported_while_the_others_are_served() {
 #[test]
 fn the_same_model_may_be_served_by_two_groups() {
     let upstreams = [upstream("a", "east")];
-    let routes = [route("a", "public", "gpt-4o", None, &["east"]), route("a", "internal", "gpt-4o", Some("internal"), &["east"])];
+    let routes = [
+        route("a", "public", "gpt-4o", None, &["east"]),
+        route("a", "internal", "gpt-4o", Some("internal"), &["east"]),
+    ];
     assert_eq!(group_view("a", "default", &upstreams, &routes, &[]).resolved.snapshot.routes.len(), 1);
     assert_eq!(group_view("a", "internal", &upstreams, &routes, &[]).resolved.snapshot.routes.len(), 1);
 }
@@ -85,7 +90,8 @@ fn a_budget_is_resolved_across_groups() {
 fn the_snapshot_does_not_depend_on_the_order_of_the_caches() {
     let upstreams = [upstream("a", "west"), upstream("a", "east")];
     let routes = [route("a", "zeta", "m1", None, &["east", "west"]), route("a", "alpha", "m2", None, &["west"])];
-    let budgets = [budget("a", "slo-b", &["zeta"]), budget("a", "slo-a", &["alpha", "zeta"]), budget("a", "slo-c", &["alpha"])];
+    let budgets =
+        [budget("a", "slo-b", &["zeta"]), budget("a", "slo-a", &["alpha", "zeta"]), budget("a", "slo-c", &["alpha"])];
     fn rev<T: Clone>(v: &[T]) -> Vec<T> {
         v.iter().rev().cloned().collect()
     }
@@ -110,7 +116,11 @@ fn an_invalid_budget_has_no_config() {
     b.spec.objective = "42".into();
     let v = budget_view(&b, &[], &[]);
     assert!(v.config.is_none());
-    assert!(v.problems.iter().any(|p| p.severity == Severity::Error && p.field == "spec.objective"), "{:?}", v.problems);
+    assert!(
+        v.problems.iter().any(|p| p.severity == Severity::Error && p.field == "spec.objective"),
+        "{:?}",
+        v.problems
+    );
 }
 
 #[test]

@@ -141,7 +141,9 @@ fn a_changed_secret_set_changes_the_template_hash() {
     // `local` now needs a key: a new (secret, key) in the set.
     ups[3] = upstream_with_auth("team-a", "local", "local-key", "apiKey");
     let added = deployment(&view_of(&ups, &routes()));
-    let hash = |d: &Deployment| d.spec.template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()[SECRETS_HASH_ANNOTATION].clone();
+    let hash = |d: &Deployment| {
+        d.spec.template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()[SECRETS_HASH_ANNOTATION].clone()
+    };
     assert_ne!(hash(&before), hash(&added));
     // Same secret, another key: also a change.
     ups[3] = upstream_with_auth("team-a", "local", "local-key", "otherKey");
@@ -151,7 +153,12 @@ fn a_changed_secret_set_changes_the_template_hash() {
     rs[1] = route("team-a", "gpt-4o", "gpt-4o", None, &["local"]);
     let dropped = deployment(&view_of(&upstreams(), &rs));
     assert_ne!(hash(&before), hash(&dropped));
-    let sources = dropped.spec.template.spec.as_ref().unwrap().volumes.as_ref().unwrap()[1].projected.as_ref().unwrap().sources.clone();
+    let sources = dropped.spec.template.spec.as_ref().unwrap().volumes.as_ref().unwrap()[1]
+        .projected
+        .as_ref()
+        .unwrap()
+        .sources
+        .clone();
     let names: Vec<String> = sources.unwrap().into_iter().map(|s| s.secret.unwrap().name).collect();
     assert_eq!(names, ["anthropic"]);
 }
@@ -172,7 +179,8 @@ fn cloud_credential_secrets_are_mounted_like_api_keys() {
     .unwrap();
     let rs = vec![route("team-a", "claude-opus", "claude-opus-4", None, &["vertex", "bedrock"])];
     let d = deployment(&view_of(&[vertex, bedrock], &rs));
-    let sources = d.spec.template.spec.as_ref().unwrap().volumes.as_ref().unwrap()[1].projected.as_ref().unwrap().sources.clone();
+    let sources =
+        d.spec.template.spec.as_ref().unwrap().volumes.as_ref().unwrap()[1].projected.as_ref().unwrap().sources.clone();
     let files: Vec<String> = sources
         .unwrap()
         .into_iter()
@@ -184,7 +192,12 @@ fn cloud_credential_secrets_are_mounted_like_api_keys() {
         .collect();
     assert_eq!(
         files,
-        ["aws-keys/AWS_ACCESS_KEY_ID", "aws-keys/AWS_SECRET_ACCESS_KEY", "aws-keys/AWS_SESSION_TOKEN", "vertex-sa/key.json"]
+        [
+            "aws-keys/AWS_ACCESS_KEY_ID",
+            "aws-keys/AWS_SECRET_ACCESS_KEY",
+            "aws-keys/AWS_SESSION_TOKEN",
+            "vertex-sa/key.json"
+        ]
     );
 }
 
@@ -238,7 +251,8 @@ fn every_group_object_is_labelled_and_owned_by_every_route() {
         assert_eq!(labels["app.kubernetes.io/managed-by"], "sluice-operator");
         assert_eq!(labels["app.kubernetes.io/name"], "sluice-gateway");
         assert_eq!(labels["sluice.dev/gateway"], "default");
-        let owners: Vec<(String, Option<bool>)> = m.owner_references.unwrap().into_iter().map(|o| (o.name, o.controller)).collect();
+        let owners: Vec<(String, Option<bool>)> =
+            m.owner_references.unwrap().into_iter().map(|o| (o.name, o.controller)).collect();
         assert_eq!(owners, [("claude-opus".to_string(), None), ("gpt-4o".to_string(), None)]);
     }
 }

@@ -80,7 +80,12 @@ async fn the_operator_lists_and_watches_everything_reconciles_and_stops_cleanly(
     }));
 
     // Wait until the Upstream's status was written through the Controller.
-    let patched = || seen.lock().unwrap().iter().any(|c| c.starts_with("PATCH /apis/sluice.dev/v1alpha1/namespaces/team-a/upstreams/east/status"));
+    let patched = || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|c| c.starts_with("PATCH /apis/sluice.dev/v1alpha1/namespaces/team-a/upstreams/east/status"))
+    };
     let written = eventually(Duration::from_secs(5), async || patched()).await;
     assert!(written, "no status patch; calls: {:#?}", seen.lock().unwrap());
     stop.send(()).unwrap();
@@ -95,9 +100,20 @@ async fn the_operator_lists_and_watches_everything_reconciles_and_stops_cleanly(
         assert_eq!(lists, 2, "{crd} is watched twice (own controller and a trigger): {calls:#?}");
     }
     let selector = "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsluice-operator";
-    for owned in ["/api/v1/configmaps", "/apis/apps/v1/deployments", "/api/v1/services", "/apis/policy/v1/poddisruptionbudgets", "/api/v1/secrets"] {
+    for owned in [
+        "/api/v1/configmaps",
+        "/apis/apps/v1/deployments",
+        "/api/v1/services",
+        "/apis/policy/v1/poddisruptionbudgets",
+        "/api/v1/secrets",
+    ] {
         assert!(has(&format!("GET {owned}?&{selector}&limit=500")), "{owned} is watched for drift: {calls:#?}");
     }
     assert!(has("GET /api/v1/secrets?&limit=500"), "{calls:#?}");
-    assert!(calls.iter().any(|c| c.starts_with("GET /api/v1/secrets?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true")), "{calls:#?}");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("GET /api/v1/secrets?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true")),
+        "{calls:#?}"
+    );
 }

@@ -1,28 +1,39 @@
 //! The exact API calls of the Upstream and ErrorBudget reconcilers (status from the
 //! ledger, events on transitions), and the start-up CRD check.
 
-#![expect(clippy::unwrap_used, clippy::expect_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
-
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a panic is how a test reports"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::*;
 use serde_json::{Value, json};
 use sluice_ledger::{Heartbeat, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
 use sluice_operator::reconcile::{budget as budget_rc, upstream as upstream_rc};
 use sluice_operator::testing::{budget, route, upstream, upstream_with_auth};
-use crate::support::*;
 
 const UPSTREAMS: &str = "/apis/sluice.dev/v1alpha1/namespaces/team-a/upstreams";
 const BUDGETS: &str = "/apis/sluice.dev/v1alpha1/namespaces/team-a/errorbudgets";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events?";
 
 fn condition<'a>(status: &'a Value, t: &str) -> &'a Value {
-    status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).unwrap_or_else(|| panic!("no {t} in {status}"))
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == t)
+        .unwrap_or_else(|| panic!("no {t} in {status}"))
 }
 
 async fn finish(server: tokio::task::JoinHandle<ApiServer>, ctx: Arc<sluice_operator::Context>) {
-    let api = tokio::time::timeout(Duration::from_secs(5), server).await.expect("fewer calls than scripted").expect("verifier panicked");
+    let api = tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("fewer calls than scripted")
+        .expect("verifier panicked");
     drop(ctx);
     api.assert_no_more_calls().await;
 }
@@ -61,7 +72,13 @@ async fn an_opened_circuit_is_an_event_and_the_figures_come_from_the_ledger() {
         .heartbeat(Heartbeat {
             gateway_id: "gw-0".into(),
             at: now(),
-            upstreams: vec![UpstreamHeartbeat { upstream: "team-a/east".into(), circuit: "Open".into(), effective_weight: 0.0, successes: 0, failures: 20 }],
+            upstreams: vec![UpstreamHeartbeat {
+                upstream: "team-a/east".into(),
+                circuit: "Open".into(),
+                effective_weight: 0.0,
+                successes: 0,
+                failures: 20,
+            }],
         })
         .await
         .unwrap();
@@ -72,7 +89,10 @@ async fn an_opened_circuit_is_an_event_and_the_figures_come_from_the_ledger() {
         assert_eq!(ev.body["kind"], "Event");
         assert_eq!((&ev.body["type"], &ev.body["reason"]), (&json!("Warning"), &json!("CircuitOpened")));
         assert_eq!(ev.body["note"], "circuit opened; success rate 75.00% over 5m");
-        assert_eq!((&ev.body["regarding"]["kind"], &ev.body["regarding"]["name"]), (&json!("Upstream"), &json!("east")));
+        assert_eq!(
+            (&ev.body["regarding"]["kind"], &ev.body["regarding"]["name"]),
+            (&json!("Upstream"), &json!("east"))
+        );
         assert_eq!(ev.body["reportingController"], "sluice-operator");
         assert_eq!(ev.body["reportingInstance"], "sluice-operator-0");
         let st = api.expect("PATCH", &format!("{UPSTREAMS}/east/status{SSA}"), status_echo).await;
@@ -110,7 +130,8 @@ async fn an_exhausted_budget_is_an_event_and_its_status_shows_the_burn() {
     let b = budget("team-a", "slo", &["chat", "missing"]);
     let r = route("team-a", "chat", "gpt-4o", None, &["east"]);
     let (client, mut api) = mock_client();
-    let (ctx, ledger) = context(client, stores(vec![r], vec![upstream("team-a", "east")], vec![b.clone()], vec![], vec![])).await;
+    let (ctx, ledger) =
+        context(client, stores(vec![r], vec![upstream("team-a", "east")], vec![b.clone()], vec![], vec![])).await;
     let minutes: Vec<RouteMinute> = (0..10)
         .map(|i| {
             let mut m = RouteMinute::new("team-a/chat", NOW_MINUTE - i);
@@ -123,7 +144,10 @@ async fn an_exhausted_budget_is_an_event_and_its_status_shows_the_burn() {
     let server = tokio::spawn(async move {
         let ev = api.expect("POST", EVENTS, echo).await;
         assert_eq!((&ev.body["type"], &ev.body["reason"]), (&json!("Warning"), &json!("BudgetExhausted")));
-        assert_eq!((&ev.body["regarding"]["kind"], &ev.body["regarding"]["name"]), (&json!("ErrorBudget"), &json!("slo")));
+        assert_eq!(
+            (&ev.body["regarding"]["kind"], &ev.body["regarding"]["name"]),
+            (&json!("ErrorBudget"), &json!("slo"))
+        );
         let st = api.expect("PATCH", &format!("{BUDGETS}/slo/status{SSA}"), status_echo).await;
         let s = &st.body["status"];
         assert_eq!(s["state"], "Exhausted");

@@ -65,7 +65,8 @@ impl ApiServer {
     /// Takes the next call, asserts its method and exact URI, and answers
     /// `reply(&call)` (status, JSON body).
     pub async fn expect(&mut self, method: &str, uri: &str, reply: impl FnOnce(&Call) -> (u16, Value)) -> Call {
-        let (req, send) = self.0.next_request().await.unwrap_or_else(|| panic!("expected {method} {uri}, but the client is gone"));
+        let (req, send) =
+            self.0.next_request().await.unwrap_or_else(|| panic!("expected {method} {uri}, but the client is gone"));
         let method_seen = req.method().to_string();
         let uri_seen = req.uri().to_string();
         let content_type =
@@ -75,7 +76,8 @@ impl ApiServer {
         let call = Call { method: method_seen, uri: uri_seen, content_type, body };
         assert_eq!((call.method.as_str(), call.uri.as_str()), (method, uri), "unexpected call; body: {}", call.body);
         let (status, reply) = reply(&call);
-        let response = Response::builder().status(status).body(Body::from(serde_json::to_vec(&reply).unwrap())).unwrap();
+        let response =
+            Response::builder().status(status).body(Body::from(serde_json::to_vec(&reply).unwrap())).unwrap();
         send.send_response(response);
         call
     }
@@ -136,7 +138,10 @@ pub fn status(code: u16, reason: &str) -> impl FnOnce(&Call) -> (u16, Value) {
     let reason = reason.to_string();
     move |_| {
         let status = if code < 300 { "Success" } else { "Failure" };
-        (code, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": status, "reason": reason, "code": code}))
+        (
+            code,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": status, "reason": reason, "code": code}),
+        )
     }
 }
 

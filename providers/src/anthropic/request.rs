@@ -4,8 +4,8 @@
 use serde_json::{Map, Value, json};
 
 use crate::request::{
-    Conversation, Dialect, SamplingNames, ToolUse, messages, reject_json_mode, reject_openai_only,
-    reject_penalties, walk,
+    Conversation, Dialect, SamplingNames, ToolUse, messages, reject_json_mode, reject_openai_only, reject_penalties,
+    walk,
 };
 use crate::{ChatRequest, ImageUrl, Message, Target, ToolCall, TranslateError};
 
@@ -17,25 +17,14 @@ pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, Tran
     if !system.is_empty() {
         body.insert("system".into(), Value::Array(system));
     }
-    body.insert(
-        "messages".into(),
-        Value::Array(messages(turns, "user", "assistant", "content")),
-    );
+    body.insert("messages".into(), Value::Array(messages(turns, "user", "assistant", "content")));
     // Anthropic's range is 0–1, OpenAI's 0–2: clamping would change the answer.
     if req.temperature.is_some_and(|t| t > 1.0) {
-        return Err(TranslateError::unsupported(
-            "temperature",
-            "this upstream accepts 0 to 1",
-        ));
+        return Err(TranslateError::unsupported("temperature", "this upstream accepts 0 to 1"));
     }
     req.write_sampling(
         target.default_max_tokens,
-        &SamplingNames {
-            max_tokens: "max_tokens",
-            temperature: "temperature",
-            top_p: "top_p",
-            stop: "stop_sequences",
-        },
+        &SamplingNames { max_tokens: "max_tokens", temperature: "temperature", top_p: "top_p", stop: "stop_sequences" },
         &mut body,
     );
     if let Some(user) = req.rest.get("user").and_then(Value::as_str) {
@@ -52,8 +41,7 @@ fn tools(req: &ChatRequest, body: &mut Map<String, Value>) -> Result<(), Transla
         let tools: Vec<Value> = tools
             .iter()
             .map(|t| {
-                let mut tool =
-                    json!({ "name": t.function.name, "input_schema": t.function.schema_or_empty() });
+                let mut tool = json!({ "name": t.function.name, "input_schema": t.function.schema_or_empty() });
                 if let Some(d) = &t.function.description {
                     tool["description"] = json!(d);
                 }

@@ -20,12 +20,7 @@ pub(crate) struct Stream {
 
 impl Stream {
     pub(crate) fn new(opts: AnswerOpts) -> Self {
-        Self {
-            writer: ChunkWriter::new(&opts),
-            tools: HashMap::new(),
-            usage: Usage::default(),
-            finish: None,
-        }
+        Self { writer: ChunkWriter::new(&opts), tools: HashMap::new(), usage: Usage::default(), finish: None }
     }
 }
 
@@ -45,11 +40,8 @@ impl SseEvents for Stream {
                 let block = &v["content_block"];
                 match block["type"].as_str() {
                     Some("tool_use") => {
-                        let index = self.writer.tool_start(
-                            block["id"].as_str(),
-                            block["name"].as_str().unwrap_or(""),
-                            out,
-                        );
+                        let index =
+                            self.writer.tool_start(block["id"].as_str(), block["name"].as_str().unwrap_or(""), out);
                         self.tools.insert(v["index"].as_u64().unwrap_or(0), index);
                     }
                     Some("text") => self.writer.text(block["text"].as_str().unwrap_or(""), out),
@@ -59,17 +51,11 @@ impl SseEvents for Stream {
             "content_block_delta" => {
                 let delta = &v["delta"];
                 match delta["type"].as_str() {
-                    Some("text_delta") => {
-                        self.writer.text(delta["text"].as_str().unwrap_or(""), out)
-                    }
+                    Some("text_delta") => self.writer.text(delta["text"].as_str().unwrap_or(""), out),
                     Some("input_json_delta") => {
                         // The first `partial_json` is often "": the writer skips empty fragments.
                         if let Some(&index) = v["index"].as_u64().and_then(|b| self.tools.get(&b)) {
-                            self.writer.tool_args(
-                                index,
-                                delta["partial_json"].as_str().unwrap_or(""),
-                                out,
-                            );
+                            self.writer.tool_args(index, delta["partial_json"].as_str().unwrap_or(""), out);
                         }
                     }
                     // Thinking and signature deltas have no OpenAI chat equivalent.
@@ -88,13 +74,10 @@ impl SseEvents for Stream {
                 usage(&v["usage"], &mut self.usage);
             }
             "message_stop" => {
-                self.writer
-                    .finish(self.finish.unwrap_or(FinishReason::Stop), out);
+                self.writer.finish(self.finish.unwrap_or(FinishReason::Stop), out);
                 self.writer.usage_and_done(&self.usage, out);
             }
-            "error" => self
-                .writer
-                .error(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out),
+            "error" => self.writer.error(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out),
             // `ping` and future event types carry nothing to forward.
             _ => {}
         }
@@ -102,10 +85,7 @@ impl SseEvents for Stream {
 
     fn end(&mut self, out: &mut Vec<Out>) {
         if !self.writer.is_done() {
-            self.writer.error(
-                UpstreamError::malformed(200, "the stream ended before message_stop"),
-                out,
-            );
+            self.writer.error(UpstreamError::malformed(200, "the stream ended before message_stop"), out);
         }
     }
 }

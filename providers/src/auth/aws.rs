@@ -73,10 +73,7 @@ impl fmt::Debug for AwsCredentials {
         f.debug_struct("AwsCredentials")
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &"<redacted>")
-            .field(
-                "session_token",
-                &self.session_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("session_token", &self.session_token.as_ref().map(|_| "<redacted>"))
             .field("expires_at", &self.expires_at)
             .finish()
     }
@@ -100,34 +97,22 @@ impl AwsCredentials {
         secret_name: &str,
         get: impl Fn(&str) -> Option<&'a [u8]>,
     ) -> Result<Self, CredentialsError> {
-        let text = |key: &str| {
-            get(key)
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .map(|s| s.trim().to_owned())
-        };
+        let text = |key: &str| get(key).and_then(|v| std::str::from_utf8(v).ok()).map(|s| s.trim().to_owned());
         Self::from_lookup(&format!("Secret {secret_name}"), text)
     }
 
     /// From environment variables, read through `var` (e.g. `|k| std::env::var(k).ok()`).
     /// `Ok(None)` when `AWS_ACCESS_KEY_ID` is unset: the chain moves on.
-    pub fn from_env(
-        var: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<Self>, CredentialsError> {
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, CredentialsError> {
         if non_empty(var(ACCESS_KEY_ID)).is_none() {
             return Ok(None);
         }
         Self::from_lookup("the environment", var).map(Some)
     }
 
-    fn from_lookup(
-        source_name: &str,
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, CredentialsError> {
+    fn from_lookup(source_name: &str, get: impl Fn(&str) -> Option<String>) -> Result<Self, CredentialsError> {
         let required = |key: &'static str| {
-            non_empty(get(key)).ok_or_else(|| CredentialsError::Missing {
-                source_name: source_name.to_owned(),
-                key,
-            })
+            non_empty(get(key)).ok_or_else(|| CredentialsError::Missing { source_name: source_name.to_owned(), key })
         };
         Ok(AwsCredentials {
             access_key_id: required(ACCESS_KEY_ID)?,
@@ -167,16 +152,14 @@ impl WebIdentity {
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
         let token_file = non_empty(var("AWS_WEB_IDENTITY_TOKEN_FILE"))?;
         let role_arn = non_empty(var("AWS_ROLE_ARN"))?;
-        let sts_endpoint =
-            non_empty(var("AWS_ENDPOINT_URL_STS")).unwrap_or_else(|| match region_from_env(&var) {
-                Some(region) => format!("https://sts.{region}.amazonaws.com"),
-                None => "https://sts.amazonaws.com".to_owned(),
-            });
+        let sts_endpoint = non_empty(var("AWS_ENDPOINT_URL_STS")).unwrap_or_else(|| match region_from_env(&var) {
+            Some(region) => format!("https://sts.{region}.amazonaws.com"),
+            None => "https://sts.amazonaws.com".to_owned(),
+        });
         Some(WebIdentity {
             token_file,
             role_arn,
-            session_name: non_empty(var("AWS_ROLE_SESSION_NAME"))
-                .unwrap_or_else(|| "sluice".to_owned()),
+            session_name: non_empty(var("AWS_ROLE_SESSION_NAME")).unwrap_or_else(|| "sluice".to_owned()),
             sts_endpoint: sts_endpoint.trim_end_matches('/').to_owned(),
         })
     }
@@ -221,8 +204,7 @@ impl ContainerEndpoint {
     /// From the environment; `None` unless one of the two URI variables is set.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
         let url = non_empty(var("AWS_CONTAINER_CREDENTIALS_FULL_URI")).or_else(|| {
-            non_empty(var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"))
-                .map(|rel| format!("http://169.254.170.2{rel}"))
+            non_empty(var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")).map(|rel| format!("http://169.254.170.2{rel}"))
         })?;
         Some(ContainerEndpoint {
             url,
@@ -277,10 +259,7 @@ struct CredentialsJson {
 pub fn parse_credentials_json(body: &[u8]) -> Result<AwsCredentials, CredentialsError> {
     const WHAT: &str = "credentials JSON";
     let json: CredentialsJson =
-        serde_json::from_slice(body).map_err(|e| CredentialsError::Malformed {
-            what: WHAT,
-            reason: e.to_string(),
-        })?;
+        serde_json::from_slice(body).map_err(|e| CredentialsError::Malformed { what: WHAT, reason: e.to_string() })?;
     if let Some(code) = json.code.filter(|c| c != "Success") {
         return Err(CredentialsError::Refused {
             what: "credentials endpoint",
@@ -289,20 +268,16 @@ pub fn parse_credentials_json(body: &[u8]) -> Result<AwsCredentials, Credentials
         });
     }
     let field = |v: Option<String>, name: &str| {
-        non_empty(v).ok_or_else(|| CredentialsError::Malformed {
-            what: WHAT,
-            reason: format!("no {name}"),
-        })
+        non_empty(v).ok_or_else(|| CredentialsError::Malformed { what: WHAT, reason: format!("no {name}") })
     };
-    let expires_at = match non_empty(json.expiration) {
-        Some(text) => Some(
-            parse_timestamp(&text).ok_or_else(|| CredentialsError::Malformed {
+    let expires_at =
+        match non_empty(json.expiration) {
+            Some(text) => Some(parse_timestamp(&text).ok_or_else(|| CredentialsError::Malformed {
                 what: WHAT,
                 reason: format!("bad Expiration {text:?}"),
-            })?,
-        ),
-        None => None,
-    };
+            })?),
+            None => None,
+        };
     Ok(AwsCredentials {
         access_key_id: field(json.access_key_id, "AccessKeyId")?,
         secret_access_key: field(json.secret_access_key, "SecretAccessKey")?,

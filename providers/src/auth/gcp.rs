@@ -114,29 +114,22 @@ impl ServiceAccountKey {
     /// Parses a service-account JSON key (`type: service_account`, `client_email`,
     /// `private_key` as a PKCS#8 PEM, `private_key_id`, `token_uri`).
     pub fn from_json(json: &[u8]) -> Result<Self, GcpAuthError> {
-        let key: KeyJson = serde_json::from_slice(json)
-            .map_err(|e| GcpAuthError::Key(format!("not JSON: {e}")))?;
+        let key: KeyJson = serde_json::from_slice(json).map_err(|e| GcpAuthError::Key(format!("not JSON: {e}")))?;
         if let Some(kind) = key.kind.as_deref().filter(|k| *k != "service_account") {
-            return Err(GcpAuthError::Key(format!(
-                "type {kind:?} is not supported, only \"service_account\""
-            )));
+            return Err(GcpAuthError::Key(format!("type {kind:?} is not supported, only \"service_account\"")));
         }
         let required = |v: Option<String>, name: &str| {
-            v.filter(|s| !s.trim().is_empty())
-                .ok_or_else(|| GcpAuthError::Key(format!("no {name}")))
+            v.filter(|s| !s.trim().is_empty()).ok_or_else(|| GcpAuthError::Key(format!("no {name}")))
         };
         let pem = required(key.private_key, "private_key")?;
         let der = pem_to_der(&pem, "PRIVATE KEY")
             .ok_or_else(|| GcpAuthError::Key("private_key is not a PKCS#8 PEM".to_owned()))?;
-        let key_pair = RsaKeyPair::from_pkcs8(&der)
-            .map_err(|e| GcpAuthError::Key(format!("private_key rejected: {e}")))?;
+        let key_pair =
+            RsaKeyPair::from_pkcs8(&der).map_err(|e| GcpAuthError::Key(format!("private_key rejected: {e}")))?;
         Ok(ServiceAccountKey {
             client_email: required(key.client_email, "client_email")?,
             private_key_id: key.private_key_id.unwrap_or_default(),
-            token_uri: key
-                .token_uri
-                .filter(|u| !u.trim().is_empty())
-                .unwrap_or_else(|| DEFAULT_TOKEN_URI.to_owned()),
+            token_uri: key.token_uri.filter(|u| !u.trim().is_empty()).unwrap_or_else(|| DEFAULT_TOKEN_URI.to_owned()),
             project_id: key.project_id,
             key_pair,
         })
@@ -176,41 +169,25 @@ impl AccessToken {
 /// The token-exchange form body for `assertion`. (A JWT is base64url and dots only, so
 /// it needs no form encoding.)
 pub fn exchange_body(assertion: &str) -> String {
-    format!(
-        "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion={assertion}"
-    )
+    format!("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion={assertion}")
 }
 
 /// Parses the token endpoint's answer (`{access_token, expires_in, token_type}`, or an
 /// OAuth2 error `{error, error_description}`) received at `now_unix`.
 pub fn parse_token_response(body: &[u8], now_unix: u64) -> Result<AccessToken, GcpAuthError> {
-    let json: TokenJson =
-        serde_json::from_slice(body).map_err(|e| GcpAuthError::Malformed(e.to_string()))?;
+    let json: TokenJson = serde_json::from_slice(body).map_err(|e| GcpAuthError::Malformed(e.to_string()))?;
     if let Some(error) = json.error {
-        return Err(GcpAuthError::Refused {
-            error,
-            description: json.error_description.unwrap_or_default(),
-        });
+        return Err(GcpAuthError::Refused { error, description: json.error_description.unwrap_or_default() });
     }
     let token = json
         .access_token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| GcpAuthError::Malformed("no access_token".to_owned()))?;
-    if let Some(kind) = json
-        .token_type
-        .filter(|t| !t.eq_ignore_ascii_case("bearer"))
-    {
-        return Err(GcpAuthError::Malformed(format!(
-            "token_type {kind:?} is not Bearer"
-        )));
+    if let Some(kind) = json.token_type.filter(|t| !t.eq_ignore_ascii_case("bearer")) {
+        return Err(GcpAuthError::Malformed(format!("token_type {kind:?} is not Bearer")));
     }
-    let expires_in = json
-        .expires_in
-        .ok_or_else(|| GcpAuthError::Malformed("no expires_in".to_owned()))?;
-    Ok(AccessToken {
-        token,
-        expires_at_unix: now_unix + expires_in,
-    })
+    let expires_in = json.expires_in.ok_or_else(|| GcpAuthError::Malformed("no expires_in".to_owned()))?;
+    Ok(AccessToken { token, expires_at_unix: now_unix + expires_in })
 }
 
 /// The GCE / GKE metadata server, which hands out the workload's token.
@@ -232,11 +209,7 @@ pub mod metadata {
             .map(|h| h.trim().trim_end_matches('/').to_owned())
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| DEFAULT_HOST.to_owned());
-        if host.starts_with("http://") || host.starts_with("https://") {
-            host
-        } else {
-            format!("http://{host}")
-        }
+        if host.starts_with("http://") || host.starts_with("https://") { host } else { format!("http://{host}") }
     }
 
     /// Parses the token answer; the same shape as the token endpoint's.
@@ -252,9 +225,6 @@ fn pem_to_der(pem: &str, label: &str) -> Option<Vec<u8>> {
     let end = format!("-----END {label}-----");
     let start = pem.find(&begin)? + begin.len();
     let stop = start + pem[start..].find(&end)?;
-    let body: String = pem[start..stop]
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
+    let body: String = pem[start..stop].chars().filter(|c| !c.is_whitespace()).collect();
     base64::engine::general_purpose::STANDARD.decode(body).ok()
 }

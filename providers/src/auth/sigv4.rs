@@ -13,8 +13,7 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sigv4::http_request::{
-    PercentEncodingMode, SignableBody, SignableRequest, SigningSettings, UriPathNormalizationMode,
-    sign as aws_sign,
+    PercentEncodingMode, SignableBody, SignableRequest, SigningSettings, UriPathNormalizationMode, sign as aws_sign,
 };
 use aws_sigv4::sign::v4;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
@@ -101,16 +100,10 @@ fn compute(
     let uri: Uri = req
         .url
         .parse()
-        .map_err(|e: http::uri::InvalidUri| SignError::Url {
-            url: req.url.to_owned(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e: http::uri::InvalidUri| SignError::Url { url: req.url.to_owned(), reason: e.to_string() })?;
     // aws-sigv4 panics on a URI without a host unless a host header is given.
     if uri.host().is_none() && !req.headers.contains_key(http::header::HOST) {
-        return Err(SignError::Url {
-            url: req.url.to_owned(),
-            reason: "no host".to_owned(),
-        });
+        return Err(SignError::Url { url: req.url.to_owned(), reason: "no host".to_owned() });
     }
     let mut headers = Vec::with_capacity(req.headers.len());
     for (name, value) in req.headers {
@@ -118,18 +111,11 @@ fn compute(
         if matches!(name.as_str(), "connection" | "expect") {
             continue;
         }
-        let value = value
-            .to_str()
-            .map_err(|_| SignError::Header(name.as_str().to_owned()))?;
+        let value = value.to_str().map_err(|_| SignError::Header(name.as_str().to_owned()))?;
         headers.push((name.as_str(), value));
     }
-    let signable = SignableRequest::new(
-        req.method,
-        req.url,
-        headers.into_iter(),
-        SignableBody::Bytes(req.body),
-    )
-    .map_err(|e| SignError::Signer(e.to_string()))?;
+    let signable = SignableRequest::new(req.method, req.url, headers.into_iter(), SignableBody::Bytes(req.body))
+        .map_err(|e| SignError::Signer(e.to_string()))?;
     let identity = aws_credential_types::Credentials::new(
         creds.access_key_id.clone(),
         creds.secret_access_key.clone(),
@@ -147,15 +133,14 @@ fn compute(
         .build()
         .map_err(|e| SignError::Signer(e.to_string()))?
         .into();
-    let (instructions, signature) = aws_sign(signable, &params)
-        .map_err(|e| SignError::Signer(e.to_string()))?
-        .into_parts();
+    let (instructions, signature) =
+        aws_sign(signable, &params).map_err(|e| SignError::Signer(e.to_string()))?.into_parts();
     let (added, _) = instructions.into_parts();
     let mut out = Vec::with_capacity(added.len());
     for header in added {
         let name = HeaderName::from_static(header.name());
-        let mut value = HeaderValue::from_str(header.value())
-            .map_err(|_| SignError::Header(header.name().to_owned()))?;
+        let mut value =
+            HeaderValue::from_str(header.value()).map_err(|_| SignError::Header(header.name().to_owned()))?;
         value.set_sensitive(header.sensitive());
         out.push((name, value));
     }

@@ -3,8 +3,8 @@
 use serde_json::{Map, Value, json};
 
 use crate::request::{
-    Conversation, Dialect, SamplingNames, ToolUse, empty_object_schema, messages, reject_json_mode,
-    reject_openai_only, walk,
+    Conversation, Dialect, SamplingNames, ToolUse, empty_object_schema, messages, reject_json_mode, reject_openai_only,
+    walk,
 };
 use crate::{ChatRequest, ImageUrl, Message, Target, ToolCall, TranslateError};
 
@@ -12,22 +12,14 @@ pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, Tran
     reject_openai_only(req)?;
     let Conversation { system, turns } = walk(req, &mut Converse)?;
     let mut body = Map::new();
-    body.insert(
-        "messages".into(),
-        Value::Array(messages(turns, "user", "assistant", "content")),
-    );
+    body.insert("messages".into(), Value::Array(messages(turns, "user", "assistant", "content")));
     if !system.is_empty() {
         body.insert("system".into(), Value::Array(system));
     }
     let mut inference = Map::new();
     req.write_sampling(
         target.default_max_tokens,
-        &SamplingNames {
-            max_tokens: "maxTokens",
-            temperature: "temperature",
-            top_p: "topP",
-            stop: "stopSequences",
-        },
+        &SamplingNames { max_tokens: "maxTokens", temperature: "temperature", top_p: "topP", stop: "stopSequences" },
         &mut inference,
     );
     body.insert("inferenceConfig".into(), Value::Object(inference));
@@ -43,10 +35,7 @@ pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, Tran
 /// demands a `toolConfig`, so `none` cannot be expressed and is refused. A follow-up
 /// turn that sends no tools while its history has tool blocks declares the tools the
 /// history names (Bedrock refuses the request otherwise).
-fn tool_config(
-    req: &ChatRequest,
-    body: &Map<String, Value>,
-) -> Result<Option<Value>, TranslateError> {
+fn tool_config(req: &ChatRequest, body: &Map<String, Value>) -> Result<Option<Value>, TranslateError> {
     let has_tool_history = body["messages"]
         .as_array()
         .into_iter()
@@ -136,19 +125,16 @@ impl<'a> Dialect<'a> for Converse {
 
     fn image(&self, i: usize, j: usize, image: &ImageUrl) -> Result<Value, TranslateError> {
         let field = || format!("messages[{i}].content[{j}].image_url");
-        let (media_type, data) = image.data_url().ok_or_else(|| {
-            TranslateError::unsupported(field(), "Bedrock takes images as data: URLs only")
-        })?;
+        let (media_type, data) = image
+            .data_url()
+            .ok_or_else(|| TranslateError::unsupported(field(), "Bedrock takes images as data: URLs only"))?;
         let format = match media_type {
             "image/png" => "png",
             "image/jpeg" | "image/jpg" => "jpeg",
             "image/gif" => "gif",
             "image/webp" => "webp",
             other => {
-                return Err(TranslateError::unsupported(
-                    field(),
-                    format!("image type `{other}`"),
-                ));
+                return Err(TranslateError::unsupported(field(), format!("image type `{other}`")));
             }
         };
         Ok(json!({ "image": { "format": format, "source": { "bytes": data } } }))

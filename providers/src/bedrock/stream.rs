@@ -32,13 +32,7 @@ impl StreamTranscoder {
         let mut writer = ChunkWriter::new(&opts);
         // ConverseStream does not report the model: it is the one in the path.
         writer.set_model(model);
-        Self {
-            decoder: FrameDecoder::new(),
-            writer,
-            tools: HashMap::new(),
-            json: None,
-            started: false,
-        }
+        Self { decoder: FrameDecoder::new(), writer, tools: HashMap::new(), json: None, started: false }
     }
 
     fn frame(&mut self, frame: Frame, out: &mut Vec<Out>) {
@@ -47,35 +41,26 @@ impl StreamTranscoder {
             MessageType::Event => self.event(&frame.name, &v, out),
             MessageType::Exception => {
                 let message = v["message"].as_str().unwrap_or("").to_owned();
-                self.writer
-                    .error(classify_named(200, &frame.name, message), out);
+                self.writer.error(classify_named(200, &frame.name, message), out);
             }
             MessageType::Error => {
                 let message = frame.error_message.unwrap_or_default();
-                self.writer
-                    .error(classify_named(200, &frame.name, message), out);
+                self.writer.error(classify_named(200, &frame.name, message), out);
             }
         }
     }
 
     fn event(&mut self, name: &str, v: &Value, out: &mut Vec<Out>) {
         if v.is_null() {
-            return self.writer.error(
-                UpstreamError::malformed(200, format!("a {name} event is not JSON")),
-                out,
-            );
+            return self.writer.error(UpstreamError::malformed(200, format!("a {name} event is not JSON")), out);
         }
         match name {
             "contentBlockStart" => {
                 let tool = &v["start"]["toolUse"];
                 if tool.is_object() {
-                    let index = self.writer.tool_start(
-                        tool["toolUseId"].as_str(),
-                        tool["name"].as_str().unwrap_or(""),
-                        out,
-                    );
-                    self.tools
-                        .insert(v["contentBlockIndex"].as_u64().unwrap_or(0), index);
+                    let index =
+                        self.writer.tool_start(tool["toolUseId"].as_str(), tool["name"].as_str().unwrap_or(""), out);
+                    self.tools.insert(v["contentBlockIndex"].as_u64().unwrap_or(0), index);
                 }
             }
             "contentBlockDelta" => {
@@ -83,18 +68,14 @@ impl StreamTranscoder {
                 if let Some(text) = delta["text"].as_str() {
                     self.writer.text(text, out);
                 } else if let Some(input) = delta["toolUse"]["input"].as_str()
-                    && let Some(&index) = v["contentBlockIndex"]
-                        .as_u64()
-                        .and_then(|b| self.tools.get(&b))
+                    && let Some(&index) = v["contentBlockIndex"].as_u64().and_then(|b| self.tools.get(&b))
                 {
                     self.writer.tool_args(index, input, out);
                 }
                 // Reasoning deltas have no OpenAI chat equivalent.
             }
             "messageStop" => {
-                let reason = v["stopReason"]
-                    .as_str()
-                    .map_or(FinishReason::Stop, finish_reason);
+                let reason = v["stopReason"].as_str().map_or(FinishReason::Stop, finish_reason);
                 self.writer.finish(reason, out);
             }
             // Without a messageStop first, the writer finishes with a plain stop.
@@ -128,9 +109,7 @@ impl Transcoder for StreamTranscoder {
             match self.decoder.next_frame() {
                 Ok(Some(frame)) => self.frame(frame, &mut out),
                 Ok(None) => break,
-                Err(e) => self
-                    .writer
-                    .error(UpstreamError::malformed(200, e), &mut out),
+                Err(e) => self.writer.error(UpstreamError::malformed(200, e), &mut out),
             }
         }
         out

@@ -4,34 +4,23 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::request::{
-    Conversation, Dialect, SamplingNames, ToolUse, messages, reject_openai_only, walk,
-};
+use crate::request::{Conversation, Dialect, SamplingNames, ToolUse, messages, reject_openai_only, walk};
 use crate::{ChatRequest, ImageUrl, Message, Target, ToolCall, TranslateError};
 
 pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, TranslateError> {
     reject_openai_only(req)?;
     let Conversation { system, turns } = walk(req, &mut Contents::default())?;
     let mut body = Map::new();
-    body.insert(
-        "contents".into(),
-        Value::Array(messages(turns, "user", "model", "parts")),
-    );
+    body.insert("contents".into(), Value::Array(messages(turns, "user", "model", "parts")));
     if !system.is_empty() {
         body.insert("systemInstruction".into(), json!({ "parts": system }));
     }
     tools(req, &mut body)?;
-    body.insert(
-        "generationConfig".into(),
-        Value::Object(generation_config(target, req)?),
-    );
+    body.insert("generationConfig".into(), Value::Object(generation_config(target, req)?));
     Ok(Value::Object(body))
 }
 
-fn generation_config(
-    target: &Target<'_>,
-    req: &ChatRequest,
-) -> Result<Map<String, Value>, TranslateError> {
+fn generation_config(target: &Target<'_>, req: &ChatRequest) -> Result<Map<String, Value>, TranslateError> {
     let mut config = Map::new();
     req.write_sampling(
         target.default_max_tokens,
@@ -43,10 +32,7 @@ fn generation_config(
         },
         &mut config,
     );
-    for (openai, gemini) in [
-        ("presence_penalty", "presencePenalty"),
-        ("frequency_penalty", "frequencyPenalty"),
-    ] {
+    for (openai, gemini) in [("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")] {
         if let Some(p) = req.rest.get(openai).filter(|p| p.is_number()) {
             config.insert(gemini.into(), p.clone());
         }
@@ -67,10 +53,7 @@ fn generation_config(
                 }
             }
             Some(other) => {
-                return Err(TranslateError::unsupported(
-                    "response_format",
-                    format!("`{other}` is not supported"),
-                ));
+                return Err(TranslateError::unsupported("response_format", format!("`{other}` is not supported")));
             }
         }
     }
@@ -106,18 +89,12 @@ fn tools(req: &ChatRequest, body: &mut Map<String, Value>) -> Result<(), Transla
         ToolUse::Forbidden => json!({ "mode": "NONE" }),
         ToolUse::Only(name) => json!({ "mode": "ANY", "allowedFunctionNames": [name] }),
     };
-    body.insert(
-        "toolConfig".into(),
-        json!({ "functionCallingConfig": config }),
-    );
+    body.insert("toolConfig".into(), json!({ "functionCallingConfig": config }));
     Ok(())
 }
 
 fn has_properties(schema: &Value) -> bool {
-    schema["type"] != "object"
-        || schema["properties"]
-            .as_object()
-            .is_some_and(|p| !p.is_empty())
+    schema["type"] != "object" || schema["properties"].as_object().is_some_and(|p| !p.is_empty())
 }
 
 /// Gemini's `parameters` is an OpenAPI subset: drop the JSON Schema keywords it rejects.
@@ -125,22 +102,8 @@ fn schema(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.iter()
-                .filter(|(k, _)| {
-                    !matches!(
-                        k.as_str(),
-                        "$schema" | "additionalProperties" | "strict" | "$id"
-                    )
-                })
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        if k == "properties" {
-                            properties(v)
-                        } else {
-                            schema(v)
-                        },
-                    )
-                })
+                .filter(|(k, _)| !matches!(k.as_str(), "$schema" | "additionalProperties" | "strict" | "$id"))
+                .map(|(k, v)| (k.clone(), if k == "properties" { properties(v) } else { schema(v) }))
                 .collect(),
         ),
         Value::Array(a) => Value::Array(a.iter().map(schema).collect()),
@@ -158,11 +121,7 @@ fn properties(v: &Value) -> Value {
 
 /// The image type a URL's extension names (`fileData` requires one).
 fn image_mime(url: &str) -> &'static str {
-    let path = url
-        .split(['?', '#'])
-        .next()
-        .unwrap_or(url)
-        .to_ascii_lowercase();
+    let path = url.split(['?', '#']).next().unwrap_or(url).to_ascii_lowercase();
     match path.rsplit('.').next() {
         Some("png") => "image/png",
         Some("gif") => "image/gif",
@@ -199,8 +158,7 @@ impl<'a> Dialect<'a> for Contents<'a> {
 
     fn tool_call(&mut self, call: &'a ToolCall, args: Value) -> Value {
         let signature = call.thought_signature();
-        self.calls
-            .insert(&call.id, (&call.function.name, signature.is_some()));
+        self.calls.insert(&call.id, (&call.function.name, signature.is_some()));
         let mut part = json!({ "functionCall": { "name": call.function.name, "args": args } });
         if let Some(signature) = signature {
             part["functionCall"]["id"] = json!(call.id);

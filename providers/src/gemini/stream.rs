@@ -18,11 +18,7 @@ pub(crate) struct Stream {
 
 impl Stream {
     pub(crate) fn new(opts: AnswerOpts) -> Self {
-        Self {
-            writer: ChunkWriter::new(&opts),
-            usage: Usage::default(),
-            finish: None,
-        }
+        Self { writer: ChunkWriter::new(&opts), usage: Usage::default(), finish: None }
     }
 }
 
@@ -32,9 +28,7 @@ impl SseEvents for Stream {
             return;
         };
         if v.get("error").is_some() {
-            return self
-                .writer
-                .error(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out);
+            return self.writer.error(classify(200, &HeaderMap::new(), data.as_bytes(), 0), out);
         }
         if let Some(id) = v["responseId"].as_str() {
             self.writer.set_id(id);
@@ -45,12 +39,7 @@ impl SseEvents for Stream {
         for part in parts(&v["candidates"][0]) {
             match Part::of(part) {
                 Part::Text(t) => self.writer.text(t, out),
-                Part::Call {
-                    id,
-                    name,
-                    args,
-                    extra,
-                } => {
+                Part::Call { id, name, args, extra } => {
                     let index = self.writer.tool_start_extra(id, name, extra.as_ref(), out);
                     self.writer.tool_args(index, &args, out);
                     self.writer.tool_end(index, out);
@@ -76,10 +65,7 @@ impl SseEvents for Stream {
                 self.writer.finish(reason, out);
                 self.writer.usage_and_done(&self.usage, out);
             }
-            None => self.writer.error(
-                UpstreamError::malformed(200, "the stream ended without a finishReason"),
-                out,
-            ),
+            None => self.writer.error(UpstreamError::malformed(200, "the stream ended without a finishReason"), out),
         }
     }
 }

@@ -17,16 +17,8 @@ pub(crate) struct SamplingNames {
 impl ChatRequest {
     /// Writes the output token limit (always: see [`Self::max_output_tokens`]), and
     /// `temperature`, `top_p` and the stop sequences when set, under `names`.
-    pub(crate) fn write_sampling(
-        &self,
-        default_max_tokens: u32,
-        names: &SamplingNames,
-        into: &mut Map<String, Value>,
-    ) {
-        into.insert(
-            names.max_tokens.into(),
-            json!(self.max_output_tokens(default_max_tokens)),
-        );
+    pub(crate) fn write_sampling(&self, default_max_tokens: u32, names: &SamplingNames, into: &mut Map<String, Value>) {
+        into.insert(names.max_tokens.into(), json!(self.max_output_tokens(default_max_tokens)));
         if let Some(t) = self.temperature {
             into.insert(names.temperature.into(), json!(t));
         }
@@ -53,10 +45,7 @@ impl ChatRequest {
                 "required" => ToolUse::Required,
                 "none" => ToolUse::Forbidden,
                 _ => {
-                    return Err(TranslateError::invalid(
-                        "tool_choice",
-                        format!("unknown mode `{m}`"),
-                    ));
+                    return Err(TranslateError::invalid("tool_choice", format!("unknown mode `{m}`")));
                 }
             }),
             Some(ToolChoice::Named(n)) => Some(ToolUse::Only(&n.function.name)),
@@ -92,9 +81,7 @@ pub(crate) fn empty_object_schema() -> Value {
 /// Rejects a `response_format` other than `text` for a target without a JSON mode.
 pub(crate) fn reject_json_mode(req: &ChatRequest, reason: &str) -> Result<(), TranslateError> {
     match &req.response_format {
-        Some(rf) if rf["type"] != "text" => {
-            Err(TranslateError::unsupported("response_format", reason))
-        }
+        Some(rf) if rf["type"] != "text" => Err(TranslateError::unsupported("response_format", reason)),
         _ => Ok(()),
     }
 }
@@ -104,10 +91,7 @@ pub(crate) fn reject_json_mode(req: &ChatRequest, reason: &str) -> Result<(), Tr
 /// outputs and tools that are not functions. Unset, `null`, `false` and empty values pass.
 pub(crate) fn reject_openai_only(req: &ChatRequest) -> Result<(), TranslateError> {
     if req.n.is_some_and(|n| n > 1) {
-        return Err(TranslateError::unsupported(
-            "n",
-            "this upstream returns one choice",
-        ));
+        return Err(TranslateError::unsupported("n", "this upstream returns one choice"));
     }
     for (field, reason) in [
         ("logprobs", "this upstream returns no log probabilities"),
@@ -122,10 +106,7 @@ pub(crate) fn reject_openai_only(req: &ChatRequest) -> Result<(), TranslateError
     }
     for (i, tool) in req.tools.iter().flatten().enumerate() {
         if tool.kind != "function" {
-            return Err(TranslateError::unsupported(
-                format!("tools[{i}].type"),
-                "only function tools are supported",
-            ));
+            return Err(TranslateError::unsupported(format!("tools[{i}].type"), "only function tools are supported"));
         }
     }
     Ok(())
@@ -134,16 +115,8 @@ pub(crate) fn reject_openai_only(req: &ChatRequest) -> Result<(), TranslateError
 /// Rejects non-zero `presence_penalty`/`frequency_penalty` for a target without them.
 pub(crate) fn reject_penalties(req: &ChatRequest) -> Result<(), TranslateError> {
     for field in ["presence_penalty", "frequency_penalty"] {
-        if req
-            .rest
-            .get(field)
-            .and_then(Value::as_f64)
-            .is_some_and(|p| p != 0.0)
-        {
-            return Err(TranslateError::unsupported(
-                field,
-                "this upstream has no penalties",
-            ));
+        if req.rest.get(field).and_then(Value::as_f64).is_some_and(|p| p != 0.0) {
+            return Err(TranslateError::unsupported(field, "this upstream has no penalties"));
         }
     }
     Ok(())

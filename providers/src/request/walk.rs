@@ -73,10 +73,7 @@ pub(crate) fn messages(turns: Vec<Turn>, user: &str, model: &str, key: &str) -> 
 }
 
 /// Walks `req.messages` in order and writes them in `dialect`.
-pub(crate) fn walk<'a, D: Dialect<'a>>(
-    req: &'a ChatRequest,
-    dialect: &mut D,
-) -> Result<Conversation, TranslateError> {
+pub(crate) fn walk<'a, D: Dialect<'a>>(req: &'a ChatRequest, dialect: &mut D) -> Result<Conversation, TranslateError> {
     let mut conv = Conversation::default();
     for (i, m) in req.messages.iter().enumerate() {
         match m.role {
@@ -101,11 +98,7 @@ pub(crate) fn walk<'a, D: Dialect<'a>>(
     Ok(conv)
 }
 
-fn user_blocks<'a>(
-    dialect: &impl Dialect<'a>,
-    i: usize,
-    m: &Message,
-) -> Result<Vec<Value>, TranslateError> {
+fn user_blocks<'a>(dialect: &impl Dialect<'a>, i: usize, m: &Message) -> Result<Vec<Value>, TranslateError> {
     match &m.content {
         None => Ok(Vec::new()),
         Some(Content::Text(t)) => Ok(vec![dialect.text(t)]),
@@ -139,10 +132,7 @@ fn assistant_blocks<'a>(
     }
     for (j, call) in m.tool_calls.iter().flatten().enumerate() {
         let args = call.function.arguments_value().map_err(|e| {
-            TranslateError::invalid(
-                format!("messages[{i}].tool_calls[{j}].function.arguments"),
-                e.to_string(),
-            )
+            TranslateError::invalid(format!("messages[{i}].tool_calls[{j}].function.arguments"), e.to_string())
         })?;
         blocks.push(dialect.tool_call(call, args));
     }
@@ -161,12 +151,9 @@ impl Message {
 
     /// The call id tool message `messages[i]` answers; required.
     pub(crate) fn answered_call_id(&self, i: usize) -> Result<&str, TranslateError> {
-        self.tool_call_id.as_deref().ok_or_else(|| {
-            TranslateError::invalid(
-                format!("messages[{i}].tool_call_id"),
-                "a tool message needs one",
-            )
-        })
+        self.tool_call_id
+            .as_deref()
+            .ok_or_else(|| TranslateError::invalid(format!("messages[{i}].tool_call_id"), "a tool message needs one"))
     }
 
     /// The result text of tool message `messages[i]`: text only, `""` when absent.

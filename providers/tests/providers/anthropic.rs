@@ -18,13 +18,7 @@ fn vertex_anthropic_fixtures_translate() {
 }
 
 fn classified(protocol: Protocol, file: &str, status: u16, headers: &HeaderMap) -> UpstreamError {
-    classify(
-        &target(protocol),
-        status,
-        headers,
-        &read(protocol, "errors", file),
-        0,
-    )
+    classify(&target(protocol), status, headers, &read(protocol, "errors", file), 0)
 }
 
 #[test]
@@ -46,11 +40,7 @@ fn anthropic_errors_are_classified_by_name() {
         let body: serde_json::Value = serde_json::from_slice(&e.openai_body).unwrap();
         assert_eq!(body["error"]["message"], e.message.as_str(), "{file}");
     }
-    assert!(
-        classified(Protocol::Anthropic, "overloaded_529.json", 529, &none)
-            .kind
-            .retryable()
-    );
+    assert!(classified(Protocol::Anthropic, "overloaded_529.json", 529, &none).kind.retryable());
     let e = classified(Protocol::Anthropic, "prompt_too_long_400.json", 400, &none);
     let body: serde_json::Value = serde_json::from_slice(&e.openai_body).unwrap();
     assert_eq!(body["error"]["code"], "context_length_exceeded");
@@ -65,10 +55,7 @@ fn anthropic_retry_hints_come_from_retry_after_or_the_reset_headers() {
     assert_eq!(e.retry_after, Some(Duration::from_secs(17)));
 
     let mut h = HeaderMap::new();
-    h.insert(
-        "anthropic-ratelimit-tokens-reset",
-        HeaderValue::from_static("2026-12-01T06:00:30Z"),
-    );
+    h.insert("anthropic-ratelimit-tokens-reset", HeaderValue::from_static("2026-12-01T06:00:30Z"));
     let now = sluice_providers::retry::rfc3339_unix_ms("2026-12-01T06:00:00Z").unwrap();
     let e = classify(
         &target(Protocol::Anthropic),
@@ -83,53 +70,24 @@ fn anthropic_retry_hints_come_from_retry_after_or_the_reset_headers() {
 #[test]
 fn vertex_anthropic_reads_both_error_envelopes() {
     let none = HeaderMap::new();
-    let e = classified(
-        Protocol::VertexAnthropic,
-        "resource_exhausted_429.json",
-        429,
-        &none,
-    );
-    assert_eq!(
-        (e.kind, e.retry_after),
-        (ErrorKind::RateLimited, Some(Duration::from_secs(22)))
-    );
+    let e = classified(Protocol::VertexAnthropic, "resource_exhausted_429.json", 429, &none);
+    assert_eq!((e.kind, e.retry_after), (ErrorKind::RateLimited, Some(Duration::from_secs(22))));
     assert!(e.kind.retryable());
-    let e = classified(
-        Protocol::VertexAnthropic,
-        "access_token_expired_401.json",
-        401,
-        &none,
-    );
+    let e = classified(Protocol::VertexAnthropic, "access_token_expired_401.json", 401, &none);
     assert_eq!(e.kind, ErrorKind::AuthExpired);
     let e = classified(Protocol::VertexAnthropic, "overloaded_529.json", 529, &none);
     assert_eq!(e.kind, ErrorKind::Overloaded);
     // Google's envelope around Anthropic's error, as a JSON string.
-    let e = classified(
-        Protocol::VertexAnthropic,
-        "nested_anthropic_400.json",
-        400,
-        &none,
-    );
+    let e = classified(Protocol::VertexAnthropic, "nested_anthropic_400.json", 400, &none);
     assert_eq!(e.kind, ErrorKind::ContextLength);
     assert!(e.message.starts_with("prompt is too long"), "{}", e.message);
-    let e = classified(
-        Protocol::VertexAnthropic,
-        "unavailable_array_503.json",
-        503,
-        &none,
-    );
+    let e = classified(Protocol::VertexAnthropic, "unavailable_array_503.json", 503, &none);
     assert_eq!(e.kind, ErrorKind::Unavailable);
 }
 
 #[test]
 fn a_body_that_is_not_json_is_classified_by_status() {
-    let e = classify(
-        &target(Protocol::Anthropic),
-        502,
-        &HeaderMap::new(),
-        b"<html>Bad gateway</html>",
-        0,
-    );
+    let e = classify(&target(Protocol::Anthropic), 502, &HeaderMap::new(), b"<html>Bad gateway</html>", 0);
     assert_eq!((e.kind, e.status), (ErrorKind::Server, 502));
     assert!(e.kind.retryable());
 }

@@ -4,38 +4,23 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use sluice_providers::auth::aws::{
-    self, AwsCredentials, ContainerEndpoint, CredentialsError, WebIdentity, imds,
-};
+use sluice_providers::auth::aws::{self, AwsCredentials, ContainerEndpoint, CredentialsError, WebIdentity, imds};
 
 fn at(unix: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(unix)
 }
 
 fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-    move |k| {
-        vars.iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| (*v).to_owned())
-    }
+    move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
 }
 
 #[test]
 fn credentials_from_a_secret() {
     let mut data: BTreeMap<&str, &[u8]> = BTreeMap::new();
     data.insert("AWS_ACCESS_KEY_ID", b"AKIAIOSFODNN7EXAMPLE\n");
-    data.insert(
-        "AWS_SECRET_ACCESS_KEY",
-        b"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-    );
+    data.insert("AWS_SECRET_ACCESS_KEY", b"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY");
     let creds = AwsCredentials::from_secret("bedrock-keys", |k| data.get(k).copied()).unwrap();
-    assert_eq!(
-        creds,
-        AwsCredentials::new(
-            "AKIAIOSFODNN7EXAMPLE",
-            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-        )
-    );
+    assert_eq!(creds, AwsCredentials::new("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"));
 
     data.insert("AWS_SESSION_TOKEN", b"token");
     let creds = AwsCredentials::from_secret("bedrock-keys", |k| data.get(k).copied()).unwrap();
@@ -43,42 +28,22 @@ fn credentials_from_a_secret() {
 
     data.remove("AWS_SECRET_ACCESS_KEY");
     let err = AwsCredentials::from_secret("bedrock-keys", |k| data.get(k).copied()).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "Secret bedrock-keys has no AWS_SECRET_ACCESS_KEY"
-    );
+    assert_eq!(err.to_string(), "Secret bedrock-keys has no AWS_SECRET_ACCESS_KEY");
 }
 
 #[test]
 fn credentials_from_the_environment() {
     assert_eq!(AwsCredentials::from_env(env(&[])), Ok(None));
-    let vars = [
-        ("AWS_ACCESS_KEY_ID", "AKID"),
-        ("AWS_SECRET_ACCESS_KEY", "S"),
-        ("AWS_SESSION_TOKEN", "T"),
-    ];
+    let vars = [("AWS_ACCESS_KEY_ID", "AKID"), ("AWS_SECRET_ACCESS_KEY", "S"), ("AWS_SESSION_TOKEN", "T")];
     let creds = AwsCredentials::from_env(env(&vars)).unwrap().unwrap();
-    assert_eq!(
-        (creds.access_key_id.as_str(), creds.session_token.as_deref()),
-        ("AKID", Some("T"))
-    );
+    assert_eq!((creds.access_key_id.as_str(), creds.session_token.as_deref()), ("AKID", Some("T")));
     assert!(matches!(
         AwsCredentials::from_env(env(&[("AWS_ACCESS_KEY_ID", "AKID")])),
-        Err(CredentialsError::Missing {
-            key: "AWS_SECRET_ACCESS_KEY",
-            ..
-        })
+        Err(CredentialsError::Missing { key: "AWS_SECRET_ACCESS_KEY", .. })
     ));
+    assert_eq!(aws::region_from_env(env(&[("AWS_DEFAULT_REGION", "eu-west-1")])).as_deref(), Some("eu-west-1"));
     assert_eq!(
-        aws::region_from_env(env(&[("AWS_DEFAULT_REGION", "eu-west-1")])).as_deref(),
-        Some("eu-west-1")
-    );
-    assert_eq!(
-        aws::region_from_env(env(&[
-            ("AWS_DEFAULT_REGION", "eu-west-1"),
-            ("AWS_REGION", "us-west-2")
-        ]))
-        .as_deref(),
+        aws::region_from_env(env(&[("AWS_DEFAULT_REGION", "eu-west-1"), ("AWS_REGION", "us-west-2")])).as_deref(),
         Some("us-west-2")
     );
 }
@@ -87,10 +52,7 @@ fn credentials_from_the_environment() {
 fn web_identity_settings_and_sts_request() {
     assert_eq!(WebIdentity::from_env(env(&[("AWS_ROLE_ARN", "arn")])), None);
     let vars = [
-        (
-            "AWS_WEB_IDENTITY_TOKEN_FILE",
-            "/var/run/secrets/eks.amazonaws.com/serviceaccount/token",
-        ),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/secrets/eks.amazonaws.com/serviceaccount/token"),
         ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/sluice"),
         ("AWS_REGION", "us-east-1"),
     ];
@@ -110,10 +72,7 @@ fn web_identity_settings_and_sts_request() {
         ("AWS_ROLE_SESSION_NAME", "gw-1"),
     ];
     let wi = WebIdentity::from_env(env(&vars)).unwrap();
-    assert_eq!(
-        (wi.sts_endpoint.as_str(), wi.session_name.as_str()),
-        ("http://127.0.0.1:4566", "gw-1")
-    );
+    assert_eq!((wi.sts_endpoint.as_str(), wi.session_name.as_str()), ("http://127.0.0.1:4566", "gw-1"));
 }
 
 /// AWS's documented AssumeRoleWithWebIdentity example answer.
@@ -143,14 +102,8 @@ const STS_OK: &str = r#"<AssumeRoleWithWebIdentityResponse xmlns="https://sts.am
 fn parses_the_sts_answer() {
     let creds = aws::parse_sts_response(STS_OK.as_bytes()).unwrap();
     assert_eq!(creds.access_key_id, "ASgeIAIOSFODNN7EXAMPLE");
-    assert_eq!(
-        creds.secret_access_key,
-        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"
-    );
-    assert_eq!(
-        creds.session_token.as_deref(),
-        Some("AQoDYXdzEE0a8ANXXXXXXXXNO1ewxE5TijQyp+IEXAMPLE")
-    );
+    assert_eq!(creds.secret_access_key, "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY");
+    assert_eq!(creds.session_token.as_deref(), Some("AQoDYXdzEE0a8ANXXXXXXXXNO1ewxE5TijQyp+IEXAMPLE"));
     assert_eq!(creds.expires_at, Some(at(1_414_191_623)));
     assert!(creds.needs_refresh(at(1_414_191_623 - 299), Duration::from_secs(300)));
     assert!(!creds.needs_refresh(at(1_414_191_623 - 301), Duration::from_secs(300)));
@@ -171,33 +124,22 @@ fn parses_sts_errors_and_refuses_garbage() {
         Err(CredentialsError::Refused {
             what: "STS",
             code: "InvalidIdentityToken".to_owned(),
-            message:
-                "No OpenIDConnect provider found in your account for https://oidc.example & co"
-                    .to_owned(),
+            message: "No OpenIDConnect provider found in your account for https://oidc.example & co".to_owned(),
         })
     );
     assert!(aws::parse_sts_response(b"<html>503</html>").is_err());
-    let no_token = STS_OK.replace(
-        "<SessionToken>AQoDYXdzEE0a8ANXXXXXXXXNO1ewxE5TijQyp+IEXAMPLE</SessionToken>",
-        "",
-    );
+    let no_token = STS_OK.replace("<SessionToken>AQoDYXdzEE0a8ANXXXXXXXXNO1ewxE5TijQyp+IEXAMPLE</SessionToken>", "");
     assert!(aws::parse_sts_response(no_token.as_bytes()).is_err());
 }
 
 #[test]
 fn container_endpoint_and_its_json() {
     assert_eq!(ContainerEndpoint::from_env(env(&[])), None);
-    let rel = ContainerEndpoint::from_env(env(&[(
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "/v2/credentials/abc",
-    )]))
-    .unwrap();
+    let rel =
+        ContainerEndpoint::from_env(env(&[("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/abc")])).unwrap();
     assert_eq!(rel.url, "http://169.254.170.2/v2/credentials/abc");
     let pod_identity = ContainerEndpoint::from_env(env(&[
-        (
-            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-            "http://169.254.170.23/v1/credentials",
-        ),
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://169.254.170.23/v1/credentials"),
         (
             "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
             "/var/run/secrets/pods.eks.amazonaws.com/serviceaccount/eks-pod-identity-token",
@@ -217,16 +159,10 @@ fn container_endpoint_and_its_json() {
 fn imds_v2_answers() {
     assert_eq!(imds::endpoint(env(&[])), "http://169.254.169.254");
     assert_eq!(
-        imds::endpoint(env(&[(
-            "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-            "http://127.0.0.1:1338/"
-        )])),
+        imds::endpoint(env(&[("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:1338/")])),
         "http://127.0.0.1:1338"
     );
-    assert_eq!(
-        imds::role_name("\nsluice-node-role\n"),
-        Some("sluice-node-role")
-    );
+    assert_eq!(imds::role_name("\nsluice-node-role\n"), Some("sluice-node-role"));
     let body = br#"{
   "Code" : "Success",
   "LastUpdated" : "2026-12-01T05:03:22Z",
@@ -247,14 +183,8 @@ fn imds_v2_answers() {
 
 #[test]
 fn timestamps_parse_as_utc() {
-    assert_eq!(
-        aws::parse_timestamp("2000-02-29T00:00:00Z"),
-        Some(at(951_782_400))
-    );
-    assert_eq!(
-        aws::parse_timestamp("2014-10-24T23:00:23+00:00"),
-        Some(at(1_414_191_623))
-    );
+    assert_eq!(aws::parse_timestamp("2000-02-29T00:00:00Z"), Some(at(951_782_400)));
+    assert_eq!(aws::parse_timestamp("2014-10-24T23:00:23+00:00"), Some(at(1_414_191_623)));
     assert_eq!(aws::parse_timestamp("2014-13-24T23:00:23Z"), None);
     assert_eq!(aws::parse_timestamp("2014-10-24 23:00:23"), None);
 }

@@ -15,17 +15,11 @@ pub(crate) fn target(model: &str) -> Target<'_> {
 }
 
 pub(crate) fn opts() -> AnswerOpts {
-    AnswerOpts {
-        id: "chatcmpl-test".to_owned(),
-        created: 1_700_000_000,
-    }
+    AnswerOpts { id: "chatcmpl-test".to_owned(), created: 1_700_000_000 }
 }
 
 pub(crate) fn fixture(case: &str, file: &str) -> Value {
-    let path = format!(
-        "{}/tests/fixtures/bedrock/{case}/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/tests/fixtures/bedrock/{case}/{file}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
 }
 
@@ -77,33 +71,18 @@ pub(crate) fn transcode(pieces: &[&[u8]]) -> Vec<Value> {
 }
 
 fn expected_stream(case: &str) -> Vec<Value> {
-    let mut chunks: Vec<Value> = fixture(case, "expected-chunks.json")
-        .as_array()
-        .unwrap()
-        .clone();
+    let mut chunks: Vec<Value> = fixture(case, "expected-chunks.json").as_array().unwrap().clone();
     chunks.push(json!("<done>"));
     chunks
 }
 
 fn check_build(case: &str, stream: bool) {
-    let native = sluice_providers::build(
-        &target(MODEL),
-        &request(fixture(case, "request.json")),
-        stream,
-    )
-    .unwrap();
+    let native = sluice_providers::build(&target(MODEL), &request(fixture(case, "request.json")), stream).unwrap();
     let expected = fixture(case, "native-request.json");
-    assert_eq!(
-        native.path,
-        expected["path"].as_str().unwrap(),
-        "{case}: path"
-    );
+    assert_eq!(native.path, expected["path"].as_str().unwrap(), "{case}: path");
     let body: Value = serde_json::from_slice(&native.body).unwrap();
     assert_eq!(body, expected["body"], "{case}: body");
-    assert!(
-        native.headers.is_empty(),
-        "{case}: auth is the gateway's to add"
-    );
+    assert!(native.headers.is_empty(), "{case}: auth is the gateway's to add");
 }
 
 fn check_parse(case: &str) {
@@ -129,10 +108,7 @@ fn converse_tool_use_fixture() {
 fn converse_stream_text_fixture() {
     check_build("converse-stream-text", true);
     let bytes = encoded_stream(&fixture("converse-stream-text", "stream.json"));
-    assert_eq!(
-        transcode(&[&bytes]),
-        expected_stream("converse-stream-text")
-    );
+    assert_eq!(transcode(&[&bytes]), expected_stream("converse-stream-text"));
 }
 
 /// Regressions: parallel tool calls streamed with one index (a text block between two
@@ -141,10 +117,7 @@ fn converse_stream_text_fixture() {
 #[test]
 fn converse_stream_tool_indexes_count_calls_not_blocks() {
     let bytes = encoded_stream(&fixture("converse-stream-tools", "stream.json"));
-    assert_eq!(
-        transcode(&[&bytes]),
-        expected_stream("converse-stream-tools")
-    );
+    assert_eq!(transcode(&[&bytes]), expected_stream("converse-stream-tools"));
 }
 
 /// Regression (Bedrock stream frames lost or misparsed across reads): every split of
@@ -155,11 +128,7 @@ fn every_split_of_the_event_stream_gives_the_same_output() {
         let bytes = encoded_stream(&fixture(case, "stream.json"));
         let whole = expected_stream(case);
         for at in 0..=bytes.len() {
-            assert_eq!(
-                transcode(&[&bytes[..at], &bytes[at..]]),
-                whole,
-                "{case} split at {at}"
-            );
+            assert_eq!(transcode(&[&bytes[..at], &bytes[at..]]), whole, "{case} split at {at}");
         }
         let singles: Vec<&[u8]> = bytes.chunks(1).collect();
         assert_eq!(transcode(&singles), whole, "{case} byte by byte");
@@ -207,34 +176,20 @@ fn percent_encoded_model_ids_and_arns() {
         native.path,
         "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Aapplication-inference-profile%2Fabc123/converse-stream"
     );
-    let profile = sluice_providers::build(
-        &target("us.anthropic.claude-3-5-sonnet-20241022-v2:0"),
-        &req,
-        false,
-    )
-    .unwrap();
-    assert_eq!(
-        profile.path,
-        "/model/us.anthropic.claude-3-5-sonnet-20241022-v2%3A0/converse"
-    );
+    let profile =
+        sluice_providers::build(&target("us.anthropic.claude-3-5-sonnet-20241022-v2:0"), &req, false).unwrap();
+    assert_eq!(profile.path, "/model/us.anthropic.claude-3-5-sonnet-20241022-v2%3A0/converse");
 }
 
 /// Regression (`stream_options` forwarded to Bedrock: "extraneous key
 /// [include_usage] is not permitted").
 #[test]
 fn stream_options_are_never_sent() {
-    let native = sluice_providers::build(
-        &target(MODEL),
-        &request(fixture("converse-stream-text", "request.json")),
-        true,
-    )
-    .unwrap();
+    let native =
+        sluice_providers::build(&target(MODEL), &request(fixture("converse-stream-text", "request.json")), true)
+            .unwrap();
     let body = std::str::from_utf8(&native.body).unwrap();
-    assert!(
-        !body.contains("stream_options")
-            && !body.contains("include_usage")
-            && !body.contains("\"stream\"")
-    );
+    assert!(!body.contains("stream_options") && !body.contains("include_usage") && !body.contains("\"stream\""));
 }
 /// Regression (Bedrock prompt_tokens excluding cache reads and writes: wrong or
 /// negative cost): prompt_tokens = inputTokens + cacheRead + cacheWrite.
@@ -243,23 +198,15 @@ fn cache_tokens_are_inside_prompt_tokens() {
     let mut response = fixture("converse-text", "response.json");
     response["usage"] = json!({ "inputTokens": 3, "outputTokens": 60, "totalTokens": 1563,
         "cacheReadInputTokens": 1200, "cacheWriteInputTokens": 300 });
-    let completion =
-        sluice_providers::parse(&target(MODEL), response.to_string().as_bytes(), &opts()).unwrap();
+    let completion = sluice_providers::parse(&target(MODEL), response.to_string().as_bytes(), &opts()).unwrap();
     assert_eq!(
-        (
-            completion.usage.prompt_tokens,
-            completion.usage.cached_tokens,
-            completion.usage.cache_write_tokens
-        ),
+        (completion.usage.prompt_tokens, completion.usage.cached_tokens, completion.usage.cache_write_tokens),
         (1503, 1200, 300)
     );
     let body: Value = serde_json::from_slice(&completion.body).unwrap();
     assert_eq!(body["usage"]["prompt_tokens"], 1503);
     assert_eq!(body["usage"]["total_tokens"], 1563);
-    assert_eq!(
-        body["usage"]["prompt_tokens_details"]["cached_tokens"],
-        1200
-    );
+    assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 1200);
 }
 
 /// Regression (Bedrock demands toolConfig when the history has toolUse/toolResult
@@ -271,10 +218,7 @@ fn tool_history_without_tools_still_sends_tool_config() {
     req.as_object_mut().unwrap().remove("tools");
     let native = sluice_providers::build(&target(MODEL), &request(req.clone()), false).unwrap();
     let body: Value = serde_json::from_slice(&native.body).unwrap();
-    assert_eq!(
-        body["toolConfig"]["tools"][0]["toolSpec"]["name"],
-        "top_song"
-    );
+    assert_eq!(body["toolConfig"]["tools"][0]["toolSpec"]["name"], "top_song");
 
     req["tools"] = fixture("converse-stream-text", "request.json")["tools"].clone();
     req["tool_choice"] = json!("none");
@@ -293,24 +237,14 @@ fn tool_history_without_tools_still_sends_tool_config() {
 fn tool_choice_required_and_named() {
     let mut req = fixture("converse-tool-use", "request.json");
     req["tool_choice"] = json!("required");
-    let body: Value = serde_json::from_slice(
-        &sluice_providers::build(&target(MODEL), &request(req.clone()), false)
-            .unwrap()
-            .body,
-    )
-    .unwrap();
+    let body: Value =
+        serde_json::from_slice(&sluice_providers::build(&target(MODEL), &request(req.clone()), false).unwrap().body)
+            .unwrap();
     assert_eq!(body["toolConfig"]["toolChoice"], json!({ "any": {} }));
     req["tool_choice"] = json!({ "type": "function", "function": { "name": "top_song" } });
-    let body: Value = serde_json::from_slice(
-        &sluice_providers::build(&target(MODEL), &request(req), false)
-            .unwrap()
-            .body,
-    )
-    .unwrap();
-    assert_eq!(
-        body["toolConfig"]["toolChoice"],
-        json!({ "tool": { "name": "top_song" } })
-    );
+    let body: Value =
+        serde_json::from_slice(&sluice_providers::build(&target(MODEL), &request(req), false).unwrap().body).unwrap();
+    assert_eq!(body["toolConfig"]["toolChoice"], json!({ "tool": { "name": "top_song" } }));
 }
 
 #[test]
@@ -319,12 +253,8 @@ fn images_are_sent_as_bytes_and_fields_bedrock_cannot_express_are_refused() {
         { "type": "text", "text": "What is in this image?" },
         { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=" } },
     ]}]}));
-    let body: Value = serde_json::from_slice(
-        &sluice_providers::build(&target(MODEL), &req, false)
-            .unwrap()
-            .body,
-    )
-    .unwrap();
+    let body: Value =
+        serde_json::from_slice(&sluice_providers::build(&target(MODEL), &req, false).unwrap().body).unwrap();
     assert_eq!(
         body["messages"][0]["content"][1],
         json!({ "image": { "format": "png", "source": { "bytes": "iVBORw0KGgo=" } } })
@@ -339,32 +269,18 @@ fn images_are_sent_as_bytes_and_fields_bedrock_cannot_express_are_refused() {
     );
 
     let n2 = request(json!({ "n": 2, "messages": [{ "role": "user", "content": "hi" }] }));
-    assert_eq!(
-        sluice_providers::build(&target(MODEL), &n2, false)
-            .unwrap_err()
-            .field(),
-        "n"
-    );
+    assert_eq!(sluice_providers::build(&target(MODEL), &n2, false).unwrap_err().field(), "n");
 }
 
 #[test]
 fn max_tokens_prefers_max_completion_tokens_then_the_default() {
     let build = |v: Value| -> Value {
-        serde_json::from_slice(
-            &sluice_providers::build(&target(MODEL), &request(v), false)
-                .unwrap()
-                .body,
-        )
-        .unwrap()
+        serde_json::from_slice(&sluice_providers::build(&target(MODEL), &request(v), false).unwrap().body).unwrap()
     };
     let msgs = json!([{ "role": "user", "content": "hi" }]);
     assert_eq!(
-        build(json!({ "messages": msgs, "max_tokens": 10, "max_completion_tokens": 20 }))["inferenceConfig"]
-            ["maxTokens"],
+        build(json!({ "messages": msgs, "max_tokens": 10, "max_completion_tokens": 20 }))["inferenceConfig"]["maxTokens"],
         20
     );
-    assert_eq!(
-        build(json!({ "messages": msgs }))["inferenceConfig"]["maxTokens"],
-        4096
-    );
+    assert_eq!(build(json!({ "messages": msgs }))["inferenceConfig"]["maxTokens"], 4096);
 }

@@ -12,14 +12,9 @@ fn throttling_headers() -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert(
         "x-amzn-errortype",
-        HeaderValue::from_static(
-            "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/",
-        ),
+        HeaderValue::from_static("ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/"),
     );
-    h.insert(
-        "x-amzn-requestid",
-        HeaderValue::from_static("b7ecb4a2-0000-4e3c-9a0b-EXAMPLE"),
-    );
+    h.insert("x-amzn-requestid", HeaderValue::from_static("b7ecb4a2-0000-4e3c-9a0b-EXAMPLE"));
     h
 }
 
@@ -32,10 +27,7 @@ fn throttling_as_400_is_retryable() {
         assert_eq!(e.kind, ErrorKind::RateLimited, "status {status}");
         assert!(e.kind.retryable());
         assert_eq!(e.status, status);
-        assert_eq!(
-            e.message,
-            "Too many requests, please wait before trying again."
-        );
+        assert_eq!(e.message, "Too many requests, please wait before trying again.");
     }
     // The name may also come in the body only.
     let body = br#"{"__type":"com.amazon.bedrock#ThrottlingException","message":"Rate exceeded"}"#;
@@ -46,93 +38,38 @@ fn throttling_as_400_is_retryable() {
 #[test]
 fn errors_are_classified_by_name() {
     let cases: [(u16, &str, &str, ErrorKind); 9] = [
-        (
-            400,
-            "ValidationException",
-            "The provided model identifier is invalid.",
-            ErrorKind::InvalidRequest,
-        ),
-        (
-            400,
-            "ValidationException",
-            "Input is too long for requested model.",
-            ErrorKind::ContextLength,
-        ),
+        (400, "ValidationException", "The provided model identifier is invalid.", ErrorKind::InvalidRequest),
+        (400, "ValidationException", "Input is too long for requested model.", ErrorKind::ContextLength),
         (
             403,
             "AccessDeniedException",
             "You don't have access to the model with the specified model ID.",
             ErrorKind::Auth,
         ),
-        (
-            403,
-            "ExpiredTokenException",
-            "The security token included in the request is expired",
-            ErrorKind::AuthExpired,
-        ),
-        (
-            404,
-            "ResourceNotFoundException",
-            "Model not found",
-            ErrorKind::NotFound,
-        ),
-        (
-            408,
-            "ModelTimeoutException",
-            "Model timed out",
-            ErrorKind::Timeout,
-        ),
-        (
-            424,
-            "ModelErrorException",
-            "The model produced an error",
-            ErrorKind::Server,
-        ),
-        (
-            429,
-            "ModelNotReadyException",
-            "Model is not ready",
-            ErrorKind::Unavailable,
-        ),
-        (
-            503,
-            "ServiceUnavailableException",
-            "Service unavailable",
-            ErrorKind::Unavailable,
-        ),
+        (403, "ExpiredTokenException", "The security token included in the request is expired", ErrorKind::AuthExpired),
+        (404, "ResourceNotFoundException", "Model not found", ErrorKind::NotFound),
+        (408, "ModelTimeoutException", "Model timed out", ErrorKind::Timeout),
+        (424, "ModelErrorException", "The model produced an error", ErrorKind::Server),
+        (429, "ModelNotReadyException", "Model is not ready", ErrorKind::Unavailable),
+        (503, "ServiceUnavailableException", "Service unavailable", ErrorKind::Unavailable),
     ];
     for (status, name, message, kind) in cases {
         let mut h = HeaderMap::new();
         h.insert(
             "x-amzn-errortype",
-            HeaderValue::from_str(&format!(
-                "{name}:http://internal.amazon.com/coral/com.amazon.bedrock/"
-            ))
-            .unwrap(),
+            HeaderValue::from_str(&format!("{name}:http://internal.amazon.com/coral/com.amazon.bedrock/")).unwrap(),
         );
         let body = json!({ "message": message }).to_string();
         let e = sluice_providers::classify(&target(MODEL), status, &h, body.as_bytes(), 0);
-        assert_eq!(
-            (e.kind, e.status, e.message.as_str()),
-            (kind, status, message),
-            "{name}"
-        );
+        assert_eq!((e.kind, e.status, e.message.as_str()), (kind, status, message), "{name}");
     }
     // A client error reaches the client in OpenAI's shape with Bedrock's message.
     let mut h = HeaderMap::new();
     h.insert(
         "x-amzn-errortype",
-        HeaderValue::from_static(
-            "ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/",
-        ),
+        HeaderValue::from_static("ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/"),
     );
-    let e = sluice_providers::classify(
-        &target(MODEL),
-        400,
-        &h,
-        br#"{"message":"temperature: must be <= 1"}"#,
-        0,
-    );
+    let e = sluice_providers::classify(&target(MODEL), 400, &h, br#"{"message":"temperature: must be <= 1"}"#, 0);
     let body: Value = serde_json::from_slice(&e.openai_body).unwrap();
     assert_eq!(body["error"]["message"], "temperature: must be <= 1");
     assert_eq!(body["error"]["type"], "invalid_request_error");
@@ -160,49 +97,25 @@ fn frames(events: &[(&str, Value)]) -> Vec<u8> {
 fn exception_before_content_fails_over() {
     let bytes = frames(&[
         ("messageStart", json!({ "role": "assistant" })),
-        (
-            "throttlingException",
-            json!({ "message": "Too many requests, please wait before trying again." }),
-        ),
+        ("throttlingException", json!({ "message": "Too many requests, please wait before trying again." })),
     ]);
-    assert_eq!(
-        transcode(&[&bytes]),
-        vec![json!({ "error": "RateLimited", "status": 429, "before_content": true })]
-    );
-    let bytes = frames(&[(
-        "validationException",
-        json!({ "message": "Could not process image" }),
-    )]);
-    assert_eq!(
-        transcode(&[&bytes]),
-        vec![json!({ "error": "InvalidRequest", "status": 400, "before_content": true })]
-    );
+    assert_eq!(transcode(&[&bytes]), vec![json!({ "error": "RateLimited", "status": 429, "before_content": true })]);
+    let bytes = frames(&[("validationException", json!({ "message": "Could not process image" }))]);
+    assert_eq!(transcode(&[&bytes]), vec![json!({ "error": "InvalidRequest", "status": 400, "before_content": true })]);
 }
 
 #[test]
 fn exception_after_content_is_a_broken_stream() {
     let bytes = frames(&[
         ("messageStart", json!({ "role": "assistant" })),
-        (
-            "contentBlockDelta",
-            json!({ "contentBlockIndex": 0, "delta": { "text": "Hel" } }),
-        ),
-        (
-            "modelStreamErrorException",
-            json!({ "message": "A streaming error occurred. Retry your request." }),
-        ),
-        (
-            "contentBlockDelta",
-            json!({ "contentBlockIndex": 0, "delta": { "text": "lo" } }),
-        ),
+        ("contentBlockDelta", json!({ "contentBlockIndex": 0, "delta": { "text": "Hel" } })),
+        ("modelStreamErrorException", json!({ "message": "A streaming error occurred. Retry your request." })),
+        ("contentBlockDelta", json!({ "contentBlockIndex": 0, "delta": { "text": "lo" } })),
     ]);
     let out = transcode(&[&bytes]);
     assert_eq!(out.len(), 2, "{out:?}");
     assert_eq!(out[0]["choices"][0]["delta"]["content"], "Hel");
-    assert_eq!(
-        out[1],
-        json!({ "error": "Server", "status": 500, "before_content": false })
-    );
+    assert_eq!(out[1], json!({ "error": "Server", "status": 500, "before_content": false }));
 }
 
 /// Regression (a JSON error body decoded as frames: "ChecksumMismatch"): a body that is
@@ -215,10 +128,7 @@ fn a_json_body_is_not_decoded_as_frames() {
         vec![json!({ "error": "InvalidRequest", "status": 400, "before_content": true })]
     );
     let out = transcode(&[br#"{"message":"Internal error"}"#]);
-    assert_eq!(
-        out,
-        vec![json!({ "error": "Server", "status": 500, "before_content": true })]
-    );
+    assert_eq!(out, vec![json!({ "error": "Server", "status": 500, "before_content": true })]);
 }
 
 #[test]
@@ -235,14 +145,10 @@ fn a_stream_cut_short_is_an_error() {
 
 #[test]
 fn a_converse_answer_without_output_is_malformed() {
-    let e = sluice_providers::parse(&target(MODEL), br#"{"stopReason":"end_turn"}"#, &opts())
-        .unwrap_err();
+    let e = sluice_providers::parse(&target(MODEL), br#"{"stopReason":"end_turn"}"#, &opts()).unwrap_err();
     assert!(e.kind.retryable());
-    let e = sluice_providers::parse(
-        &target(MODEL),
-        br#"{"__type":"ThrottlingException","message":"slow down"}"#,
-        &opts(),
-    )
-    .unwrap_err();
+    let e =
+        sluice_providers::parse(&target(MODEL), br#"{"__type":"ThrottlingException","message":"slow down"}"#, &opts())
+            .unwrap_err();
     assert_eq!(e.kind, ErrorKind::RateLimited);
 }

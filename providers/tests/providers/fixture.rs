@@ -15,10 +15,7 @@ use serde_json::Value;
 use sluice_providers::{AnswerOpts, ChatRequest, Out, Protocol, Target, build, parse, transcoder};
 
 pub fn opts() -> AnswerOpts {
-    AnswerOpts {
-        id: "chatcmpl-sluice".to_owned(),
-        created: 1_700_000_000,
-    }
+    AnswerOpts { id: "chatcmpl-sluice".to_owned(), created: 1_700_000_000 }
 }
 
 /// The target every fixture of `protocol` is written for.
@@ -34,18 +31,12 @@ pub fn target(protocol: Protocol) -> Target<'static> {
     let mut t = Target::new(protocol, model, 1024);
     t.azure_api_version = Some("2024-10-21");
     t.gcp_project = Some("my-project");
-    t.gcp_location = Some(if protocol == Protocol::VertexAnthropic {
-        "us-east5"
-    } else {
-        "us-central1"
-    });
+    t.gcp_location = Some(if protocol == Protocol::VertexAnthropic { "us-east5" } else { "us-central1" });
     t
 }
 
 pub fn dir(protocol: Protocol) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(protocol.as_str())
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(protocol.as_str())
 }
 
 pub fn read(protocol: Protocol, case: &str, file: &str) -> Vec<u8> {
@@ -96,16 +87,12 @@ pub fn render(outs: &[Out]) -> String {
 /// Every case of `protocol`; returns how many file pairs were checked.
 pub fn check_all(protocol: Protocol) -> usize {
     let mut checked = 0;
-    let mut cases: Vec<_> = std::fs::read_dir(dir(protocol))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut cases: Vec<_> = std::fs::read_dir(dir(protocol)).unwrap().map(|e| e.unwrap().path()).collect();
     cases.sort();
     for case in cases.iter().filter(|p| p.is_dir()) {
         let name = case.file_name().unwrap().to_str().unwrap();
         if case.join("request.json").exists() {
-            let req: ChatRequest =
-                serde_json::from_slice(&read(protocol, name, "request.json")).unwrap();
+            let req: ChatRequest = serde_json::from_slice(&read(protocol, name, "request.json")).unwrap();
             let native = build(&target(protocol), &req, req.stream == Some(true)).unwrap();
             let headers: serde_json::Map<String, Value> = native
                 .headers
@@ -118,16 +105,9 @@ pub fn check_all(protocol: Protocol) -> usize {
             checked += 1;
         }
         if case.join("response.json").exists() {
-            let got = parse(
-                &target(protocol),
-                &read(protocol, name, "response.json"),
-                &opts(),
-            )
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-            expect_json(
-                &case.join("completion.json"),
-                &serde_json::from_slice(&got.body).unwrap(),
-            );
+            let got = parse(&target(protocol), &read(protocol, name, "response.json"), &opts())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            expect_json(&case.join("completion.json"), &serde_json::from_slice(&got.body).unwrap());
             checked += 1;
         }
         if case.join("response.sse").exists() {
@@ -144,16 +124,9 @@ fn bless() -> bool {
 }
 
 fn expect_json(path: &Path, got: &Value) {
-    let want: Option<Value> = std::fs::read(path)
-        .ok()
-        .map(|b| serde_json::from_slice(&b).unwrap());
+    let want: Option<Value> = std::fs::read(path).ok().map(|b| serde_json::from_slice(&b).unwrap());
     if want.as_ref() != Some(got) {
-        assert!(
-            bless(),
-            "{} differs; got:\n{}",
-            path.display(),
-            serde_json::to_string_pretty(got).unwrap()
-        );
+        assert!(bless(), "{} differs; got:\n{}", path.display(), serde_json::to_string_pretty(got).unwrap());
         std::fs::write(path, serde_json::to_string_pretty(got).unwrap() + "\n").unwrap();
     }
 }

@@ -22,14 +22,8 @@ fn segment(jwt: &str, i: usize) -> Value {
 #[test]
 fn parses_the_key_json() {
     let key = key();
-    assert_eq!(
-        key.client_email,
-        "sluice-test@sluice-test.iam.gserviceaccount.com"
-    );
-    assert_eq!(
-        key.private_key_id,
-        "0123456789abcdef0123456789abcdef01234567"
-    );
+    assert_eq!(key.client_email, "sluice-test@sluice-test.iam.gserviceaccount.com");
+    assert_eq!(key.private_key_id, "0123456789abcdef0123456789abcdef01234567");
     assert_eq!(key.token_uri, TOKEN_URI);
     assert_eq!(key.project_id.as_deref(), Some("sluice-test"));
     assert!(!format!("{key:?}").contains("PRIVATE"));
@@ -70,27 +64,15 @@ fn verify_refuses_a_tampered_expired_or_misaddressed_assertion() {
     let key = key();
     let jwt = key.assertion(NOW).unwrap();
     let der = key.public_key_der();
-    assert!(
-        verify_assertion(&jwt, der, "https://elsewhere/token", NOW)
-            .unwrap_err()
-            .contains("aud")
-    );
+    assert!(verify_assertion(&jwt, der, "https://elsewhere/token", NOW).unwrap_err().contains("aud"));
     assert!(verify_assertion(&jwt, der, TOKEN_URI, NOW + 3601).is_err());
 
     // Claims swapped for a two-hour lifetime with the old signature.
     let parts: Vec<&str> = jwt.split('.').collect();
     let mut claims = segment(&jwt, 1);
     claims["exp"] = json!(NOW + 7200);
-    let forged = format!(
-        "{}.{}.{}",
-        parts[0],
-        B64.encode(claims.to_string()),
-        parts[2]
-    );
-    assert_eq!(
-        verify_assertion(&forged, der, TOKEN_URI, NOW).unwrap_err(),
-        "Invalid JWT Signature."
-    );
+    let forged = format!("{}.{}.{}", parts[0], B64.encode(claims.to_string()), parts[2]);
+    assert_eq!(verify_assertion(&forged, der, TOKEN_URI, NOW).unwrap_err(), "Invalid JWT Signature.");
     assert!(verify_assertion("a.b", der, TOKEN_URI, NOW).is_err());
 }
 
@@ -99,10 +81,7 @@ fn exchange_body_is_the_jwt_bearer_grant() {
     let key = key();
     let body = key.exchange_body(NOW).unwrap();
     let (grant, assertion) = body.split_once('&').unwrap();
-    assert_eq!(
-        grant,
-        "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer"
-    );
+    assert_eq!(grant, "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer");
     let jwt = assertion.strip_prefix("assertion=").unwrap();
     verify_assertion(jwt, key.public_key_der(), TOKEN_URI, NOW).unwrap();
 }
@@ -119,9 +98,7 @@ fn honours_the_keys_token_uri() {
 #[test]
 fn refuses_keys_that_are_not_service_account_keys() {
     let user = br#"{"type":"authorized_user","client_id":"x","refresh_token":"y"}"#;
-    assert!(
-        matches!(ServiceAccountKey::from_json(user), Err(GcpAuthError::Key(m)) if m.contains("authorized_user"))
-    );
+    assert!(matches!(ServiceAccountKey::from_json(user), Err(GcpAuthError::Key(m)) if m.contains("authorized_user")));
     let mut json: Value = serde_json::from_slice(KEY_JSON).unwrap();
     json["private_key"] = json!("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n");
     assert!(ServiceAccountKey::from_json(json.to_string().as_bytes()).is_err());
@@ -154,14 +131,8 @@ fn parses_token_answers_and_oauth_errors() {
 #[test]
 fn metadata_server_answers_and_host_override() {
     let body = br#"{"access_token":"ya29.metadata","expires_in":1800,"token_type":"Bearer"}"#;
-    assert_eq!(
-        metadata::parse_token(body, NOW).unwrap().expires_at_unix,
-        NOW + 1800
-    );
-    assert_eq!(
-        metadata::base_url(|_| None),
-        "http://metadata.google.internal"
-    );
+    assert_eq!(metadata::parse_token(body, NOW).unwrap().expires_at_unix, NOW + 1800);
+    assert_eq!(metadata::base_url(|_| None), "http://metadata.google.internal");
     let env = |k: &str| (k == "GCE_METADATA_HOST").then(|| "127.0.0.1:8081".to_owned());
     assert_eq!(metadata::base_url(env), "http://127.0.0.1:8081");
     assert_eq!(metadata::FLAVOR_HEADER, ("metadata-flavor", "Google"));
@@ -171,10 +142,7 @@ fn metadata_server_answers_and_host_override() {
 /// key: our verifier accepts it, and ours carries the same header and claims.
 #[test]
 fn google_auth_assertions_verify_and_match_ours() {
-    let path = format!(
-        "{}/tests/fixtures/gcp/google-auth-assertion.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/tests/fixtures/gcp/google-auth-assertion.json", env!("CARGO_MANIFEST_DIR"));
     let theirs: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     let assertion = theirs["assertion"].as_str().unwrap();
     let iat = theirs["iat"].as_u64().unwrap();

@@ -20,30 +20,10 @@ fn vertex_gemini_fixtures_translate() {
 #[test]
 fn gemini_errors_are_classified_by_status_name() {
     let cases = [
-        (
-            "resource_exhausted_429.json",
-            429,
-            ErrorKind::RateLimited,
-            Some(Duration::from_secs(22)),
-        ),
-        (
-            "access_token_expired_401.json",
-            401,
-            ErrorKind::AuthExpired,
-            None,
-        ),
-        (
-            "context_length_400.json",
-            400,
-            ErrorKind::ContextLength,
-            None,
-        ),
-        (
-            "api_key_invalid_400.json",
-            400,
-            ErrorKind::InvalidRequest,
-            None,
-        ),
+        ("resource_exhausted_429.json", 429, ErrorKind::RateLimited, Some(Duration::from_secs(22))),
+        ("access_token_expired_401.json", 401, ErrorKind::AuthExpired, None),
+        ("context_length_400.json", 400, ErrorKind::ContextLength, None),
+        ("api_key_invalid_400.json", 400, ErrorKind::InvalidRequest, None),
         ("not_found_404.json", 404, ErrorKind::NotFound, None),
         ("deadline_504.json", 504, ErrorKind::Timeout, None),
     ];
@@ -51,11 +31,7 @@ fn gemini_errors_are_classified_by_status_name() {
         for (file, status, kind, retry_after) in cases {
             let body = read(Protocol::Gemini, "errors", file);
             let e = classify(&target(protocol), status, &HeaderMap::new(), &body, 0);
-            assert_eq!(
-                (e.kind, e.status, e.retry_after),
-                (kind, status, retry_after),
-                "{file}"
-            );
+            assert_eq!((e.kind, e.status, e.retry_after), (kind, status, retry_after), "{file}");
         }
     }
     let body = read(Protocol::Gemini, "errors", "context_length_400.json");

@@ -58,10 +58,7 @@ fn target(protocol: Protocol) -> Target<'static> {
 }
 
 fn opts() -> AnswerOpts {
-    AnswerOpts {
-        id: "chatcmpl-test".into(),
-        created: 1_800_000_000,
-    }
+    AnswerOpts { id: "chatcmpl-test".into(), created: 1_800_000_000 }
 }
 
 fn plausible_json() -> impl Strategy<Value = Value> {
@@ -75,13 +72,8 @@ fn plausible_json() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(4, 48, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-            prop::collection::vec((prop::sample::select(KEYS.to_vec()), inner), 0..6).prop_map(
-                |kv| Value::Object(
-                    kv.into_iter()
-                        .map(|(k, v)| (k.to_string(), v))
-                        .collect::<Map<_, _>>()
-                )
-            ),
+            prop::collection::vec((prop::sample::select(KEYS.to_vec()), inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<Map<_, _>>())),
         ]
     })
 }
@@ -100,23 +92,15 @@ fn transcode(protocol: Protocol, pieces: &[&[u8]]) -> Vec<Out> {
 /// A transcoded stream ends in exactly one of [`Out::Done`] or [`Out::Error`], and
 /// nothing follows it.
 fn ends_once(out: &[Out]) -> bool {
-    let ends: Vec<usize> = out
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| matches!(o, Out::Done | Out::Error { .. }))
-        .map(|(i, _)| i)
-        .collect();
+    let ends: Vec<usize> =
+        out.iter().enumerate().filter(|(_, o)| matches!(o, Out::Done | Out::Error { .. })).map(|(i, _)| i).collect();
     ends.len() == 1 && ends[0] + 1 == out.len()
 }
 
 /// An SSE body of `events` (Bedrock gets them as `data:` lines too: it is not its
 /// framing, so it must refuse them as a malformed stream).
 fn sse(events: &[Value]) -> Vec<u8> {
-    events
-        .iter()
-        .map(|e| format!("data: {e}\n\n"))
-        .collect::<String>()
-        .into_bytes()
+    events.iter().map(|e| format!("data: {e}\n\n")).collect::<String>().into_bytes()
 }
 
 proptest! {
@@ -164,16 +148,7 @@ fn a_stream_with_no_bytes_at_all_is_an_error_for_every_native_protocol() {
         let out = transcode(p, &[]);
         let native = !matches!(p, Protocol::OpenAi | Protocol::AzureOpenAi);
         if native {
-            assert!(
-                matches!(
-                    out.last(),
-                    Some(Out::Error {
-                        before_content: true,
-                        ..
-                    })
-                ),
-                "{p:?}: {out:?}"
-            );
+            assert!(matches!(out.last(), Some(Out::Error { before_content: true, .. })), "{p:?}: {out:?}");
         }
         assert!(ends_once(&out), "{p:?}: {out:?}");
     }

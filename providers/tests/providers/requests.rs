@@ -9,21 +9,12 @@ use crate::fixture::{read, target};
 #[test]
 fn stream_options_are_never_sent_to_native_targets() {
     // BerriAI/litellm#9916: Bedrock rejects the forwarded `include_usage`.
-    let req: ChatRequest =
-        serde_json::from_slice(&read(Protocol::Anthropic, "text_stream", "request.json")).unwrap();
+    let req: ChatRequest = serde_json::from_slice(&read(Protocol::Anthropic, "text_stream", "request.json")).unwrap();
     assert!(req.stream_options.is_some());
-    for protocol in [
-        Protocol::Anthropic,
-        Protocol::VertexAnthropic,
-        Protocol::Gemini,
-        Protocol::VertexGemini,
-    ] {
+    for protocol in [Protocol::Anthropic, Protocol::VertexAnthropic, Protocol::Gemini, Protocol::VertexGemini] {
         let native = build(&target(protocol), &req, true).unwrap();
         let body = std::str::from_utf8(&native.body).unwrap();
-        assert!(
-            !body.contains("stream_options") && !body.contains("include_usage"),
-            "{protocol:?}: {body}"
-        );
+        assert!(!body.contains("stream_options") && !body.contains("include_usage"), "{protocol:?}: {body}");
     }
 }
 
@@ -31,14 +22,11 @@ fn stream_options_are_never_sent_to_native_targets() {
 fn anthropic_max_tokens_is_always_set() {
     // Envoy AI Gateway sent 0 and let the API reject it; the field is required.
     for max in [json!(null), json!(0)] {
-        let req: ChatRequest = serde_json::from_value(
-            json!({ "messages": [{ "role": "user", "content": "hi" }], "max_tokens": max }),
-        )
-        .unwrap();
+        let req: ChatRequest =
+            serde_json::from_value(json!({ "messages": [{ "role": "user", "content": "hi" }], "max_tokens": max }))
+                .unwrap();
         for protocol in [Protocol::Anthropic, Protocol::VertexAnthropic] {
-            let body: Value =
-                serde_json::from_slice(&build(&target(protocol), &req, false).unwrap().body)
-                    .unwrap();
+            let body: Value = serde_json::from_slice(&build(&target(protocol), &req, false).unwrap().body).unwrap();
             assert_eq!(body["max_tokens"], 1024, "{protocol:?} {max}");
         }
     }
@@ -46,44 +34,22 @@ fn anthropic_max_tokens_is_always_set() {
 
 #[test]
 fn fields_a_target_cannot_express_are_refused_by_name() {
-    let natives = [
-        Protocol::Anthropic,
-        Protocol::VertexAnthropic,
-        Protocol::Gemini,
-        Protocol::VertexGemini,
-    ];
+    let natives = [Protocol::Anthropic, Protocol::VertexAnthropic, Protocol::Gemini, Protocol::VertexGemini];
     let cases = [
         (json!({ "n": 2 }), "n", &natives[..]),
         (json!({ "logprobs": true }), "logprobs", &natives[..]),
-        (
-            json!({ "logit_bias": { "50256": -100 } }),
-            "logit_bias",
-            &natives[..],
-        ),
-        (
-            json!({ "tools": [{ "type": "custom", "function": { "name": "x" } }] }),
-            "tools[0].type",
-            &natives[..],
-        ),
-        (
-            json!({ "presence_penalty": 0.5 }),
-            "presence_penalty",
-            &natives[..2],
-        ),
+        (json!({ "logit_bias": { "50256": -100 } }), "logit_bias", &natives[..]),
+        (json!({ "tools": [{ "type": "custom", "function": { "name": "x" } }] }), "tools[0].type", &natives[..]),
+        (json!({ "presence_penalty": 0.5 }), "presence_penalty", &natives[..2]),
         (json!({ "temperature": 1.5 }), "temperature", &natives[..2]),
     ];
     for (extra, field, protocols) in cases {
         let mut req = json!({ "messages": [{ "role": "user", "content": "hi" }] });
-        req.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
+        req.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         let req: ChatRequest = serde_json::from_value(req).unwrap();
         for &protocol in protocols {
             let e = build(&target(protocol), &req, false).unwrap_err();
-            assert!(
-                matches!(&e, TranslateError::Unsupported { field: f, .. } if f == field),
-                "{protocol:?}: {e}"
-            );
+            assert!(matches!(&e, TranslateError::Unsupported { field: f, .. } if f == field), "{protocol:?}: {e}");
         }
     }
     // What a target can express is sent, and unset or zero values pass everywhere.
@@ -92,12 +58,7 @@ fn fields_a_target_cannot_express_are_refused_by_name() {
         "n": 1, "logprobs": false, "presence_penalty": 0, "frequency_penalty": 0.25, "logit_bias": {}
     }))
     .unwrap();
-    let body: Value =
-        serde_json::from_slice(&build(&target(Protocol::Gemini), &req, false).unwrap().body)
-            .unwrap();
+    let body: Value = serde_json::from_slice(&build(&target(Protocol::Gemini), &req, false).unwrap().body).unwrap();
     assert_eq!(body["generationConfig"]["frequencyPenalty"], 0.25);
-    assert!(
-        build(&target(Protocol::Anthropic), &req, false).is_err(),
-        "frequency_penalty 0.25"
-    );
+    assert!(build(&target(Protocol::Anthropic), &req, false).is_err(), "frequency_penalty 0.25");
 }

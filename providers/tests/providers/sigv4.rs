@@ -18,10 +18,7 @@ pub(crate) fn suite_time() -> SystemTime {
 }
 
 fn header<'a>(added: &'a [(http::HeaderName, HeaderValue)], name: &str) -> Option<&'a str> {
-    added
-        .iter()
-        .find(|(n, _)| n.as_str() == name)
-        .map(|(_, v)| v.to_str().unwrap())
+    added.iter().find(|(n, _)| n.as_str() == name).map(|(_, v)| v.to_str().unwrap())
 }
 
 fn sign(
@@ -32,12 +29,7 @@ fn sign(
     creds: &AwsCredentials,
     service: &str,
 ) -> Vec<(http::HeaderName, HeaderValue)> {
-    let req = Request {
-        method,
-        url,
-        headers,
-        body,
-    };
+    let req = Request { method, url, headers, body };
     sigv4::sign(&req, creds, "us-east-1", service, suite_time()).unwrap()
 }
 
@@ -74,27 +66,17 @@ fn post_vanilla_matches_the_aws_test_suite() {
         "service",
     );
     assert!(
-        header(&added, "authorization").unwrap().ends_with(
-            "Signature=5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b"
-        )
+        header(&added, "authorization")
+            .unwrap()
+            .ends_with("Signature=5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b")
     );
 }
 
 #[test]
 fn get_vanilla_with_session_token_matches_the_aws_test_suite() {
     let token = "6e86291e8372ff2a2260956d9b8aae1d763fbf315fa00fa31553b73ebf194267";
-    let creds = AwsCredentials {
-        session_token: Some(token.to_owned()),
-        ..AwsCredentials::new(AKID, SECRET)
-    };
-    let added = sign(
-        "GET",
-        "https://example.amazonaws.com/",
-        &HeaderMap::new(),
-        b"",
-        &creds,
-        "service",
-    );
+    let creds = AwsCredentials { session_token: Some(token.to_owned()), ..AwsCredentials::new(AKID, SECRET) };
+    let added = sign("GET", "https://example.amazonaws.com/", &HeaderMap::new(), b"", &creds, "service");
     assert_eq!(header(&added, "x-amz-security-token"), Some(token));
     assert_eq!(
         header(&added, "authorization"),
@@ -117,11 +99,8 @@ fn reference_signature(canonical_request: &str, date: &str, region: &str, servic
         "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
         hex(digest::digest(&digest::SHA256, canonical_request.as_bytes()).as_ref())
     );
-    let mac = |key: &[u8], data: &str| {
-        hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes())
-            .as_ref()
-            .to_vec()
-    };
+    let mac =
+        |key: &[u8], data: &str| hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes()).as_ref().to_vec();
     let k = mac(format!("AWS4{SECRET}").as_bytes(), &date[..8]);
     let k = mac(&k, region);
     let k = mac(&k, service);
@@ -139,14 +118,7 @@ fn bedrock_arn_path_is_double_encoded_in_the_canonical_request() {
     let body = br#"{"messages":[]}"#;
     let mut headers = HeaderMap::new();
     headers.insert("content-type", HeaderValue::from_static("application/json"));
-    let added = sign(
-        "POST",
-        url,
-        &headers,
-        body,
-        &AwsCredentials::new(AKID, SECRET),
-        BEDROCK,
-    );
+    let added = sign("POST", url, &headers, body, &AwsCredentials::new(AKID, SECRET), BEDROCK);
 
     let canonical = format!(
         "POST\n\
@@ -177,28 +149,14 @@ pub(crate) fn known(akid: &str) -> Option<String> {
 #[test]
 fn sign_refuses_a_url_without_host() {
     let headers = HeaderMap::new();
-    let req = Request {
-        method: "GET",
-        url: "/model/x/converse",
-        headers: &headers,
-        body: b"",
-    };
-    let err = sigv4::sign(
-        &req,
-        &AwsCredentials::new(AKID, SECRET),
-        "us-east-1",
-        BEDROCK,
-        suite_time(),
-    );
+    let req = Request { method: "GET", url: "/model/x/converse", headers: &headers, body: b"" };
+    let err = sigv4::sign(&req, &AwsCredentials::new(AKID, SECRET), "us-east-1", BEDROCK, suite_time());
     assert!(err.is_err());
 }
 
 #[test]
 fn credentials_debug_hides_the_secret() {
-    let creds = AwsCredentials {
-        session_token: Some("tok".to_owned()),
-        ..AwsCredentials::new(AKID, SECRET)
-    };
+    let creds = AwsCredentials { session_token: Some("tok".to_owned()), ..AwsCredentials::new(AKID, SECRET) };
     let shown = format!("{creds:?}");
     assert!(shown.contains(AKID));
     assert!(!shown.contains(SECRET) && !shown.contains("tok\""));
@@ -208,12 +166,8 @@ fn credentials_debug_hides_the_secret() {
 /// this signer agree, and the verifier accepts what the SDK sends.
 #[test]
 fn botocore_signed_bedrock_requests_verify_and_match_our_signature() {
-    let path = format!(
-        "{}/tests/fixtures/bedrock/botocore-signed.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let requests: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let path = format!("{}/tests/fixtures/bedrock/botocore-signed.json", env!("CARGO_MANIFEST_DIR"));
+    let requests: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     for r in requests.as_array().unwrap() {
         let url = r["url"].as_str().unwrap();
         let body = r["body"].as_str().unwrap().as_bytes();
@@ -221,53 +175,26 @@ fn botocore_signed_bedrock_requests_verify_and_match_our_signature() {
         let mut sent = HeaderMap::new();
         for (name, value) in r["headers"].as_object().unwrap() {
             let name = http::HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()).unwrap();
-            sent.insert(
-                name,
-                HeaderValue::from_str(value.as_str().unwrap()).unwrap(),
-            );
+            sent.insert(name, HeaderValue::from_str(value.as_str().unwrap()).unwrap());
         }
         // Over HTTP/1 the server sees the Host header; over HTTP/2 only the URL.
-        let req = Request {
-            method: "POST",
-            url,
-            headers: &sent,
-            body,
-        };
+        let req = Request { method: "POST", url, headers: &sent, body };
         let verified = sigv4::verify(&req, known, now).unwrap();
-        assert_eq!(
-            (verified.region.as_str(), verified.service.as_str()),
-            ("us-east-1", BEDROCK)
-        );
+        assert_eq!((verified.region.as_str(), verified.service.as_str()), ("us-east-1", BEDROCK));
         let mut with_host = sent.clone();
-        with_host.insert(
-            "host",
-            HeaderValue::from_static("bedrock-runtime.us-east-1.amazonaws.com"),
-        );
-        let req = Request {
-            headers: &with_host,
-            ..req
-        };
+        with_host.insert("host", HeaderValue::from_static("bedrock-runtime.us-east-1.amazonaws.com"));
+        let req = Request { headers: &with_host, ..req };
         assert!(sigv4::verify(&req, known, now).is_ok());
 
         // Our signer, given what botocore signed, computes botocore's signature.
         let mut headers = HeaderMap::new();
         headers.insert("content-type", HeaderValue::from_static("application/json"));
         let creds = AwsCredentials {
-            session_token: sent
-                .get("x-amz-security-token")
-                .map(|v| v.to_str().unwrap().to_owned()),
+            session_token: sent.get("x-amz-security-token").map(|v| v.to_str().unwrap().to_owned()),
             ..AwsCredentials::new(AKID, SECRET)
         };
-        let req = Request {
-            method: "POST",
-            url,
-            headers: &headers,
-            body,
-        };
+        let req = Request { method: "POST", url, headers: &headers, body };
         let added = sigv4::sign(&req, &creds, "us-east-1", BEDROCK, now).unwrap();
-        assert_eq!(
-            header(&added, "authorization"),
-            sent.get("authorization").map(|v| v.to_str().unwrap())
-        );
+        assert_eq!(header(&added, "authorization"), sent.get("authorization").map(|v| v.to_str().unwrap()));
     }
 }

@@ -13,16 +13,8 @@ use crate::sigv4::{AKID, SECRET, known, suite_time};
 fn signed_request(url: &str, body: &[u8], creds: &AwsCredentials, at: SystemTime) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert("content-type", HeaderValue::from_static("application/json"));
-    headers.insert(
-        "host",
-        HeaderValue::from_static("bedrock-runtime.us-east-1.amazonaws.com"),
-    );
-    let req = Request {
-        method: "POST",
-        url,
-        headers: &headers,
-        body,
-    };
+    headers.insert("host", HeaderValue::from_static("bedrock-runtime.us-east-1.amazonaws.com"));
+    let req = Request { method: "POST", url, headers: &headers, body };
     let added = sigv4::sign(&req, creds, "us-east-1", BEDROCK, at).unwrap();
     for (name, value) in added {
         headers.insert(name, value);
@@ -33,7 +25,8 @@ fn signed_request(url: &str, body: &[u8], creds: &AwsCredentials, at: SystemTime
     headers
 }
 
-const URL: &str = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-sonnet-20241022-v2%3A0/converse-stream";
+const URL: &str =
+    "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-sonnet-20241022-v2%3A0/converse-stream";
 
 #[test]
 fn verify_accepts_a_signed_request_and_reports_the_scope() {
@@ -43,20 +36,12 @@ fn verify_accepts_a_signed_request_and_reports_the_scope() {
     };
     let body = br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#;
     let headers = signed_request(URL, body, &creds, suite_time());
-    let req = Request {
-        method: "POST",
-        url: URL,
-        headers: &headers,
-        body,
-    };
+    let req = Request { method: "POST", url: URL, headers: &headers, body };
     let verified = sigv4::verify(&req, known, suite_time() + Duration::from_secs(299)).unwrap();
     assert_eq!(verified.access_key_id, AKID);
     assert_eq!(verified.region, "us-east-1");
     assert_eq!(verified.service, "bedrock");
-    assert_eq!(
-        verified.session_token.as_deref(),
-        Some("FwoGZXIvYXdzEXAMPLETOKEN")
-    );
+    assert_eq!(verified.session_token.as_deref(), Some("FwoGZXIvYXdzEXAMPLETOKEN"));
 }
 
 #[test]
@@ -64,34 +49,13 @@ fn verify_refuses_a_changed_body_path_or_secret() {
     let creds = AwsCredentials::new(AKID, SECRET);
     let body = br#"{"messages":[]}"#;
     let headers = signed_request(URL, body, &creds, suite_time());
-    let changed_body = Request {
-        method: "POST",
-        url: URL,
-        headers: &headers,
-        body: b"{}",
-    };
-    assert_eq!(
-        sigv4::verify(&changed_body, known, suite_time()),
-        Err(VerifyError::Mismatch)
-    );
+    let changed_body = Request { method: "POST", url: URL, headers: &headers, body: b"{}" };
+    assert_eq!(sigv4::verify(&changed_body, known, suite_time()), Err(VerifyError::Mismatch));
     let decoded_path = URL.replace("%3A", ":");
-    let changed_path = Request {
-        method: "POST",
-        url: &decoded_path,
-        headers: &headers,
-        body,
-    };
-    assert_eq!(
-        sigv4::verify(&changed_path, known, suite_time()),
-        Err(VerifyError::Mismatch)
-    );
+    let changed_path = Request { method: "POST", url: &decoded_path, headers: &headers, body };
+    assert_eq!(sigv4::verify(&changed_path, known, suite_time()), Err(VerifyError::Mismatch));
     let wrong_secret = |_: &str| Some("not-the-secret".to_owned());
-    let req = Request {
-        method: "POST",
-        url: URL,
-        headers: &headers,
-        body,
-    };
+    let req = Request { method: "POST", url: URL, headers: &headers, body };
     let err = sigv4::verify(&req, wrong_secret, suite_time()).unwrap_err();
     assert_eq!(err.aws_error_type(), "InvalidSignatureException");
     assert_eq!(err.status(), 403);
@@ -100,45 +64,22 @@ fn verify_refuses_a_changed_body_path_or_secret() {
 #[test]
 fn verify_refuses_unknown_keys_and_unsigned_requests() {
     let body = b"{}";
-    let headers = signed_request(
-        URL,
-        body,
-        &AwsCredentials::new("AKIDOTHER", SECRET),
-        suite_time(),
-    );
-    let req = Request {
-        method: "POST",
-        url: URL,
-        headers: &headers,
-        body,
-    };
+    let headers = signed_request(URL, body, &AwsCredentials::new("AKIDOTHER", SECRET), suite_time());
+    let req = Request { method: "POST", url: URL, headers: &headers, body };
     let err = sigv4::verify(&req, known, suite_time()).unwrap_err();
     assert_eq!(err, VerifyError::UnknownKey("AKIDOTHER".to_owned()));
     assert_eq!(err.aws_error_type(), "UnrecognizedClientException");
 
     let bare = HeaderMap::new();
-    let req = Request {
-        method: "POST",
-        url: URL,
-        headers: &bare,
-        body,
-    };
-    assert_eq!(
-        sigv4::verify(&req, known, suite_time()),
-        Err(VerifyError::Missing)
-    );
+    let req = Request { method: "POST", url: URL, headers: &bare, body };
+    assert_eq!(sigv4::verify(&req, known, suite_time()), Err(VerifyError::Missing));
 }
 
 #[test]
 fn verify_refuses_a_clock_skewed_more_than_five_minutes_as_aws_does() {
     let body = b"{}";
     let headers = signed_request(URL, body, &AwsCredentials::new(AKID, SECRET), suite_time());
-    let req = Request {
-        method: "POST",
-        url: URL,
-        headers: &headers,
-        body,
-    };
+    let req = Request { method: "POST", url: URL, headers: &headers, body };
 
     let late = sigv4::verify(&req, known, suite_time() + Duration::from_secs(301)).unwrap_err();
     assert_eq!(late.aws_error_type(), "InvalidSignatureException");

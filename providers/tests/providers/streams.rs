@@ -16,14 +16,7 @@ const PROTOCOLS: [Protocol; 6] = [
 ];
 
 fn all_streams() -> Vec<(Protocol, String, Vec<u8>)> {
-    PROTOCOLS
-        .iter()
-        .flat_map(|&p| {
-            streams(p)
-                .into_iter()
-                .map(move |(name, bytes)| (p, name, bytes))
-        })
-        .collect()
+    PROTOCOLS.iter().flat_map(|&p| streams(p).into_iter().map(move |(name, bytes)| (p, name, bytes))).collect()
 }
 
 #[test]
@@ -33,19 +26,11 @@ fn native_streams_split_at_every_byte_give_the_same_output() {
     for (protocol, name, bytes) in all {
         let whole = run_stream(protocol, &bytes, &[]);
         for at in 0..=bytes.len() {
-            assert_eq!(
-                run_stream(protocol, &bytes, &[at]),
-                whole,
-                "{name} split at {at}"
-            );
+            assert_eq!(run_stream(protocol, &bytes, &[at]), whole, "{name} split at {at}");
         }
         // And fed one byte at a time.
         let every: Vec<usize> = (1..bytes.len()).collect();
-        assert_eq!(
-            run_stream(protocol, &bytes, &every),
-            whole,
-            "{name} byte by byte"
-        );
+        assert_eq!(run_stream(protocol, &bytes, &every), whole, "{name} byte by byte");
     }
 }
 

@@ -5,11 +5,7 @@ fn counts(ok: u64, failed: u64) -> Counts {
 }
 
 fn synthetic(latest: Option<bool>, previous: Option<bool>, recent: Counts) -> Option<Synthetic> {
-    Some(Synthetic {
-        latest_ok: latest,
-        previous_ok: previous,
-        recent,
-    })
+    Some(Synthetic { latest_ok: latest, previous_ok: previous, recent })
 }
 
 #[test]
@@ -64,34 +60,17 @@ fn indicator_is_that_of_the_worst_route() {
     use Status::*;
     assert_eq!(indicator([]), Indicator::None);
     assert_eq!(indicator([Operational, Operational]), Indicator::None);
-    assert_eq!(
-        indicator([Operational, DegradedPerformance]),
-        Indicator::Minor
-    );
-    assert_eq!(
-        indicator([PartialOutage, DegradedPerformance]),
-        Indicator::Major
-    );
+    assert_eq!(indicator([Operational, DegradedPerformance]), Indicator::Minor);
+    assert_eq!(indicator([PartialOutage, DegradedPerformance]), Indicator::Major);
     assert_eq!(indicator([PartialOutage, MajorOutage]), Indicator::Critical);
 }
 
 #[test]
 fn values_are_statuspages() {
     let values: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
-    assert_eq!(
-        values,
-        [
-            "operational",
-            "degraded_performance",
-            "partial_outage",
-            "major_outage"
-        ]
-    );
+    assert_eq!(values, ["operational", "degraded_performance", "partial_outage", "major_outage"]);
     for s in Status::ALL {
         assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
-        assert_eq!(
-            serde_json::to_value(s.indicator()).unwrap(),
-            s.indicator().as_str()
-        );
+        assert_eq!(serde_json::to_value(s.indicator()).unwrap(), s.indicator().as_str());
     }
 }

@@ -183,11 +183,7 @@ async fn eventually(mut done: impl FnMut() -> bool) -> bool {
 async fn the_router_reads_the_history_before_the_first_visitor() {
     let db = TestDb::of(Backend::Sqlite).await.unwrap().unwrap();
     let (ledger, catalog) = crate::support::seeded(&db).await;
-    let source = std::sync::Arc::new(Later {
-        catalog,
-        ledger: std::sync::Mutex::new(None),
-        asked: Default::default(),
-    });
+    let source = std::sync::Arc::new(Later { catalog, ledger: std::sync::Mutex::new(None), asked: Default::default() });
     let asked = || source.asked.load(std::sync::atomic::Ordering::SeqCst);
     let _app = sluice_status::router(source.clone(), sluice_status::Options::default());
     assert!(eventually(|| asked() >= 2).await, "the router does not wait for a ledger");

@@ -43,7 +43,9 @@ fn shape(what: &str, v: &Value, fields: &[(&str, Kind)]) {
             Kind::Bool => f.is_boolean(),
             Kind::Time => f.as_str().is_some_and(is_rfc3339),
             Kind::OptTime => f.is_null() || f.as_str().is_some_and(is_rfc3339),
-            Kind::Date => f.as_str().is_some_and(|s| s.len() == 10 && s.as_bytes()[4] == b'-' && s.as_bytes()[7] == b'-'),
+            Kind::Date => {
+                f.as_str().is_some_and(|s| s.len() == 10 && s.as_bytes()[4] == b'-' && s.as_bytes()[7] == b'-')
+            }
             Kind::Obj => f.is_object(),
             Kind::Arr => f.is_array(),
             Kind::Null => f.is_null(),
@@ -54,7 +56,14 @@ fn shape(what: &str, v: &Value, fields: &[(&str, Kind)]) {
 
 fn is_rfc3339(s: &str) -> bool {
     let b = s.as_bytes();
-    s.len() == 24 && b[4] == b'-' && b[7] == b'-' && b[10] == b'T' && b[13] == b':' && b[16] == b':' && b[19] == b'.' && s.ends_with('Z')
+    s.len() == 24
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && b[19] == b'.'
+        && s.ends_with('Z')
 }
 
 #[tokio::test]
@@ -67,7 +76,11 @@ async fn the_summary_has_statuspage_v2_fields_types_and_values() {
     assert!(ct.starts_with("application/json"), "{ct}");
     let v: Value = serde_json::from_str(&body).unwrap();
     use Kind::*;
-    shape("summary", &v, &[("page", Obj), ("status", Obj), ("components", Arr), ("incidents", Arr), ("scheduled_maintenances", Arr)]);
+    shape(
+        "summary",
+        &v,
+        &[("page", Obj), ("status", Obj), ("components", Arr), ("incidents", Arr), ("scheduled_maintenances", Arr)],
+    );
     shape("page", &v["page"], &[("id", Str), ("name", Str), ("url", Str), ("time_zone", Str), ("updated_at", Time)]);
     assert_eq!(v["page"]["url"], "http://status.example/status", "the url as requested");
     shape("status", &v["status"], &[("indicator", Str), ("description", Str)]);
@@ -75,9 +88,19 @@ async fn the_summary_has_statuspage_v2_fields_types_and_values() {
     assert_eq!(v["scheduled_maintenances"], serde_json::json!([]));
 
     let member = [
-        ("id", Str), ("name", Str), ("status", Str), ("created_at", Time), ("updated_at", Time), ("position", Num),
-        ("description", OptStr), ("showcase", Bool), ("start_date", Date), ("group_id", OptStr), ("page_id", Str),
-        ("group", Bool), ("only_show_if_degraded", Bool),
+        ("id", Str),
+        ("name", Str),
+        ("status", Str),
+        ("created_at", Time),
+        ("updated_at", Time),
+        ("position", Num),
+        ("description", OptStr),
+        ("showcase", Bool),
+        ("start_date", Date),
+        ("group_id", OptStr),
+        ("page_id", Str),
+        ("group", Bool),
+        ("only_show_if_degraded", Bool),
     ];
     let mut group_fields = member.to_vec();
     group_fields.push(("components", Arr));
@@ -93,7 +116,10 @@ async fn the_summary_has_statuspage_v2_fields_types_and_values() {
             for member_id in c["components"].as_array().unwrap() {
                 let m = by_id[member_id.as_str().unwrap()];
                 assert_eq!(m["group_id"], c["id"], "{m}");
-                assert!(m["name"].as_str().unwrap().starts_with(&format!("{} via ", c["name"].as_str().unwrap())), "{m}");
+                assert!(
+                    m["name"].as_str().unwrap().starts_with(&format!("{} via ", c["name"].as_str().unwrap())),
+                    "{m}"
+                );
             }
         } else {
             shape("component", c, &member);
@@ -112,20 +138,46 @@ async fn the_summary_has_statuspage_v2_fields_types_and_values() {
     let incidents = v["incidents"].as_array().unwrap();
     assert_eq!(incidents.len(), 1, "{incidents:?}");
     let i = &incidents[0];
-    shape("incident", i, &[
-        ("id", Str), ("name", Str), ("status", Str), ("created_at", Time), ("updated_at", Time), ("monitoring_at", OptTime),
-        ("resolved_at", Null), ("impact", Str), ("shortlink", OptStr), ("started_at", Time), ("page_id", Str),
-        ("incident_updates", Arr), ("components", Arr),
-    ]);
+    shape(
+        "incident",
+        i,
+        &[
+            ("id", Str),
+            ("name", Str),
+            ("status", Str),
+            ("created_at", Time),
+            ("updated_at", Time),
+            ("monitoring_at", OptTime),
+            ("resolved_at", Null),
+            ("impact", Str),
+            ("shortlink", OptStr),
+            ("started_at", Time),
+            ("page_id", Str),
+            ("incident_updates", Arr),
+            ("components", Arr),
+        ],
+    );
     assert_eq!(i["name"], "gpt: degraded performance");
     assert_eq!(i["impact"], "minor");
     assert!(["investigating", "identified", "monitoring"].contains(&i["status"].as_str().unwrap()));
     for u in i["incident_updates"].as_array().unwrap() {
-        shape("incident update", u, &[
-            ("id", Str), ("status", Str), ("body", Str), ("incident_id", Str), ("created_at", Time), ("updated_at", Time),
-            ("display_at", Time), ("affected_components", Arr), ("deliver_notifications", Bool), ("custom_tweet", OptStr),
-            ("tweet_id", OptStr),
-        ]);
+        shape(
+            "incident update",
+            u,
+            &[
+                ("id", Str),
+                ("status", Str),
+                ("body", Str),
+                ("incident_id", Str),
+                ("created_at", Time),
+                ("updated_at", Time),
+                ("display_at", Time),
+                ("affected_components", Arr),
+                ("deliver_notifications", Bool),
+                ("custom_tweet", OptStr),
+                ("tweet_id", OptStr),
+            ],
+        );
         assert_eq!(u["incident_id"], i["id"]);
         for a in u["affected_components"].as_array().unwrap() {
             shape("affected component", a, &[("code", Str), ("name", Str), ("old_status", Str), ("new_status", Str)]);

@@ -78,7 +78,6 @@ impl Default for Shared {
     }
 }
 
-
 /// The one axum handler: every request lands here.
 pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();

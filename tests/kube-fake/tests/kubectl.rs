@@ -219,7 +219,9 @@ fn kubectl_applies_the_crds_and_the_quickstart_and_prints_the_columns() {
     let ups = fake.ok(&["get", "ups"]);
     assert!(ups.lines().next().unwrap_or_default().starts_with("NAME"), "{ups}");
     // Each Upstream's native protocol, in the PROTOCOL column next to its name.
-    for (name, protocol) in [("anthropic", "anthropic"), ("vertex-us-east5", "vertex-anthropic"), ("azure-eastus", "azure-openai")] {
+    for (name, protocol) in
+        [("anthropic", "anthropic"), ("vertex-us-east5", "vertex-anthropic"), ("azure-eastus", "azure-openai")]
+    {
         let row = ups.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_default();
         assert_eq!(row.split_whitespace().nth(1), Some(protocol), "{ups}");
     }

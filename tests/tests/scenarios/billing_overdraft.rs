@@ -58,7 +58,8 @@ async fn overdraft_is_impossible(backend: Backend) -> anyhow::Result<()> {
 
     let served: Vec<_> = replies.iter().filter(|r| r.status == 200).collect();
     let refused: Vec<_> = replies.iter().filter(|r| r.status == 402).collect();
-    let other: Vec<_> = replies.iter().filter(|r| r.status != 200 && r.status != 402).map(|r| (r.status, r.text())).collect();
+    let other: Vec<_> =
+        replies.iter().filter(|r| r.status != 200 && r.status != 402).map(|r| (r.status, r.text())).collect();
     eprintln!(
         "overdraft ({backend:?}): {} served, {} refused, {} other; sampler: {} reads, min available {} nanos, max reserved {} ({} reservations)",
         served.len(),
@@ -86,7 +87,8 @@ async fn overdraft_is_impossible(backend: Backend) -> anyhow::Result<()> {
     // After it: the balance is the opening minus what the 37 cost.
     let mut charged = 0;
     for r in &served {
-        let (input, output) = usage_of(&r.json()["usage"]).ok_or_else(|| anyhow::anyhow!("an answer without usage: {}", r.text()))?;
+        let (input, output) =
+            usage_of(&r.json()["usage"]).ok_or_else(|| anyhow::anyhow!("an answer without usage: {}", r.text()))?;
         charged += PRICE.cost(input, output);
     }
     // The grant's remainder goes back when it is idle (docs/design.md §5a).
@@ -104,7 +106,10 @@ async fn overdraft_is_impossible(backend: Backend) -> anyhow::Result<()> {
     let takes = kinds.get("reserve").copied().unwrap_or(0);
     assert!((1..=AFFORDABLE as u64).contains(&takes), "{kinds:?}");
     assert_eq!(kinds.get("settle"), Some(&(AFFORDABLE as u64)), "{kinds:?}");
-    assert_eq!(gw.count("sluice_requests_total", &[("route", "chat"), ("code", "402")]), (CONCURRENT - AFFORDABLE) as f64);
+    assert_eq!(
+        gw.count("sluice_requests_total", &[("route", "chat"), ("code", "402")]),
+        (CONCURRENT - AFFORDABLE) as f64
+    );
     assert_eq!(gw.count("sluice_spend_nanodollars_total", &[("route", "chat")]), charged as f64);
     assert_eq!(gw.metric("sluice_reservations_open", &[]), Some(0.0));
     Ok(())

@@ -42,13 +42,16 @@ async fn balance(gw: &TestGateway) -> anyhow::Result<i64> {
 
 /// Waits until a stream's settlement (which runs before its last event) is visible.
 async fn settled(gw: &TestGateway) -> bool {
-    eventually(std::time::Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await
+    eventually(std::time::Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0))
+        .await
 }
 
 #[tokio::test]
 async fn settlement_uses_the_usage_the_upstream_reported() -> anyhow::Result<()> {
     let only = CannedUpstream::start("only", USAGE).await?;
-    let (gw, client) = gateway(&[only.doc(), route("chat", "chat-model", &[("only", 100)]).candidate(0, "price", CHEAP.json())]).await?;
+    let (gw, client) =
+        gateway(&[only.doc(), route("chat", "chat-model", &[("only", 100)]).candidate(0, "price", CHEAP.json())])
+            .await?;
     let cost = CHEAP.cost(USAGE.prompt, USAGE.completion);
     let mut want = OPENING;
 
@@ -83,14 +86,22 @@ async fn settlement_uses_the_usage_the_upstream_reported() -> anyhow::Result<()>
     let check = ledger.journal_verify("acme").await?;
     assert!(check.is_consistent(), "{check:?}");
     assert_eq!(check.uncollected_nanos, 0);
-    assert_eq!(gw.count("sluice_tokens_total", &[("route", "chat"), ("kind", "output")]), (3 * USAGE.completion) as f64);
+    assert_eq!(
+        gw.count("sluice_tokens_total", &[("route", "chat"), ("kind", "output")]),
+        (3 * USAGE.completion) as f64
+    );
     assert_eq!(gw.count("sluice_tokens_total", &[("route", "chat"), ("kind", "input")]), (3 * USAGE.prompt) as f64);
     assert_eq!(gw.count("sluice_spend_nanodollars_total", &[("route", "chat")]), (3 * cost) as f64);
     Ok(())
 }
 
 /// A dear primary that fails, a cheap backup with its own model id that serves.
-async fn failover_pair(primary_script: serde_json::Value, first: Price, second: Price, db: Option<&TestDb>) -> anyhow::Result<(ChaosUpstream, CannedUpstream, TestGateway, sluice_tests::Client)> {
+async fn failover_pair(
+    primary_script: serde_json::Value,
+    first: Price,
+    second: Price,
+    db: Option<&TestDb>,
+) -> anyhow::Result<(ChaosUpstream, CannedUpstream, TestGateway, sluice_tests::Client)> {
     let primary = ChaosUpstream::start("primary").await?;
     primary.script(primary_script)?;
     let backup = CannedUpstream::start("backup", USAGE).await?;
@@ -99,7 +110,8 @@ async fn failover_pair(primary_script: serde_json::Value, first: Price, second: 
         .candidate(0, "model", "primary-model-id")
         .candidate(1, "price", second.json())
         .candidate(1, "model", "backup-model-id");
-    let (gw, client) = gateway_on(&[primary.doc().with("spec.timeouts.firstByte", "100ms"), backup.doc(), r], db).await?;
+    let (gw, client) =
+        gateway_on(&[primary.doc().with("spec.timeouts.firstByte", "100ms"), backup.doc(), r], db).await?;
     Ok((primary, backup, gw, client))
 }
 
@@ -116,13 +128,24 @@ async fn after_a_failover_only_the_candidate_that_served_is_billed_at_its_price(
         let (primary, backup, gw, client) = failover_pair(script, DEAR, CHEAP, Some(&db)).await?;
         let id = format!("failover-{}", name.replace([',', ' '], "-"));
         let (status, upstream, model, usage) = if stream {
-            let s = client.chat_stream_with("chat-model", json!({"stream_options": {"include_usage": true}}), &[("x-request-id", &id)]).await?;
+            let s = client
+                .chat_stream_with(
+                    "chat-model",
+                    json!({"stream_options": {"include_usage": true}}),
+                    &[("x-request-id", &id)],
+                )
+                .await?;
             assert!(s.complete(), "{name}: {:?}", s.datas());
             let model = s.events.first().map(|e| e.json()["model"].clone()).unwrap_or_default();
             (s.status, s.header("x-sluice-upstream").map(str::to_string), model, s.usage())
         } else {
             let r = client.post("/v1/chat/completions", body.clone(), &[("x-request-id", &id)]).await?;
-            (r.status, r.header("x-sluice-upstream").map(str::to_string), r.json()["model"].clone(), usage_of(&r.json()["usage"]))
+            (
+                r.status,
+                r.header("x-sluice-upstream").map(str::to_string),
+                r.json()["model"].clone(),
+                usage_of(&r.json()["usage"]),
+            )
         };
         assert_eq!(status, 200, "{name}");
         assert_eq!(upstream.as_deref(), Some("backup"), "{name}");
@@ -132,7 +155,11 @@ async fn after_a_failover_only_the_candidate_that_served_is_billed_at_its_price(
         assert_eq!(backup.bodies().len(), 1, "{name}");
         assert_eq!(backup.bodies()[0]["model"], "backup-model-id", "{name}: the backup is asked for its own model id");
         assert!(settled(&gw).await);
-        assert_eq!(balance(&gw).await?, OPENING - CHEAP.cost(USAGE.prompt, USAGE.completion), "{name}: billed once, at the backup's price");
+        assert_eq!(
+            balance(&gw).await?,
+            OPENING - CHEAP.cost(USAGE.prompt, USAGE.completion),
+            "{name}: billed once, at the backup's price"
+        );
 
         // The reservation covered the dearest candidate; one settlement, by the backup.
         let ledger = gw.ledger()?;
@@ -140,14 +167,30 @@ async fn after_a_failover_only_the_candidate_that_served_is_billed_at_its_price(
         assert!(check.is_consistent(), "{name}: {check:?}");
         assert_eq!(check.uncollected_nanos, 0);
         assert_eq!(check.entries, 5, "{name}: open, grant take, settle, its post to the account, grant return");
-        let input_bound = if stream { chat_body("chat-model", true, json!({"stream_options": {"include_usage": true}})).to_string().len() } else { body.len() };
+        let input_bound = if stream {
+            chat_body("chat-model", true, json!({"stream_options": {"include_usage": true}})).to_string().len()
+        } else {
+            body.len()
+        };
         let journal = db.journal().await?;
         // A fresh account's first grant is sized to the first request's estimate.
-        let take = journal.iter().find(|j| j.kind == "reserve").ok_or_else(|| anyhow::anyhow!("{name}: no grant take"))?;
-        assert_eq!(take.amount, DEAR.cost(input_bound as u64, DEFAULT_MAX_TOKENS), "{name}: reserved at the dearest candidate's price");
-        let row = journal.iter().find(|j| j.kind == "settle" && j.request_id.as_deref() == Some(id.as_str())).ok_or_else(|| anyhow::anyhow!("{name}: no settlement"))?;
+        let take =
+            journal.iter().find(|j| j.kind == "reserve").ok_or_else(|| anyhow::anyhow!("{name}: no grant take"))?;
+        assert_eq!(
+            take.amount,
+            DEAR.cost(input_bound as u64, DEFAULT_MAX_TOKENS),
+            "{name}: reserved at the dearest candidate's price"
+        );
+        let row = journal
+            .iter()
+            .find(|j| j.kind == "settle" && j.request_id.as_deref() == Some(id.as_str()))
+            .ok_or_else(|| anyhow::anyhow!("{name}: no settlement"))?;
         assert_eq!((row.grant_id, row.upstream.as_deref()), (take.grant_id, Some("default/backup")), "{name}");
-        assert_eq!((row.input_tokens, row.output_tokens), (Some(USAGE.prompt as i64), Some(USAGE.completion as i64)), "{name}");
+        assert_eq!(
+            (row.input_tokens, row.output_tokens),
+            (Some(USAGE.prompt as i64), Some(USAGE.completion as i64)),
+            "{name}"
+        );
         assert_eq!(row.amount, CHEAP.cost(USAGE.prompt, USAGE.completion), "{name}");
         let spent = gw.count("sluice_spend_nanodollars_total", &[("route", "chat")]);
         assert_eq!(spent, CHEAP.cost(USAGE.prompt, USAGE.completion) as f64, "{name}");
@@ -200,4 +243,3 @@ async fn failed_attempts_and_failed_requests_are_not_billed() -> anyhow::Result<
     assert_eq!(gw.count("sluice_spend_nanodollars_total", &[("route", "chat")]), 0.0);
     Ok(())
 }
-

@@ -87,7 +87,13 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
     // Two answers settled before the crash.
     let mut charged = 0;
     for i in 0..2 {
-        let r = client.post("/v1/chat/completions", chat_body("quick-model", false, json!({})).to_string(), &[("x-request-id", &format!("quick-{i}"))]).await?;
+        let r = client
+            .post(
+                "/v1/chat/completions",
+                chat_body("quick-model", false, json!({})).to_string(),
+                &[("x-request-id", &format!("quick-{i}"))],
+            )
+            .await?;
         assert_eq!(r.status, 200, "{}", r.text());
         let (input, output) = usage_of(&r.json()["usage"]).ok_or_else(|| anyhow::anyhow!("no usage"))?;
         charged += PRICE.cost(input, output);
@@ -98,10 +104,13 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
     for i in 0..4 {
         let (client, seen) = (client.clone(), seen.clone());
         streams.push(tokio::spawn(async move {
-            client.chat_stream_counted("slow-model", json!({}), &[("x-request-id", &format!("slow-{i}"))], &seen[i]).await
+            client
+                .chat_stream_counted("slow-model", json!({}), &[("x-request-id", &format!("slow-{i}"))], &seen[i])
+                .await
         }));
     }
-    let under_way = eventually(Duration::from_secs(10), async || seen.iter().all(|n| n.load(Ordering::SeqCst) >= 2)).await;
+    let under_way =
+        eventually(Duration::from_secs(10), async || seen.iter().all(|n| n.load(Ordering::SeqCst) >= 2)).await;
     assert!(under_way, "the streams did not start: {seen:?}");
     assert_eq!(ledger.open_reservations().await?, 4, "four reservations held by the streams");
 
@@ -112,7 +121,10 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
         assert!(!reply.complete(), "a stream cut by a crash must not look complete: {:?}", reply.datas());
         assert!(!reply.contents().is_empty(), "the stream was mid-answer when the gateway died");
     }
-    assert!(eventually(Duration::from_secs(5), async || s.slow.state.in_flight() == 0).await, "the dead gateway's upstream streams were not closed");
+    assert!(
+        eventually(Duration::from_secs(5), async || s.slow.state.in_flight() == 0).await,
+        "the dead gateway's upstream streams were not closed"
+    );
     assert_eq!(ledger.open_reservations().await?, 4, "a kill releases nothing by itself");
     let orphans: Vec<_> = db.reservations().await?.into_iter().filter(|r| r.state == "open").collect();
     let last_expiry = orphans.iter().map(|r| r.expires_at_ms).max().unwrap_or(0);
@@ -129,7 +141,8 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
         released
     })
     .await;
-    let released_at = released_at.ok_or_else(|| anyhow::anyhow!("orphaned reservations still open 15 s after the restart:\n{}", second.log()))?;
+    let released_at = released_at
+        .ok_or_else(|| anyhow::anyhow!("orphaned reservations still open 15 s after the restart:\n{}", second.log()))?;
     let rows = db.reservations_by_request().await?;
     let mut lags = Vec::new();
     for o in &orphans {
@@ -155,7 +168,8 @@ async fn reservations_orphaned_by_a_kill_are_released_at_expiry() -> anyhow::Res
     // Nothing charged twice: only the two answers that settled before the crash.
     let journal = db.journal().await?;
     for o in &orphans {
-        let kinds: Vec<&str> = journal.iter().filter(|j| j.reservation_id == Some(o.id)).map(|j| j.kind.as_str()).collect();
+        let kinds: Vec<&str> =
+            journal.iter().filter(|j| j.reservation_id == Some(o.id)).map(|j| j.kind.as_str()).collect();
         assert_eq!(kinds, ["reserve", "expire"], "journal of {}", o.request_id);
     }
     for i in 0..2 {
@@ -222,7 +236,11 @@ async fn a_stream_whose_done_was_seen_is_billed_even_if_the_gateway_dies_at_once
         let id = format!("done-then-kill-{i}");
         let (input, output) = kill_on_done(&mut gw, &key, &id).await?;
         charged += PRICE.cost(input, output);
-        let row = db.reservations_by_request().await?.remove(&id).ok_or_else(|| anyhow::anyhow!("no reservation for {id}"))?;
+        let row = db
+            .reservations_by_request()
+            .await?
+            .remove(&id)
+            .ok_or_else(|| anyhow::anyhow!("no reservation for {id}"))?;
         assert_eq!(row.state, "settled", "the client saw [DONE] but the reservation is {row:?}");
         assert_eq!(row.charged, Some(PRICE.cost(input, output)));
     }

@@ -27,27 +27,64 @@ const RUN: Duration = Duration::from_secs(10);
 const KILL_AT: Duration = Duration::from_secs(4);
 
 fn args(manifests: &std::path::Path, ledger: &str) -> Vec<String> {
-    ["--manifests", &manifests.display().to_string(), "--ledger", ledger, "--auth", "keys", "--reservation-ttl", "3s", "--grant-max", "0", "--flush-interval", "250ms"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        "--manifests",
+        &manifests.display().to_string(),
+        "--ledger",
+        ledger,
+        "--auth",
+        "keys",
+        "--reservation-ttl",
+        "3s",
+        "--grant-max",
+        "0",
+        "--flush-interval",
+        "250ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 async fn shoot(base: &RwLock<String>, key: &str, n: u64, at: Duration) -> Shot {
     let id = format!("load-{n}");
-    let Ok(client) = base.read().map(|b| b.clone()).map_err(|_| ()).and_then(|b| Client::new(&b).map_err(|_| ())) else {
+    let Ok(client) = base.read().map(|b| b.clone()).map_err(|_| ()).and_then(|b| Client::new(&b).map_err(|_| ()))
+    else {
         return Shot { n, at, request_id: id, error: Some("no client".into()), ..Shot::default() };
     };
     let client = client.with_key(key);
     if n.is_multiple_of(2) {
-        match client.chat_stream_with("stream-model", json!({"stream_options": {"include_usage": true}}), &[("x-request-id", &id)]).await {
-            Ok(s) => Shot { n, at, status: Some(s.status), ok: s.complete(), usage: s.usage(), request_id: id, ..Shot::default() },
+        match client
+            .chat_stream_with(
+                "stream-model",
+                json!({"stream_options": {"include_usage": true}}),
+                &[("x-request-id", &id)],
+            )
+            .await
+        {
+            Ok(s) => Shot {
+                n,
+                at,
+                status: Some(s.status),
+                ok: s.complete(),
+                usage: s.usage(),
+                request_id: id,
+                ..Shot::default()
+            },
             Err(e) => Shot { n, at, request_id: id, error: Some(e.to_string()), ..Shot::default() },
         }
     } else {
         let body = chat_body("whole-model", false, json!({})).to_string();
         match client.post("/v1/chat/completions", body, &[("x-request-id", &id)]).await {
-            Ok(r) => Shot { n, at, status: Some(r.status), ok: r.status == 200, usage: usage_of(&r.json()["usage"]), request_id: id, ..Shot::default() },
+            Ok(r) => Shot {
+                n,
+                at,
+                status: Some(r.status),
+                ok: r.status == 200,
+                usage: usage_of(&r.json()["usage"]),
+                request_id: id,
+                ..Shot::default()
+            },
             Err(e) => Shot { n, at, request_id: id, error: Some(e.to_string()), ..Shot::default() },
         }
     }
@@ -93,7 +130,8 @@ async fn a_kill_under_load_loses_and_doubles_no_settlement() -> anyhow::Result<(
     let shots = load.await?;
 
     // The reaper releases what the kill orphaned, at expiry (3 s).
-    let reaped = eventually(Duration::from_secs(10), async || ledger.open_reservations().await.is_ok_and(|n| n == 0)).await;
+    let reaped =
+        eventually(Duration::from_secs(10), async || ledger.open_reservations().await.is_ok_and(|n| n == 0)).await;
     anyhow::ensure!(reaped, "reservations still open 10 s after the load:\n{}", second.log());
     let rows = db.reservations_by_request().await?;
     let journal = db.journal().await?;
@@ -117,7 +155,8 @@ async fn a_kill_under_load_loses_and_doubles_no_settlement() -> anyhow::Result<(
         m
     });
     let ok_ids: std::collections::BTreeSet<&str> = ok.iter().map(|s| s.request_id.as_str()).collect();
-    let settled_unseen = rows.values().filter(|r| r.state == "settled" && !ok_ids.contains(r.request_id.as_str())).count();
+    let settled_unseen =
+        rows.values().filter(|r| r.state == "settled" && !ok_ids.contains(r.request_id.as_str())).count();
     eprintln!(
         "crash under load: {} requests, {} complete, {} failed; {open_at_kill} reservations open at the kill; restart took {:.0} ms; \
          reservations {states:?}; settled but not seen complete by the client: {settled_unseen}",
@@ -135,7 +174,8 @@ async fn a_kill_under_load_loses_and_doubles_no_settlement() -> anyhow::Result<(
     // between its settlement and its last bytes.
     assert!(settled_unseen as u64 <= open_at_kill, "{settled_unseen} settled requests the clients never saw complete");
     for r in rows.values().filter(|r| r.state == "expired") {
-        let kinds: Vec<&str> = journal.iter().filter(|j| j.reservation_id == Some(r.id)).map(|j| j.kind.as_str()).collect();
+        let kinds: Vec<&str> =
+            journal.iter().filter(|j| j.reservation_id == Some(r.id)).map(|j| j.kind.as_str()).collect();
         assert_eq!(kinds, ["reserve", "expire"], "{}", r.request_id);
     }
 

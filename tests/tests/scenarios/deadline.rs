@@ -60,13 +60,20 @@ async fn three_hung_candidates_share_a_2s_deadline_then_504() -> anyhow::Result<
         .iter()
         .map(|a| a.map_or(f64::NAN, |a| a.saturating_duration_since(t0).as_secs_f64()))
         .collect();
-    eprintln!("deadline: candidates started at {:?} ms", starts.iter().map(|s| (s * 1000.0).round()).collect::<Vec<_>>());
+    eprintln!(
+        "deadline: candidates started at {:?} ms",
+        starts.iter().map(|s| (s * 1000.0).round()).collect::<Vec<_>>()
+    );
     for (i, (start, want)) in starts.iter().zip([0.0, 2.0 / 3.0, 4.0 / 3.0]).enumerate() {
         assert!((start - want).abs() <= 0.1, "candidate {i} started at {start:.3} s, want {want:.3} s");
     }
     // Every abandoned attempt was cancelled, not left hanging on the upstream.
     for u in &ups {
-        assert!(eventually(Duration::from_secs(2), async || u.state.in_flight() == 0).await, "{} still has a request in flight", u.name);
+        assert!(
+            eventually(Duration::from_secs(2), async || u.state.in_flight() == 0).await,
+            "{} still has a request in flight",
+            u.name
+        );
     }
     assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "two"), ("outcome", "budget")]), 1.0);
     assert_eq!(gw.count("sluice_requests_total", &[("route", "chat"), ("code", "504")]), 1.0);

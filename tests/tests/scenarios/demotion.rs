@@ -33,7 +33,9 @@ type LastFailure = (Instant, Instant);
 /// Failed attempts after which the primary's effective weight is below the backup's:
 /// the smallest k with `w_p × h / (h + k) < w_b`.
 fn failures_to_fall_behind() -> u32 {
-    (1..).find(|k| f64::from(PRIMARY_WEIGHT) * f64::from(HISTORY) / f64::from(HISTORY + k) < f64::from(BACKUP_WEIGHT)).unwrap_or(0)
+    (1..)
+        .find(|k| f64::from(PRIMARY_WEIGHT) * f64::from(HISTORY) / f64::from(HISTORY + k) < f64::from(BACKUP_WEIGHT))
+        .unwrap_or(0)
 }
 
 async fn start(open_for: &str, window: Duration) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
@@ -52,7 +54,11 @@ async fn start(open_for: &str, window: Duration) -> anyhow::Result<(ChaosUpstrea
 /// Serves `HISTORY` requests from the healthy primary, then makes it fail (503) until
 /// it is no longer tried first; returns how many requests tried it first, and when the
 /// last one was.
-async fn demote(client: &Client, primary: &ChaosUpstream, backup: &ChaosUpstream) -> anyhow::Result<(u32, LastFailure)> {
+async fn demote(
+    client: &Client,
+    primary: &ChaosUpstream,
+    backup: &ChaosUpstream,
+) -> anyhow::Result<(u32, LastFailure)> {
     for _ in 0..HISTORY {
         let r = client.chat("chat-model", json!({})).await?;
         assert_eq!(r.header("x-sluice-upstream"), Some("primary"));
@@ -108,7 +114,11 @@ async fn a_failing_primary_falls_behind_then_a_trial_makes_it_primary_again() ->
     // A demoted upstream gets its trial openFor/2 after its last failure: the requests
     // that showed it no longer leads must all have come before (20 local requests in
     // 3 s, true on any machine that runs these tests at all).
-    assert!(last_failure.0.elapsed() < OPEN_FOR / 2, "the demotion phase took {:?}, past the trial", last_failure.0.elapsed());
+    assert!(
+        last_failure.0.elapsed() < OPEN_FOR / 2,
+        "the demotion phase took {:?}, past the trial",
+        last_failure.0.elapsed()
+    );
     assert_eq!(tried_first, expected, "the primary was tried first exactly while its effective weight led");
     // Nothing tried it during the second half: it is no longer called first.
     assert_eq!(primary.requests(), u64::from(HISTORY + expected));
@@ -122,7 +132,10 @@ async fn a_failing_primary_falls_behind_then_a_trial_makes_it_primary_again() ->
     let back = back.ok_or_else(|| anyhow::anyhow!("the primary never served again within {:?}", 4 * OPEN_FOR))?;
     // Bounds on the time from the recorded failure to the gateway's choice.
     let (earliest, latest) = (back.0.duration_since(last_failure.1), back.1.duration_since(last_failure.0));
-    eprintln!("demotion: fell behind after {tried_first} failures; primary again {:.2} s after its last failure (openFor {OPEN_FOR:?})", latest.as_secs_f64());
+    eprintln!(
+        "demotion: fell behind after {tried_first} failures; primary again {:.2} s after its last failure (openFor {OPEN_FOR:?})",
+        latest.as_secs_f64()
+    );
     assert!(latest >= OPEN_FOR / 2, "tried again {latest:?} after its last failure, before openFor/2");
     assert!(earliest <= OPEN_FOR + RECOVERY_GAP + SLACK, "recovered {earliest:?} after its last failure");
     // The successful trial cleared its failure history: it leads again, alone.
@@ -131,7 +144,10 @@ async fn a_failing_primary_falls_behind_then_a_trial_makes_it_primary_again() ->
         assert_eq!(r.header("x-sluice-upstream"), Some("primary"));
         assert_eq!(r.header("x-sluice-attempts"), Some("1"));
     }
-    assert_eq!(gw.metric("sluice_upstream_effective_weight", &[("upstream", "primary")]), Some(f64::from(PRIMARY_WEIGHT)));
+    assert_eq!(
+        gw.metric("sluice_upstream_effective_weight", &[("upstream", "primary")]),
+        Some(f64::from(PRIMARY_WEIGHT))
+    );
     Ok(())
 }
 
@@ -170,15 +186,27 @@ async fn a_client_that_leaves_during_a_trial_does_not_block_recovery() -> anyhow
     tokio::time::sleep(Duration::from_millis(400)).await;
     let http = reqwest::Client::builder().no_proxy().build()?;
     let body = sluice_tests::client::chat_body("chat-model", false, json!({}));
-    let gave_up = http.post(format!("{}/v1/chat/completions", gw.base)).json(&body).timeout(Duration::from_millis(300)).send().await;
+    let gave_up = http
+        .post(format!("{}/v1/chat/completions", gw.base))
+        .json(&body)
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
     assert!(gave_up.is_err_and(|e| e.is_timeout()));
     assert_eq!(primary.requests(), 2, "the trial reached the primary");
-    assert!(eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await, "the abandoned trial was not cancelled");
+    assert!(
+        eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await,
+        "the abandoned trial was not cancelled"
+    );
 
     // The primary recovers: a later trial must still be possible.
     primary.healthy();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let recovered = primary_again(&client, Duration::from_secs(5)).await?;
-    assert!(recovered.is_some(), "no trial after the abandoned one: the primary stays demoted (backup served {} requests)", backup.requests());
+    assert!(
+        recovered.is_some(),
+        "no trial after the abandoned one: the primary stays demoted (backup served {} requests)",
+        backup.requests()
+    );
     Ok(())
 }

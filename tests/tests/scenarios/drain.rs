@@ -20,14 +20,28 @@ async fn sigterm_drains_then_finishes_streams_in_flight() -> anyhow::Result<()> 
     let quick = ChaosUpstream::start("quick").await?;
     // 30 chunks 100 ms apart: a stream that outlives the shutdown delay.
     slow.script(json!({"chunks": 30, "chunk_ms": 100}))?;
-    let docs = [slow.doc(), quick.doc(), route("slow", "slow-model", &[("slow", 100)]), route("quick", "quick-model", &[("quick", 100)])];
+    let docs = [
+        slow.doc(),
+        quick.doc(),
+        route("slow", "slow-model", &[("slow", 100)]),
+        route("quick", "quick-model", &[("quick", 100)]),
+    ];
     let (dir, manifests) = manifests_file(&yaml(&docs))?;
     let ledger = format!("sqlite://{}", dir.path().join("ledger.db").display());
     let delay = format!("{}ms", DELAY.as_millis());
-    let args: Vec<String> = ["--manifests", &manifests.display().to_string(), "--ledger", &ledger, "--auth", "none", "--shutdown-delay", &delay]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args: Vec<String> = [
+        "--manifests",
+        &manifests.display().to_string(),
+        "--ledger",
+        &ledger,
+        "--auth",
+        "none",
+        "--shutdown-delay",
+        &delay,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let mut gw = GatewayProcess::serve(&args).await?;
     let client = gw.client()?;
     assert_eq!(client.get("/readyz").await?.status, 200);
@@ -37,12 +51,16 @@ async fn sigterm_drains_then_finishes_streams_in_flight() -> anyhow::Result<()> 
         async move { client.chat_stream("slow-model", json!({})).await }
     });
     // The stream is under way before the signal.
-    assert!(eventually(Duration::from_secs(10), async || slow.state.streams_started() == 1).await, "the stream did not start");
+    assert!(
+        eventually(Duration::from_secs(10), async || slow.state.streams_started() == 1).await,
+        "the stream did not start"
+    );
     let signalled = Instant::now();
     gw.terminate().await?;
 
     // Within the delay: not ready, but still serving.
-    let not_ready = eventually(Duration::from_secs(10), async || client.get("/readyz").await.is_ok_and(|r| r.status == 503)).await;
+    let not_ready =
+        eventually(Duration::from_secs(10), async || client.get("/readyz").await.is_ok_and(|r| r.status == 503)).await;
     assert!(not_ready, "/readyz never answered 503 after SIGTERM:\n{}", gw.log());
     let ready = client.get("/readyz").await?;
     assert_eq!(ready.status, 503, "{}", ready.text());
@@ -54,7 +72,11 @@ async fn sigterm_drains_then_finishes_streams_in_flight() -> anyhow::Result<()> 
     let fresh = sluice_tests::Client::new(&gw.base)?;
     let refused = eventually(Duration::from_secs(10), async || fresh.get("/healthz").await.is_err()).await;
     assert!(refused, "new connections are still accepted 10 s after the signal");
-    assert!(signalled.elapsed() >= DELAY, "the listener closed {:?} after the signal, before the delay", signalled.elapsed());
+    assert!(
+        signalled.elapsed() >= DELAY,
+        "the listener closed {:?} after the signal, before the delay",
+        signalled.elapsed()
+    );
 
     // The stream that was in flight finishes whole, well after the listener closed.
     let stream = streaming.await??;

@@ -8,8 +8,8 @@
 //!   `CONNECT` tunnel; `NO_PROXY` exempts a host.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context as _;
 use serde_json::json;
@@ -44,10 +44,14 @@ impl TlsFront {
         let leaf_key = rcgen::KeyPair::generate()?;
         let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])?;
         let leaf_cert = leaf.signed_by(&leaf_key, &rcgen::Issuer::new(ca, &ca_key))?;
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(vec![leaf_cert.der().clone()], rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).map_err(anyhow::Error::msg)?)?;
+        let mut config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![leaf_cert.der().clone()],
+                    rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).map_err(anyhow::Error::msg)?,
+                )?;
         config.alpn_protocols = alpn;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -58,7 +62,8 @@ impl TlsFront {
         let (counted, negotiated) = (handshakes.clone(), protocols.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, target, counted, negotiated) = (acceptor.clone(), target.clone(), counted.clone(), negotiated.clone());
+                let (acceptor, target, counted, negotiated) =
+                    (acceptor.clone(), target.clone(), counted.clone(), negotiated.clone());
                 tokio::spawn(async move {
                     let Ok(mut tls) = acceptor.accept(tcp).await else { return };
                     counted.fetch_add(1, Ordering::SeqCst);
@@ -71,7 +76,13 @@ impl TlsFront {
                 });
             }
         });
-        Ok(Self { base: format!("https://localhost:{port}/v1"), ca_pem: ca_cert.pem(), handshakes, protocols, _task: task })
+        Ok(Self {
+            base: format!("https://localhost:{port}/v1"),
+            ca_pem: ca_cert.pem(),
+            handshakes,
+            protocols,
+            _task: task,
+        })
     }
 }
 
@@ -133,7 +144,8 @@ impl ConnectProxy {
 
 /// The proxy variables of the test's own environment, removed so that only what a test
 /// sets applies.
-const PROXY_VARS: [&str; 8] = ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"];
+const PROXY_VARS: [&str; 8] =
+    ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"];
 
 fn env_with<'a>(set: &[(&'a str, &'a str)]) -> Vec<(&'a str, Option<&'a str>)> {
     let mut env: Vec<(&str, Option<&str>)> = PROXY_VARS.iter().map(|v| (*v, None)).collect();
@@ -149,7 +161,14 @@ struct Setup {
 fn setup(docs: &str) -> anyhow::Result<Setup> {
     let (dir, manifests) = manifests_file(docs)?;
     let ledger = format!("sqlite://{}", dir.path().join("ledger.db").display());
-    let args = vec!["--manifests".into(), manifests.display().to_string(), "--ledger".into(), ledger, "--auth".into(), "none".into()];
+    let args = vec![
+        "--manifests".into(),
+        manifests.display().to_string(),
+        "--ledger".into(),
+        ledger,
+        "--auth".into(),
+        "none".into(),
+    ];
     Ok(Setup { dir, args })
 }
 
@@ -159,7 +178,8 @@ async fn an_https_upstream_is_served_when_its_ca_is_trusted_and_refused_when_not
     let inner = ChaosUpstream::start("inner").await?;
     let front = TlsFront::start(&inner).await?;
     let backup = ChaosUpstream::start("backup").await?;
-    let docs = [upstream_doc("secure", &front.base), backup.doc(), route("r", "tls-model", &[("secure", 100), ("backup", 1)])];
+    let docs =
+        [upstream_doc("secure", &front.base), backup.doc(), route("r", "tls-model", &[("secure", 100), ("backup", 1)])];
     let s = setup(&yaml(&docs))?;
     let ca = s.dir.path().join("ca.pem");
     std::fs::write(&ca, &front.ca_pem)?;
@@ -167,7 +187,8 @@ async fn an_https_upstream_is_served_when_its_ca_is_trusted_and_refused_when_not
     std::fs::create_dir(&empty)?;
     let (ca, empty) = (ca.display().to_string(), empty.display().to_string());
 
-    let trusted = GatewayProcess::serve_with_env(&s.args, &env_with(&[("SSL_CERT_FILE", &ca), ("SSL_CERT_DIR", &empty)])).await?;
+    let trusted =
+        GatewayProcess::serve_with_env(&s.args, &env_with(&[("SSL_CERT_FILE", &ca), ("SSL_CERT_DIR", &empty)])).await?;
     for _ in 0..3 {
         let r = trusted.client()?.chat("tls-model", json!({})).await?;
         assert_eq!(r.status, 200, "{}\n{}", r.text(), trusted.log());
@@ -180,13 +201,18 @@ async fn an_https_upstream_is_served_when_its_ca_is_trusted_and_refused_when_not
     drop(trusted);
 
     // Without the CA the certificate is not trusted: a connect failure, failed over.
-    let untrusted = GatewayProcess::serve_with_env(&s.args, &env_with(&[("SSL_CERT_FILE", "/dev/null"), ("SSL_CERT_DIR", &empty)])).await?;
+    let untrusted =
+        GatewayProcess::serve_with_env(&s.args, &env_with(&[("SSL_CERT_FILE", "/dev/null"), ("SSL_CERT_DIR", &empty)]))
+            .await?;
     let r = untrusted.client()?.chat("tls-model", json!({})).await?;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-sluice-upstream"), Some("backup"));
     assert_eq!(r.header("x-sluice-failover"), Some("connect"));
     let log = untrusted.log();
-    assert!(log.contains("UnknownIssuer") || log.contains("certificate"), "the log names the certificate problem:\n{log}");
+    assert!(
+        log.contains("UnknownIssuer") || log.contains("certificate"),
+        "the log names the certificate problem:\n{log}"
+    );
     assert_eq!(inner.requests(), 3, "nothing was sent over an untrusted connection");
     Ok(())
 }
@@ -251,7 +277,12 @@ async fn upstream_connections_go_through_the_egress_proxy_unless_exempt() -> any
 
     // NO_PROXY exempts the plain upstream's host; the other still goes through.
     let before = proxy.targets().len();
-    let env = env_with(&[("SSL_CERT_FILE", &ca), ("HTTPS_PROXY", &proxy.url), ("HTTP_PROXY", &proxy.url), ("NO_PROXY", "127.0.0.1")]);
+    let env = env_with(&[
+        ("SSL_CERT_FILE", &ca),
+        ("HTTPS_PROXY", &proxy.url),
+        ("HTTP_PROXY", &proxy.url),
+        ("NO_PROXY", "127.0.0.1"),
+    ]);
     let gw = GatewayProcess::serve_with_env(&s.args, &env).await?;
     for model in ["tls-model", "plain-model"] {
         assert_eq!(gw.client()?.chat(model, json!({})).await?.status, 200, "{model}");

@@ -6,7 +6,8 @@ use sluice_tests::{ChaosUpstream, TestGateway, route, yaml};
 
 async fn pair() -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
-    let manifests = yaml(&[primary.doc(), backup.doc(), route("chat", "chat-model", &[("primary", 100), ("backup", 50)])]);
+    let manifests =
+        yaml(&[primary.doc(), backup.doc(), route("chat", "chat-model", &[("primary", 100), ("backup", 50)])]);
     let gw = TestGateway::start(&manifests).await?;
     Ok((primary, backup, gw))
 }

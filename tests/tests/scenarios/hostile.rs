@@ -56,7 +56,8 @@ async fn send(app: &Router, input: &Input) -> anyhow::Result<Answer> {
     let resp = app.clone().oneshot(req.body(axum::body::Body::from(input.body.clone()))?).await?;
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
-    let body = tokio::time::timeout(Duration::from_secs(30), axum::body::to_bytes(resp.into_body(), 64 * 1024 * 1024)).await??;
+    let body = tokio::time::timeout(Duration::from_secs(30), axum::body::to_bytes(resp.into_body(), 64 * 1024 * 1024))
+        .await??;
     Ok(Answer { status, headers, body })
 }
 
@@ -120,7 +121,18 @@ fn arb_json() -> impl Strategy<Value = Value> {
 
 /// OpenAI-shaped bodies whose fields have every type but the right one, or absurd values.
 fn arb_shaped() -> impl Strategy<Value = Value> {
-    let odd = || prop_oneof![Just(json!(null)), Just(json!(-1)), Just(json!(0)), Just(json!(1.5)), Just(json!("x")), Just(json!([])), Just(json!({})), Just(json!(true))];
+    let odd = || {
+        prop_oneof![
+            Just(json!(null)),
+            Just(json!(-1)),
+            Just(json!(0)),
+            Just(json!(1.5)),
+            Just(json!("x")),
+            Just(json!([])),
+            Just(json!({})),
+            Just(json!(true))
+        ]
+    };
     let model = prop_oneof![6 => Just(json!("chat-model")), 1 => Just(json!("no-such-model")), 1 => odd()];
     let messages = prop_oneof![
         6 => Just(json!([{"role": "user", "content": "hi"}])),
@@ -134,19 +146,23 @@ fn arb_shaped() -> impl Strategy<Value = Value> {
     let max_tokens = prop_oneof![6 => absent(), 3 => Just(json!(16)), 1 => Just(json!(u64::MAX)), 1 => Just(json!(1e300)), 1 => Just(json!(i64::MIN)), 1 => odd()];
     let options = prop_oneof![6 => absent(), 2 => Just(json!({"include_usage": true})), 1 => Just(json!({"include_usage": "yes"})), 1 => odd()];
     let extra = prop_oneof![2 => absent(), 1 => arb_json()];
-    (model, messages, stream, max_tokens, options, extra).prop_map(|(model, messages, stream, max_tokens, options, extra)| {
-        let mut body = json!({"model": model, "messages": messages, "prompt": "p", "input": "i"});
-        for (k, v) in [("stream", stream), ("max_tokens", max_tokens), ("stream_options", options), ("user", extra)] {
-            if !v.is_null() {
-                body[k] = v;
+    (model, messages, stream, max_tokens, options, extra).prop_map(
+        |(model, messages, stream, max_tokens, options, extra)| {
+            let mut body = json!({"model": model, "messages": messages, "prompt": "p", "input": "i"});
+            for (k, v) in [("stream", stream), ("max_tokens", max_tokens), ("stream_options", options), ("user", extra)]
+            {
+                if !v.is_null() {
+                    body[k] = v;
+                }
             }
-        }
-        body
-    })
+            body
+        },
+    )
 }
 
 fn arb_headers(key: String) -> impl Strategy<Value = Vec<(HeaderName, HeaderValue)>> {
-    let value = proptest::collection::vec(any::<u8>(), 0..80).prop_filter_map("not a header value", |b| HeaderValue::from_bytes(&b).ok());
+    let value = proptest::collection::vec(any::<u8>(), 0..80)
+        .prop_filter_map("not a header value", |b| HeaderValue::from_bytes(&b).ok());
     let name = prop_oneof![
         Just("content-type"),
         Just("authorization"),
@@ -171,13 +187,15 @@ fn arb_headers(key: String) -> impl Strategy<Value = Vec<(HeaderName, HeaderValu
     .prop_filter_map("bad fixed header", |(k, v)| Some((HeaderName::from_static(k), HeaderValue::from_str(&v).ok()?)));
     let random = (name, value).prop_map(|(k, v)| (HeaderName::from_static(k), v));
     let auth = HeaderValue::from_str(&format!("Bearer {key}")).ok();
-    (proptest::collection::vec(prop_oneof![random, fixed], 0..4), proptest::bool::weighted(0.85)).prop_map(move |(mut h, with_key)| {
-        // Usually a valid key first, so that most inputs get past authentication.
-        if with_key && let Some(auth) = &auth {
-            h.insert(0, (http::header::AUTHORIZATION, auth.clone()));
-        }
-        h
-    })
+    (proptest::collection::vec(prop_oneof![random, fixed], 0..4), proptest::bool::weighted(0.85)).prop_map(
+        move |(mut h, with_key)| {
+            // Usually a valid key first, so that most inputs get past authentication.
+            if with_key && let Some(auth) = &auth {
+                h.insert(0, (http::header::AUTHORIZATION, auth.clone()));
+            }
+            h
+        },
+    )
 }
 
 fn arb_input(key: String) -> impl Strategy<Value = Input> {
@@ -189,7 +207,12 @@ fn arb_input(key: String) -> impl Strategy<Value = Input> {
     ];
     let path = prop_oneof![8 => proptest::sample::select(ENDPOINTS.to_vec()).prop_map(str::to_string), 1 => "/v1/[a-z/]{0,20}"];
     let method = prop_oneof![20 => Just(Method::POST), 1 => Just(Method::GET), 1 => Just(Method::PUT), 1 => Just(Method::DELETE)];
-    (method, path, arb_headers(key), body).prop_map(|(method, path, headers, body)| Input { method, path, headers, body })
+    (method, path, arb_headers(key), body).prop_map(|(method, path, headers, body)| Input {
+        method,
+        path,
+        headers,
+        body,
+    })
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -234,7 +257,9 @@ fn any_input_gets_a_success_or_a_documented_error() -> anyhow::Result<()> {
     // Nothing stays reserved and the money adds up after all that.
     rt.block_on(async {
         let ledger = gw.ledger()?;
-        assert!(eventually(Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await);
+        assert!(
+            eventually(Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await
+        );
         gw.return_grants().await;
         let check = ledger.journal_verify("acme").await?;
         assert!(check.is_consistent() && check.reserved_nanos == 0, "{check:?}");
@@ -250,28 +275,64 @@ fn huge_deep_and_invalid_utf8_bodies_are_refused_cleanly() -> anyhow::Result<()>
     let (only, gw, key) = rt.block_on(start())?;
     let app = sluice_gateway::server::router(gw.state.clone());
     let auth = (http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {key}"))?);
-    let post = |body: Vec<u8>| Input { method: Method::POST, path: ENDPOINTS[0].into(), headers: vec![auth.clone()], body };
+    let post =
+        |body: Vec<u8>| Input { method: Method::POST, path: ENDPOINTS[0].into(), headers: vec![auth.clone()], body };
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("10 MiB of garbage", vec![b'x'; 10 * 1024 * 1024], 413),
         ("one byte over the limit", vec![b' '; MAX_BODY + 1], 413),
         ("deeply nested arrays", b"[".repeat(MAX_BODY - 1), 400),
-        ("deeply nested messages", [br#"{"model":"chat-model","messages":"#.as_slice(), &b"[".repeat(10_000), &b"]".repeat(10_000), b"}"].concat(), 400),
-        ("invalid UTF-8 in a string", [br#"{"model":"chat-model","messages":[{"role":"user","content":""#.as_slice(), &[0xff, 0xfe, 0xc3], br#""}]}"#].concat(), 400),
-        ("a lone surrogate escape", br#"{"model":"chat-model","messages":[{"role":"user","content":"\ud800"}]}"#.to_vec(), 400),
+        (
+            "deeply nested messages",
+            [br#"{"model":"chat-model","messages":"#.as_slice(), &b"[".repeat(10_000), &b"]".repeat(10_000), b"}"]
+                .concat(),
+            400,
+        ),
+        (
+            "invalid UTF-8 in a string",
+            [
+                br#"{"model":"chat-model","messages":[{"role":"user","content":""#.as_slice(),
+                &[0xff, 0xfe, 0xc3],
+                br#""}]}"#,
+            ]
+            .concat(),
+            400,
+        ),
+        (
+            "a lone surrogate escape",
+            br#"{"model":"chat-model","messages":[{"role":"user","content":"\ud800"}]}"#.to_vec(),
+            400,
+        ),
         ("a NUL-filled body", vec![0; 1000], 400),
         ("an empty body", Vec::new(), 400),
-        ("max_tokens beyond any wallet", br#"{"model":"chat-model","messages":[{"role":"user","content":"hi"}],"max_tokens":18446744073709551615}"#.to_vec(), 402),
+        (
+            "max_tokens beyond any wallet",
+            br#"{"model":"chat-model","messages":[{"role":"user","content":"hi"}],"max_tokens":18446744073709551615}"#
+                .to_vec(),
+            402,
+        ),
     ];
     rt.block_on(async {
         for (name, body, want) in cases {
             let input = post(body);
             let a = send(&app, &input).await?;
-            assert_eq!(a.status, want, "{name}: {}", String::from_utf8_lossy(&a.body).chars().take(300).collect::<String>());
+            assert_eq!(
+                a.status,
+                want,
+                "{name}: {}",
+                String::from_utf8_lossy(&a.body).chars().take(300).collect::<String>()
+            );
             check(&input, &a).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         }
         // Other methods and unknown paths are OpenAI-shaped too.
-        for (method, path) in [(Method::GET, ENDPOINTS[0]), (Method::DELETE, ENDPOINTS[2]), (Method::POST, "/v1/models"), (Method::POST, "/healthz"), (Method::GET, "/v2/nothing")] {
-            let input = Input { method: method.clone(), path: path.into(), headers: vec![auth.clone()], body: Vec::new() };
+        for (method, path) in [
+            (Method::GET, ENDPOINTS[0]),
+            (Method::DELETE, ENDPOINTS[2]),
+            (Method::POST, "/v1/models"),
+            (Method::POST, "/healthz"),
+            (Method::GET, "/v2/nothing"),
+        ] {
+            let input =
+                Input { method: method.clone(), path: path.into(), headers: vec![auth.clone()], body: Vec::new() };
             let a = send(&app, &input).await?;
             assert!(a.status == 404 || a.status == 405, "{method} {path}: {}", a.status);
             check(&input, &a).map_err(|e| anyhow::anyhow!("{method} {path}: {e}"))?;

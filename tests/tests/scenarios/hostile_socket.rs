@@ -20,7 +20,8 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(1);
 async fn start() -> anyhow::Result<(ChaosUpstream, TestGateway)> {
     let only = ChaosUpstream::start("only").await?;
     let docs = [only.doc(), route("chat", "chat-model", &[("only", 100)])];
-    let opts = GatewayOptions { body_timeout: Some(BODY_TIMEOUT), max_body_bytes: 64 * 1024, ..GatewayOptions::default() };
+    let opts =
+        GatewayOptions { body_timeout: Some(BODY_TIMEOUT), max_body_bytes: 64 * 1024, ..GatewayOptions::default() };
     Ok((only, TestGateway::start_with(&yaml(&docs), opts).await?))
 }
 
@@ -75,7 +76,12 @@ async fn a_trickled_body_is_cut_off_by_the_body_timeout() -> anyhow::Result<()> 
     let took = t0.elapsed();
     trickle.abort();
     let response = response.ok_or_else(|| anyhow::anyhow!("the trickling connection was still open after 10 s"))?;
-    eprintln!("slow body: answered {:?} after {:.0} ms (body timeout {} ms)", status_of(&response), ms(took), BODY_TIMEOUT.as_millis());
+    eprintln!(
+        "slow body: answered {:?} after {:.0} ms (body timeout {} ms)",
+        status_of(&response),
+        ms(took),
+        BODY_TIMEOUT.as_millis()
+    );
     assert_eq!(status_of(&response), Some(408), "{response}");
     assert!(response.contains(r#""code":"request_timeout""#) && response.contains("x-request-id"), "{response}");
     assert!(took >= BODY_TIMEOUT && took < BODY_TIMEOUT + Duration::from_secs(1), "answered after {took:?}");
@@ -91,16 +97,23 @@ async fn a_body_shorter_than_its_content_length() -> anyhow::Result<()> {
     wr.write_all(format!("{HEAD}Content-Length: 60000\r\n\r\n{{\"model\":").as_bytes()).await?;
     wr.shutdown().await?;
     let t0 = Instant::now();
-    let response = read_all(&mut rd, Duration::from_secs(5)).await.ok_or_else(|| anyhow::anyhow!("no answer to a truncated body"))?;
+    let response = read_all(&mut rd, Duration::from_secs(5))
+        .await
+        .ok_or_else(|| anyhow::anyhow!("no answer to a truncated body"))?;
     assert!(t0.elapsed() < Duration::from_secs(1), "took {:?}", t0.elapsed());
     // Either an OpenAI 400 on the half-closed connection, or just a close.
-    assert!(response.is_empty() || (status_of(&response) == Some(400) && response.contains("invalid_request")), "{response}");
+    assert!(
+        response.is_empty() || (status_of(&response) == Some(400) && response.contains("invalid_request")),
+        "{response}"
+    );
 
     // It stops sending but keeps the connection: the body timeout answers.
     let (mut rd, mut wr) = TcpStream::connect(gw.addr).await?.into_split();
     wr.write_all(format!("{HEAD}Content-Length: 60000\r\n\r\n{{\"model\":").as_bytes()).await?;
     let t0 = Instant::now();
-    let response = read_all(&mut rd, Duration::from_secs(10)).await.ok_or_else(|| anyhow::anyhow!("a stalled body held the connection for 10 s"))?;
+    let response = read_all(&mut rd, Duration::from_secs(10))
+        .await
+        .ok_or_else(|| anyhow::anyhow!("a stalled body held the connection for 10 s"))?;
     assert_eq!(status_of(&response), Some(408), "{response}");
     assert!(t0.elapsed() < BODY_TIMEOUT + Duration::from_secs(1));
     drop(wr);
@@ -128,7 +141,9 @@ async fn header_floods_are_refused() -> anyhow::Result<()> {
         let t0 = Instant::now();
         // The server may close before it has read everything: a write error is fine.
         let _ = wr.write_all(format!("{HEAD}{headers}Content-Length: 2\r\n\r\n{{}}").as_bytes()).await;
-        let response = read_all(&mut rd, Duration::from_secs(5)).await.ok_or_else(|| anyhow::anyhow!("{name}: connection held open"))?;
+        let response = read_all(&mut rd, Duration::from_secs(5))
+            .await
+            .ok_or_else(|| anyhow::anyhow!("{name}: connection held open"))?;
         eprintln!("{name}: {:?} after {:.0} ms", status_of(&response), ms(t0.elapsed()));
         assert!(response.is_empty() || status_of(&response) == Some(431), "{name}: {response}");
     }
@@ -144,18 +159,27 @@ async fn pipelined_requests_and_garbage() -> anyhow::Result<()> {
     // Two real requests pipelined, then garbage: both answered in order, then 400/close.
     let (mut rd, mut wr) = TcpStream::connect(gw.addr).await?.into_split();
     wr.write_all(format!("{chat}{chat}\x00\x01\x02GARBAGE \u{fffd}\r\n\r\n").as_bytes()).await?;
-    let response = read_all(&mut rd, Duration::from_secs(5)).await.ok_or_else(|| anyhow::anyhow!("garbage held the connection open"))?;
-    let statuses: Vec<&str> = response.match_indices("HTTP/1.1 ").filter_map(|(i, _)| response.get(i + 9..i + 12)).collect();
+    let response = read_all(&mut rd, Duration::from_secs(5))
+        .await
+        .ok_or_else(|| anyhow::anyhow!("garbage held the connection open"))?;
+    let statuses: Vec<&str> =
+        response.match_indices("HTTP/1.1 ").filter_map(|(i, _)| response.get(i + 9..i + 12)).collect();
     assert_eq!(statuses.first().copied(), Some("200"), "{response}");
     assert_eq!(statuses.get(1).copied(), Some("200"), "{response}");
     assert!(statuses.get(2).is_none_or(|s| *s == "400"), "{response}");
     assert_eq!(only.requests(), 2);
 
     // Garbage alone, and a request line with a body but no length.
-    for garbage in ["\u{16}\u{3}\u{1}\u{2}\u{0}\u{1}\u{0}\u{1}\u{fc}\u{3}\u{3}", "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", "GET / HTTP/9.9\r\n\r\n"] {
+    for garbage in [
+        "\u{16}\u{3}\u{1}\u{2}\u{0}\u{1}\u{0}\u{1}\u{fc}\u{3}\u{3}",
+        "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+        "GET / HTTP/9.9\r\n\r\n",
+    ] {
         let (mut rd, mut wr) = TcpStream::connect(gw.addr).await?.into_split();
         let _ = wr.write_all(garbage.as_bytes()).await;
-        let response = read_all(&mut rd, Duration::from_secs(5)).await.ok_or_else(|| anyhow::anyhow!("{garbage:?} held the connection open"))?;
+        let response = read_all(&mut rd, Duration::from_secs(5))
+            .await
+            .ok_or_else(|| anyhow::anyhow!("{garbage:?} held the connection open"))?;
         let status = status_of(&response);
         assert!(response.is_empty() || status.is_some_and(|s| (400..500).contains(&s)), "{garbage:?}: {response}");
     }
@@ -183,7 +207,11 @@ async fn trickled_headers_are_cut_off_by_the_header_read_timeout() -> anyhow::Re
     let limit = sluice_gateway::server::HEADER_READ_TIMEOUT;
     let closed = read_all(&mut read, limit + Duration::from_secs(10)).await;
     trickle.abort();
-    assert!(closed.is_some(), "the connection was still open {:.0} ms after it started trickling headers", ms(began.elapsed()));
+    assert!(
+        closed.is_some(),
+        "the connection was still open {:.0} ms after it started trickling headers",
+        ms(began.elapsed())
+    );
     let took = began.elapsed();
     assert!(took >= limit - Duration::from_millis(500), "closed after {took:?}, before the {limit:?} limit");
     still_serving(&gw).await

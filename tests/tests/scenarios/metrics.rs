@@ -15,7 +15,11 @@ async fn every_contract_metric_is_exposed_with_its_labels() -> anyhow::Result<()
     let docs = [
         primary.doc(),
         backup.doc(),
-        route("chat", "chat-model", &[("primary", 100), ("backup", 50)]).candidate(0, "price", PRICE()).candidate(1, "price", PRICE()),
+        route("chat", "chat-model", &[("primary", 100), ("backup", 50)]).candidate(0, "price", PRICE()).candidate(
+            1,
+            "price",
+            PRICE(),
+        ),
     ];
     let opts = GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
@@ -41,7 +45,9 @@ async fn every_contract_metric_is_exposed_with_its_labels() -> anyhow::Result<()
     assert!(text.trim_end().ends_with("# EOF"));
     let all = samples(&text);
     let has = |name: &str, labels: &[(&str, &str)]| all.iter().any(|s| s.name == name && has_labels(s, labels));
-    let value = |name: &str, labels: &[(&str, &str)]| all.iter().find(|s| s.name == name && has_labels(s, labels)).map_or(0.0, |s| s.value);
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        all.iter().find(|s| s.name == name && has_labels(s, labels)).map_or(0.0, |s| s.value)
+    };
 
     // The contract names with their labels (docs/design.md §3).
     assert_eq!(value("sluice_requests_total", &[("route", "chat"), ("code", "200")]), 3.0);
@@ -50,8 +56,13 @@ async fn every_contract_metric_is_exposed_with_its_labels() -> anyhow::Result<()
     assert_eq!(value("sluice_upstream_attempts_total", &[("upstream", "primary"), ("outcome", "http_5xx")]), 1.0);
     assert_eq!(value("sluice_upstream_attempts_total", &[("upstream", "primary"), ("outcome", "ok")]), 2.0);
     assert_eq!(value("sluice_upstream_attempts_total", &[("upstream", "backup"), ("outcome", "ok")]), 1.0);
-    for outcome in ["ok", "http_4xx", "http_429", "http_5xx", "connect", "first_byte_timeout", "idle_timeout", "reset", "budget"] {
-        assert!(has("sluice_upstream_attempts_total", &[("upstream", "backup"), ("outcome", outcome)]), "outcome {outcome}");
+    for outcome in
+        ["ok", "http_4xx", "http_429", "http_5xx", "connect", "first_byte_timeout", "idle_timeout", "reset", "budget"]
+    {
+        assert!(
+            has("sluice_upstream_attempts_total", &[("upstream", "backup"), ("outcome", outcome)]),
+            "outcome {outcome}"
+        );
     }
     assert_eq!(value("sluice_upstream_first_byte_seconds_count", &[("upstream", "primary")]), 2.0);
     assert_eq!(value("sluice_upstream_first_byte_seconds_count", &[("upstream", "backup")]), 1.0);
@@ -68,7 +79,9 @@ async fn every_contract_metric_is_exposed_with_its_labels() -> anyhow::Result<()
     assert!(has("sluice_config_reloads_total", &[("result", "rejected")]));
 
     // The stream settles in the background; spend is what the wallet was charged.
-    let settled = eventually(std::time::Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await;
+    let settled =
+        eventually(std::time::Duration::from_secs(5), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0))
+            .await;
     assert!(settled, "reservations still open");
     let spend = gw.metric("sluice_spend_nanodollars_total", &[("route", "chat")]).unwrap_or(0.0);
     gw.return_grants().await;
@@ -96,7 +109,13 @@ async fn a_client_that_gives_up_leaves_no_reservation_open() -> anyhow::Result<(
 
     let http = reqwest::Client::builder().no_proxy().build()?;
     let body = sluice_tests::client::chat_body("chat-model", false, json!({}));
-    let sent = http.post(format!("{}/v1/chat/completions", gw.base)).bearer_auth(&key).json(&body).timeout(std::time::Duration::from_millis(300)).send().await;
+    let sent = http
+        .post(format!("{}/v1/chat/completions", gw.base))
+        .bearer_auth(&key)
+        .json(&body)
+        .timeout(std::time::Duration::from_millis(300))
+        .send()
+        .await;
     assert!(sent.is_err_and(|e| e.is_timeout()));
     assert_eq!(hung.requests(), 1);
     let wait = std::time::Duration::from_secs(3);
@@ -107,6 +126,10 @@ async fn a_client_that_gives_up_leaves_no_reservation_open() -> anyhow::Result<(
     })
     .await;
     assert!(released, "the wallet still has money reserved for a request nobody waits for");
-    assert!(eventually(wait, async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await, "sluice_reservations_open = {:?}", gw.metric("sluice_reservations_open", &[]));
+    assert!(
+        eventually(wait, async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await,
+        "sluice_reservations_open = {:?}",
+        gw.metric("sluice_reservations_open", &[])
+    );
     Ok(())
 }

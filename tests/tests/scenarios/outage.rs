@@ -34,7 +34,11 @@ async fn a_flapping_primary_is_served_around_and_found_again_within_open_for() -
     let _serial = serial().await;
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
     let open_for = format!("{}s", OPEN_FOR.as_secs());
-    let docs = [primary.doc().with("spec.circuitBreaker.openFor", open_for.as_str()), backup.doc(), route("chat", "chat-model", &[("primary", 100), ("backup", 50)])];
+    let docs = [
+        primary.doc().with("spec.circuitBreaker.openFor", open_for.as_str()),
+        backup.doc(),
+        route("chat", "chat-model", &[("primary", 100), ("backup", 50)]),
+    ];
     let gw = TestGateway::start(&yaml(&docs)).await?;
     let client = gw.client()?;
     let mut sent = 0u64;
@@ -48,7 +52,13 @@ async fn a_flapping_primary_is_served_around_and_found_again_within_open_for() -
     let outage = Instant::now();
     while outage.elapsed() < OUTAGE {
         let r = client.chat("chat-model", json!({})).await?;
-        assert_eq!((r.status, r.header("x-sluice-upstream")), (200, Some("backup")), "at {:?} into the outage: {}", outage.elapsed(), r.text());
+        assert_eq!(
+            (r.status, r.header("x-sluice-upstream")),
+            (200, Some("backup")),
+            "at {:?} into the outage: {}",
+            outage.elapsed(),
+            r.text()
+        );
         sent += 1;
         tokio::time::sleep(GAP).await;
     }
@@ -67,8 +77,11 @@ async fn a_flapping_primary_is_served_around_and_found_again_within_open_for() -
         }
         tokio::time::sleep(GAP).await;
     }
-    eprintln!("flapping: primary tried {trials} times during the {OUTAGE:?} outage; serving again {back_after:?} after recovering (openFor {OPEN_FOR:?})");
-    let back_after = back_after.ok_or_else(|| anyhow::anyhow!("the primary did not serve again within {:?}", 5 * OPEN_FOR))?;
+    eprintln!(
+        "flapping: primary tried {trials} times during the {OUTAGE:?} outage; serving again {back_after:?} after recovering (openFor {OPEN_FOR:?})"
+    );
+    let back_after =
+        back_after.ok_or_else(|| anyhow::anyhow!("the primary did not serve again within {:?}", 5 * OPEN_FOR))?;
     // A trial is due openFor/2 after the last failure, so the bound leaves openFor/2
     // minus a request gap of slack.
     assert!(back_after <= OPEN_FOR, "primary back after {back_after:?}");
@@ -80,7 +93,10 @@ async fn a_flapping_primary_is_served_around_and_found_again_within_open_for() -
     assert_eq!(roll.route("chat"), (sent, 0), "no client saw the outage");
     assert_eq!(roll.route_failovers("chat"), trials);
     assert_eq!(roll.attempts("primary", "http_5xx"), trials);
-    assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "primary"), ("outcome", "http_5xx")]), trials as f64);
+    assert_eq!(
+        gw.count("sluice_upstream_attempts_total", &[("upstream", "primary"), ("outcome", "http_5xx")]),
+        trials as f64
+    );
     assert_eq!(gw.count("sluice_requests_total", &[("route", "chat"), ("code", "200")]), sent as f64);
     Ok(())
 }
@@ -177,7 +193,8 @@ async fn budgets_show_a_two_minute_outage() -> anyhow::Result<()> {
                 return false;
             }
         };
-        let done = report(&now, "chat-slo").is_ok_and(|r| r["total_events"] == total) && report(&now, "other-slo").is_ok_and(|r| r["total_events"] == other_good);
+        let done = report(&now, "chat-slo").is_ok_and(|r| r["total_events"] == total)
+            && report(&now, "other-slo").is_ok_and(|r| r["total_events"] == other_good);
         json = now;
         done
     })
@@ -189,10 +206,18 @@ async fn budgets_show_a_two_minute_outage() -> anyhow::Result<()> {
     assert_eq!(chat_slo["good_events"], good);
     assert_eq!(chat_slo["consumed"], bad.to_string(), "occurrences: consumed = bad events");
     // Allowed bad events = ⌊total × (1 − 0.99)⌋; a fraction under ten keeps its tenths.
-    let allowed = if total >= 1000 || total % 100 == 0 { (total / 100).to_string() } else { format!("{}.{}", total / 100, total / 10 % 10) };
+    let allowed = if total >= 1000 || total % 100 == 0 {
+        (total / 100).to_string()
+    } else {
+        format!("{}.{}", total / 100, total / 10 % 10)
+    };
     assert_eq!(chat_slo["budget"], allowed, "allowed bad events = total × (1 − 0.99)");
     let consumed = bad as f64 / (total as f64 * 0.01) * 100.0;
-    assert!((number(&chat_slo["consumed_percent"]) - consumed).abs() <= 0.051, "consumed {} %, want {consumed:.1}", chat_slo["consumed_percent"]);
+    assert!(
+        (number(&chat_slo["consumed_percent"]) - consumed).abs() <= 0.051,
+        "consumed {} %, want {consumed:.1}",
+        chat_slo["consumed_percent"]
+    );
     // Every window holds all of the traffic: the same burn rate in each.
     let burn = bad as f64 / total as f64 / 0.01;
     for w in ["5m", "1h", "6h", "3d"] {
@@ -202,7 +227,11 @@ async fn budgets_show_a_two_minute_outage() -> anyhow::Result<()> {
     assert_eq!(chat_slo["state"], "Exhausted");
     assert_eq!(chat_slo["firing_alerts"], json!(["page", "ticket"]));
     let other_slo = report(&json, "other-slo")?;
-    assert_eq!((other_slo["consumed"].clone(), other_slo["state"].clone()), (json!("0"), json!("Healthy")), "{other_slo}");
+    assert_eq!(
+        (other_slo["consumed"].clone(), other_slo["state"].clone()),
+        (json!("0"), json!("Healthy")),
+        "{other_slo}"
+    );
     assert_eq!(other_slo["burn_rates"]["1h"], "0.0");
 
     // The table says the same.
@@ -210,8 +239,14 @@ async fn budgets_show_a_two_minute_outage() -> anyhow::Result<()> {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     eprintln!("{}", out.stdout);
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert!(lines.first().is_some_and(|h| h.starts_with("NAME") && h.contains("BURN-1H") && h.contains("STATE")), "{}", out.stdout);
-    let row = |name: &str| lines.iter().find(|l| l.starts_with(name)).map(|l| l.split_whitespace().collect::<Vec<_>>()).unwrap_or_default();
+    assert!(
+        lines.first().is_some_and(|h| h.starts_with("NAME") && h.contains("BURN-1H") && h.contains("STATE")),
+        "{}",
+        out.stdout
+    );
+    let row = |name: &str| {
+        lines.iter().find(|l| l.starts_with(name)).map(|l| l.split_whitespace().collect::<Vec<_>>()).unwrap_or_default()
+    };
     let chat_row = row("chat-slo");
     assert!(chat_row.contains(&"Exhausted") && chat_row.contains(&format!("{bad}/{total}").as_str()), "{chat_row:?}");
     assert!(chat_row.contains(&chat_slo["burn_rates"]["1h"].as_str().unwrap_or("?")), "{chat_row:?}");

@@ -22,7 +22,10 @@ async fn a_failing_probe_demotes_an_idle_upstream_and_a_passing_one_changes_noth
     })
     .await;
     assert!(probed, "the dead upstream's probe failures were not recorded:\n{}", gw.metrics());
-    assert!(eventually(Duration::from_secs(5), async || healthy.counters().models >= 2).await, "the healthy upstream was not probed");
+    assert!(
+        eventually(Duration::from_secs(5), async || healthy.counters().models >= 2).await,
+        "the healthy upstream was not probed"
+    );
     // Probe successes are not attempts: nothing was counted as ok for either.
     assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "healthy"), ("outcome", "ok")]), 0.0);
     assert_eq!(healthy.requests(), 0, "probes are not chat requests");

@@ -21,10 +21,7 @@ use sluice_tests::process::{self, GatewayProcess};
 use sluice_tests::{ChaosUpstream, manifests_file, route, serial, yaml};
 use tempfile::TempDir;
 
-const PRICE: Price = Price {
-    input: "3.00",
-    output: "15.00",
-};
+const PRICE: Price = Price { input: "3.00", output: "15.00" };
 const MAX_TOKENS: u64 = 50;
 /// The contract (docs/design.md §5a).
 const WITHIN: Duration = Duration::from_secs(1);
@@ -39,16 +36,9 @@ struct Setup {
 
 async fn setup() -> anyhow::Result<Setup> {
     let [upstream] = ChaosUpstream::start_all(["fast"]).await?;
-    let docs = [
-        upstream.doc(),
-        route("quick", "quick-model", &[("fast", 100)]).candidate(0, "price", PRICE.json()),
-    ];
+    let docs = [upstream.doc(), route("quick", "quick-model", &[("fast", 100)]).candidate(0, "price", PRICE.json())];
     let (dir, manifests) = manifests_file(&yaml(&docs))?;
-    Ok(Setup {
-        _upstream: upstream,
-        manifests,
-        _dir: dir,
-    })
+    Ok(Setup { _upstream: upstream, manifests, _dir: dir })
 }
 
 fn serve_args(manifests: &Path, ledger: &str) -> Vec<String> {
@@ -74,7 +64,12 @@ fn body() -> String {
 
 /// Polls every gateway until each has answered `status` once, at most `within` after
 /// `since`; how long each took (from `since`), or what they answered last.
-async fn every_gateway_answers(clients: &[Client], status: u16, since: Instant, within: Duration) -> anyhow::Result<Vec<Duration>> {
+async fn every_gateway_answers(
+    clients: &[Client],
+    status: u16,
+    since: Instant,
+    within: Duration,
+) -> anyhow::Result<Vec<Duration>> {
     let mut took: Vec<Option<Duration>> = vec![None; clients.len()];
     let mut last = vec![0u16; clients.len()];
     let remaining = within.saturating_sub(since.elapsed());
@@ -95,12 +90,18 @@ async fn every_gateway_answers(clients: &[Client], status: u16, since: Instant, 
     .await;
     match took.iter().copied().collect::<Option<Vec<_>>>() {
         Some(took) if took.iter().all(|t| *t <= within) => Ok(took),
-        _ => anyhow::bail!("not every gateway answered {status} within {within:?}: last answers {last:?}, took {took:?}"),
+        _ => {
+            anyhow::bail!("not every gateway answered {status} within {within:?}: last answers {last:?}, took {took:?}")
+        }
     }
 }
 
 /// Other traffic on another account while `admin` writes: the ledger is busy.
-fn background_traffic(clients: Vec<Client>, stop: Arc<AtomicBool>, served: Arc<AtomicU64>) -> tokio::task::JoinHandle<()> {
+fn background_traffic(
+    clients: Vec<Client>,
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
             for c in &clients {
@@ -149,10 +150,7 @@ async fn revocations_and_topups_propagate(backend: Backend, gateways: usize) -> 
     assert_eq!(r.error_kind(), ("authentication_error".into(), "invalid_api_key".into()), "{}", r.text());
     // Again: a no-op that says so.
     let out = admin(&db.url, &["key", "revoke", "1"]).await?;
-    assert!(
-        out.starts_with(&format!("key 1 ({}…) of account acme was already revoked at ", &key[..14])),
-        "{out}"
-    );
+    assert!(out.starts_with(&format!("key 1 ({}…) of account acme was already revoked at ", &key[..14])), "{out}");
     // An unknown id: a clear error naming it, and a failed command.
     let unknown = process::run(&["admin", "--ledger", &db.url, "key", "revoke", "99"]).await?;
     assert_eq!(unknown.code, Some(1), "{unknown:?}");
@@ -161,7 +159,8 @@ async fn revocations_and_topups_propagate(backend: Backend, gateways: usize) -> 
     // An account that cannot pay: 402 everywhere; after a top-up, 200 everywhere.
     let broke = ledger.create_account("broke", estimate - 1).await?;
     let broke_key = admin(&db.url, &["key", "create", "broke"]).await?.trim_end().to_string();
-    let clients_broke: Vec<Client> = procs.iter().map(|p| Ok(p.client()?.with_key(&broke_key))).collect::<anyhow::Result<_>>()?;
+    let clients_broke: Vec<Client> =
+        procs.iter().map(|p| Ok(p.client()?.with_key(&broke_key))).collect::<anyhow::Result<_>>()?;
     every_gateway_answers(&clients_broke, 402, Instant::now(), WARM_UP)
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", log()))?;

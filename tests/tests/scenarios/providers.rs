@@ -25,7 +25,10 @@ fn sa_key_for(chaos_base: &str) -> String {
 
 fn google_auth(key_json: &str) -> anyhow::Result<ChaosAuth> {
     let account = ServiceAccount::from_key_json(key_json.as_bytes()).map_err(|e| anyhow::anyhow!(e))?;
-    Ok(ChaosAuth { google: Some(GoogleAuth { service_account: Some(account), ..GoogleAuth::default() }), ..ChaosAuth::default() })
+    Ok(ChaosAuth {
+        google: Some(GoogleAuth { service_account: Some(account), ..GoogleAuth::default() }),
+        ..ChaosAuth::default()
+    })
 }
 
 fn api_key_auth(key: &str) -> ChaosAuth {
@@ -144,7 +147,12 @@ async fn an_expired_vertex_token_is_refreshed_and_the_same_candidate_asked_again
     let client = f.gw.client()?;
     assert_eq!(client.chat("claude-opus-4", json!({})).await?.header("x-sluice-upstream"), Some("vertex-us-east5"));
     // Vertex now refuses every token it issued so far with its expired-token 401.
-    let expired = reqwest::Client::builder().no_proxy().build()?.post(format!("{}/_chaos/expire-tokens", f.vertex.base)).send().await?;
+    let expired = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
+        .post(format!("{}/_chaos/expire-tokens", f.vertex.base))
+        .send()
+        .await?;
     assert!(expired.status().is_success());
     let r = client.chat("claude-opus-4", json!({})).await?;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -177,15 +185,21 @@ async fn a_request_anthropic_cannot_express_is_a_400_naming_the_field() -> anyho
 
 #[tokio::test]
 async fn bedrock_requests_are_signed_and_throttling_fails_over() -> anyhow::Result<()> {
-    let auth = ChaosAuth { aws: Some(AwsKeys { access_key_id: AWS_KEY_ID.into(), secret_access_key: AWS_SECRET.into() }), ..ChaosAuth::default() };
+    let auth = ChaosAuth {
+        aws: Some(AwsKeys { access_key_id: AWS_KEY_ID.into(), secret_access_key: AWS_SECRET.into() }),
+        ..ChaosAuth::default()
+    };
     let bedrock = ChaosUpstream::start_with_auth("bedrock-us-east-1", Some(auth)).await?;
     let backup = ChaosUpstream::start("openai-backup").await?;
     // An inference-profile ARN: `:` and `/` must travel as one percent-encoded segment.
     let arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-sonnet-20240620-v1:0";
     let docs = [
-        bedrock.native_doc("bedrock").with("spec.aws", json!({"region": "us-east-1", "credentials": {"secretRef": {"name": "aws-keys"}}})),
+        bedrock
+            .native_doc("bedrock")
+            .with("spec.aws", json!({"region": "us-east-1", "credentials": {"secretRef": {"name": "aws-keys"}}})),
         backup.doc(),
-        route("claude", "claude-sonnet", &[("bedrock-us-east-1", 100), ("openai-backup", 50)]).candidate(0, "model", arn),
+        route("claude", "claude-sonnet", &[("bedrock-us-east-1", 100), ("openai-backup", 50)])
+            .candidate(0, "model", arn),
     ];
     let secrets = vec![
         ("aws-keys".to_string(), "AWS_ACCESS_KEY_ID".to_string(), AWS_KEY_ID.to_string()),
@@ -227,13 +241,21 @@ async fn a_gemini_tool_call_streams_with_an_index_an_id_and_finish_reason_tool_c
     let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}]);
     let s = gw.client()?.chat_stream("gemini-2.5-pro", json!({"tools": tools})).await?;
     assert_eq!(s.status, 200, "{}", s.body);
-    let calls: Vec<Value> = s.events.iter().filter_map(|e| e.json()["choices"][0]["delta"]["tool_calls"].as_array().cloned()).flatten().collect();
+    let calls: Vec<Value> = s
+        .events
+        .iter()
+        .filter_map(|e| e.json()["choices"][0]["delta"]["tool_calls"].as_array().cloned())
+        .flatten()
+        .collect();
     let first = calls.first().cloned().unwrap_or_default();
     assert_eq!(first["index"], 0, "{}", s.body);
     assert_eq!(first["function"]["name"], "lookup");
     assert!(first["id"].as_str().is_some_and(|id| !id.is_empty()), "Gemini gives no id; the gateway makes one");
     let args: String = calls.iter().filter_map(|c| c["function"]["arguments"].as_str()).collect();
-    assert!(serde_json::from_str::<Value>(&args).is_ok_and(|v| v.is_object()), "arguments reassemble to JSON: {args:?}");
+    assert!(
+        serde_json::from_str::<Value>(&args).is_ok_and(|v| v.is_object()),
+        "arguments reassemble to JSON: {args:?}"
+    );
     assert!(s.events.iter().any(|e| e.json()["choices"][0]["finish_reason"] == "tool_calls"), "{}", s.body);
     Ok(())
 }
@@ -249,7 +271,11 @@ async fn azure_deployments_are_called_with_their_api_version_and_key() -> anyhow
         route("gpt", "gpt-4o", &[("azure-eastus", 100)]).candidate(0, "model", "gpt-4o-prod"),
     ];
     let secrets = vec![("azure".to_string(), "apiKey".to_string(), "azure-key".to_string())];
-    let gw = TestGateway::start_with(&yaml(&docs), GatewayOptions { secrets, auth: AuthMode::None, ..GatewayOptions::default() }).await?;
+    let gw = TestGateway::start_with(
+        &yaml(&docs),
+        GatewayOptions { secrets, auth: AuthMode::None, ..GatewayOptions::default() },
+    )
+    .await?;
     let r = gw.client()?.chat("gpt-4o", json!({})).await?;
     assert_eq!((r.status, r.header("x-sluice-upstream")), (200, Some("azure-eastus")), "{}", r.text());
     let s = gw.client()?.chat_stream("gpt-4o", json!({})).await?;
@@ -262,8 +288,13 @@ async fn cache_reads_and_writes_are_counted_in_the_prompt_and_billed_at_their_ow
     let anthropic = ChaosUpstream::start("anthropic-direct").await?;
     // USD per 1M tokens; in nanodollars per token: 3.00 → 3000, 0.30 → 300, 3.75 → 3750, 15.00 → 15000.
     let price = json!({"input": "3.00", "output": "15.00", "cachedInput": "0.30", "cacheWrite": "3.75"});
-    let docs = [anthropic.native_doc("anthropic"), route("claude", "claude-sonnet-4", &[("anthropic-direct", 100)]).candidate(0, "price", price)];
-    let gw = TestGateway::start_with(&yaml(&docs), GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() }).await?;
+    let docs = [
+        anthropic.native_doc("anthropic"),
+        route("claude", "claude-sonnet-4", &[("anthropic-direct", 100)]).candidate(0, "price", price),
+    ];
+    let gw =
+        TestGateway::start_with(&yaml(&docs), GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() })
+            .await?;
     let opening = 100_000_000_000;
     let key = gw.account("acme", opening).await?;
     let client = gw.client()?.with_key(&key);
@@ -281,6 +312,10 @@ async fn cache_reads_and_writes_are_counted_in_the_prompt_and_billed_at_their_ow
     let cost = i64::try_from(uncached * 3000 + 1000 * 300 + 200 * 3750 + completion * 15000)?;
     gw.return_grants().await;
     let account = gw.ledger()?.account("acme").await?.ok_or_else(|| anyhow::anyhow!("no account"))?;
-    assert_eq!((account.balance_nanos, account.reserved_nanos), (opening - cost, 0), "billed {cost} nanodollars for {usage}");
+    assert_eq!(
+        (account.balance_nanos, account.reserved_nanos),
+        (opening - cost, 0),
+        "billed {cost} nanodollars for {usage}"
+    );
     Ok(())
 }

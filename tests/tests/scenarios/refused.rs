@@ -30,7 +30,8 @@ async fn a_refused_primary_costs_under_5ms() -> anyhow::Result<()> {
     for model in ["failover-model", "single-model"] {
         assert_eq!(client.chat(model, json!({})).await?.status, 200);
     }
-    let connects_before = gw.count("sluice_upstream_attempts_total", &[("upstream", "refused"), ("outcome", "connect")]);
+    let connects_before =
+        gw.count("sluice_upstream_attempts_total", &[("upstream", "refused"), ("outcome", "connect")]);
 
     let (mut via_failover, mut via_single) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
@@ -48,7 +49,8 @@ async fn a_refused_primary_costs_under_5ms() -> anyhow::Result<()> {
         assert_eq!(r.status, 200);
         assert_eq!(r.header("x-sluice-attempts"), Some("1"));
     }
-    let connects = gw.count("sluice_upstream_attempts_total", &[("upstream", "refused"), ("outcome", "connect")]) - connects_before;
+    let connects = gw.count("sluice_upstream_attempts_total", &[("upstream", "refused"), ("outcome", "connect")])
+        - connects_before;
     assert_eq!(connects, ROUNDS as f64, "every request tried the refused primary");
 
     let (f, s) = (median(&via_failover), median(&via_single));

@@ -74,7 +74,10 @@ async fn rewrites_under_load_fail_no_request() -> anyhow::Result<()> {
     // A broken version at 5 s: refused, v2 keeps serving.
     tokio::time::sleep(Duration::from_millis(5000).saturating_sub(t0.elapsed())).await;
     gw.write_manifests(&manifests(&a, &b, (50, 100), true, true))?;
-    assert!(eventually(Duration::from_secs(3), async || reloads(&gw, "rejected") == 1.0).await, "the broken version was not refused");
+    assert!(
+        eventually(Duration::from_secs(3), async || reloads(&gw, "rejected") == 1.0).await,
+        "the broken version was not refused"
+    );
     assert_eq!(gw.client()?.chat("extra-model", json!({})).await?.status, 404, "nothing of the refused version serves");
     // v3 at 7.5 s: a route added.
     tokio::time::sleep(Duration::from_millis(7500).saturating_sub(t0.elapsed())).await;
@@ -89,7 +92,12 @@ async fn rewrites_under_load_fail_no_request() -> anyhow::Result<()> {
     }
     let failed: Vec<_> = samples.iter().filter(|s| s.status != Some(200)).map(|s| (s.at, s.status)).collect();
     let rate = samples.len() as f64 / RUN.as_secs_f64();
-    eprintln!("reload: {} requests ({rate:.0}/s), {} failed; v2 loaded {:.0} ms after writing", samples.len(), failed.len(), (v2_loaded - v2_written).as_secs_f64() * 1000.0);
+    eprintln!(
+        "reload: {} requests ({rate:.0}/s), {} failed; v2 loaded {:.0} ms after writing",
+        samples.len(),
+        failed.len(),
+        (v2_loaded - v2_written).as_secs_f64() * 1000.0
+    );
     assert!(failed.is_empty(), "failed requests (time, status): {failed:?}");
     assert!(rate >= 160.0, "only {rate:.0} req/s: the load did not happen");
     // Which config served: v1 (a first) before the rewrite, v2 (b first) once loaded,

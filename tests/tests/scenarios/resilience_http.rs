@@ -11,7 +11,10 @@ use sluice_gateway::server::AuthMode;
 use sluice_tests::billing::Price;
 use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, route, serial, yaml};
 
-async fn pair(primary_script: serde_json::Value, backup_script: serde_json::Value) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
+async fn pair(
+    primary_script: serde_json::Value,
+    backup_script: serde_json::Value,
+) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
     primary.script(primary_script)?;
     backup.script(backup_script)?;
@@ -71,7 +74,10 @@ async fn a_throttled_only_candidate_waits_for_retry_after_then_answers_429() -> 
     let _serial = serial().await;
     let only = ChaosUpstream::start("only").await?;
     only.script(json!({"status": 429, "retry_after": 1}))?;
-    let docs = [only.doc(), route("chat", "chat-model", &[("only", 100)]).with("spec.backoff", json!({"maxAttempts": 2, "base": "10ms"}))];
+    let docs = [
+        only.doc(),
+        route("chat", "chat-model", &[("only", 100)]).with("spec.backoff", json!({"maxAttempts": 2, "base": "10ms"})),
+    ];
     let gw = TestGateway::start(&yaml(&docs)).await?;
     let r = gw.client()?.chat("chat-model", json!({})).await?;
     assert_eq!(r.status, 429, "{}", r.text());
@@ -101,7 +107,10 @@ async fn a_500_once_costs_one_failover_then_the_primary_serves_again() -> anyhow
     primary.healthy();
     // 10 successes and one failure: 100 × 10/11 still leads the backup's 50.
     let r = client.chat("chat-model", json!({})).await?;
-    assert_eq!((r.status, r.header("x-sluice-upstream"), r.header("x-sluice-attempts")), (200, Some("primary"), Some("1")));
+    assert_eq!(
+        (r.status, r.header("x-sluice-upstream"), r.header("x-sluice-attempts")),
+        (200, Some("primary"), Some("1"))
+    );
     assert_eq!((primary.requests(), backup.requests()), (12, 1));
     assert_eq!(primary.state.requests_with_status(500), 1);
     assert_eq!(attempts(&gw, "primary", "http_5xx"), 1.0);
@@ -109,7 +118,10 @@ async fn a_500_once_costs_one_failover_then_the_primary_serves_again() -> anyhow
     let roll = gw.rollups(&["chat"], &["primary", "backup"]).await?;
     assert_eq!(roll.route("chat"), (12, 0));
     assert_eq!(roll.route_failovers("chat"), 1);
-    assert_eq!((roll.attempts("primary", "http_5xx"), roll.attempts("primary", "ok"), roll.attempts("backup", "ok")), (1, 11, 1));
+    assert_eq!(
+        (roll.attempts("primary", "http_5xx"), roll.attempts("primary", "ok"), roll.attempts("backup", "ok")),
+        (1, 11, 1)
+    );
     Ok(())
 }
 
@@ -138,12 +150,21 @@ async fn every_candidate_failing_503_is_a_503_naming_each() -> anyhow::Result<()
     let [a, b] = ChaosUpstream::start_all(["a", "b"]).await?;
     a.script(json!({"status": 503}))?;
     b.script(json!({"status": 503}))?;
-    let docs = [a.doc(), b.doc(), route("chat", "chat-model", &[("a", 100), ("b", 50)]).with("spec.backoff", json!({"maxAttempts": 3, "base": "10ms"}))];
+    let docs = [
+        a.doc(),
+        b.doc(),
+        route("chat", "chat-model", &[("a", 100), ("b", 50)])
+            .with("spec.backoff", json!({"maxAttempts": 3, "base": "10ms"})),
+    ];
     let gw = TestGateway::start(&yaml(&docs)).await?;
     let r = gw.client()?.chat("chat-model", json!({})).await?;
     assert_eq!(r.status, 503);
     assert_eq!(r.error_kind(), ("api_error".into(), "upstreams_unavailable".into()));
-    assert!(r.error_message().contains("a: http_5xx") && r.error_message().contains("b: http_5xx"), "{}", r.error_message());
+    assert!(
+        r.error_message().contains("a: http_5xx") && r.error_message().contains("b: http_5xx"),
+        "{}",
+        r.error_message()
+    );
     assert_eq!(r.header("x-sluice-attempts"), Some("6"));
     assert_eq!((a.requests(), b.requests()), (3, 3), "three walks");
     assert_eq!(gw.count("sluice_requests_total", &[("route", "chat"), ("code", "503")]), 1.0);
@@ -161,7 +182,9 @@ async fn provider_400s_pass_through_after_one_attempt_and_are_not_billed() -> an
     for code in ["context_length_exceeded", "content_policy_violation"] {
         let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
         primary.script(json!({"status": 400, "error_code": code}))?;
-        let r = route("chat", "chat-model", &[("primary", 100), ("backup", 50)]).candidate(0, "price", price.json()).candidate(1, "price", price.json());
+        let r = route("chat", "chat-model", &[("primary", 100), ("backup", 50)])
+            .candidate(0, "price", price.json())
+            .candidate(1, "price", price.json());
         let opts = GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() };
         let gw = TestGateway::start_with(&yaml(&[primary.doc(), backup.doc(), r]), opts).await?;
         let key = gw.account("acme", 1_000_000_000_000).await?;
@@ -181,7 +204,11 @@ async fn provider_400s_pass_through_after_one_attempt_and_are_not_billed() -> an
         gw.return_grants().await;
         let check = ledger.journal_verify("acme").await?;
         assert!(check.is_consistent(), "{check:?}");
-        assert_eq!((check.balance_nanos, check.reserved_nanos), (1_000_000_000_000, 0), "{code}: held from a grant, then released");
+        assert_eq!(
+            (check.balance_nanos, check.reserved_nanos),
+            (1_000_000_000_000, 0),
+            "{code}: held from a grant, then released"
+        );
         // A client error says nothing about the upstream: it still leads.
         primary.healthy();
         let r = gw.client()?.with_key(&key).chat("chat-model", json!({})).await?;

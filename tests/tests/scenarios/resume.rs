@@ -18,7 +18,11 @@ use sluice_tests::{ChaosUpstream, Doc, GatewayOptions, SseReply, TestGateway, ro
 const WORDS: u32 = 8;
 
 /// A primary and a backup speaking `protocols`, on a route with `mid_stream` (if set).
-async fn pair(protocols: (&str, &str), mid_stream: Option<&str>, extra: &[Doc]) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
+async fn pair(
+    protocols: (&str, &str),
+    mid_stream: Option<&str>,
+    extra: &[Doc],
+) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
     let mut r = route("chat", "chat-model", &[("primary", 100), ("backup", 50)]);
     if let Some(m) = mid_stream {
@@ -132,7 +136,11 @@ async fn a_backup_without_prefill_replays_and_a_replay_that_diverges_ends_with_t
     assert_broken(&s);
     let message = s.events.last().map(|e| e.json()["error"]["message"].clone()).unwrap_or_default();
     assert!(message.as_str().is_some_and(|m| m.contains("broke")), "names the original break: {message}");
-    assert_eq!(text(&s), whole.split_inclusive(' ').take(3).collect::<String>(), "nothing of the replay reached the client");
+    assert_eq!(
+        text(&s),
+        whole.split_inclusive(' ').take(3).collect::<String>(),
+        "nothing of the replay reached the client"
+    );
     Ok(())
 }
 
@@ -157,12 +165,18 @@ async fn a_cut_after_a_complete_tool_call_is_resumed_by_replay() -> anyhow::Resu
     let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
     let s = gw.client()?.chat_stream("chat-model", json!({"tools": tools})).await?;
     assert_one_whole_stream(&s);
-    let calls: Vec<Value> = s.events.iter().filter_map(|e| e.json()["choices"][0]["delta"]["tool_calls"].as_array().cloned()).flatten().collect();
+    let calls: Vec<Value> = s
+        .events
+        .iter()
+        .filter_map(|e| e.json()["choices"][0]["delta"]["tool_calls"].as_array().cloned())
+        .flatten()
+        .collect();
     let names: Vec<&str> = calls.iter().filter_map(|c| c["function"]["name"].as_str()).collect();
     let args: String = calls.iter().filter_map(|c| c["function"]["arguments"].as_str()).collect();
     assert_eq!(names, ["lookup"], "the call is sent once: {:?}", s.datas());
     assert_eq!(serde_json::from_str::<Value>(&args)?, json!({"query": "The upstream said hello "}));
-    let finishes: Vec<String> = s.events.iter().filter_map(|e| e.json()["choices"][0]["finish_reason"].as_str().map(str::to_string)).collect();
+    let finishes: Vec<String> =
+        s.events.iter().filter_map(|e| e.json()["choices"][0]["finish_reason"].as_str().map(str::to_string)).collect();
     assert_eq!(finishes, ["tool_calls"]);
     assert_eq!(backup.requests(), 1, "a replay, not a prefill");
     assert_eq!(gw.count("sluice_stream_resumes_total", &[("route", "chat"), ("reason", "reset")]), 1.0);
@@ -178,7 +192,8 @@ async fn at_most_two_resumes_per_request() -> anyhow::Result<()> {
             b1.native_doc("anthropic"),
             b2.native_doc("anthropic"),
             b3.native_doc("anthropic"),
-            route("chat", "chat-model", &[("p", 100), ("b1", 90), ("b2", 80), ("b3", 70)]).with("spec.failover.midStream", "resume"),
+            route("chat", "chat-model", &[("p", 100), ("b1", 90), ("b2", 80), ("b3", 70)])
+                .with("spec.failover.midStream", "resume"),
         ];
         let gw = TestGateway::start(&yaml(&docs)).await?;
         let whole = unbroken(&gw, &p).await?;
@@ -223,9 +238,15 @@ async fn a_stall_is_resumed_within_the_idle_bound() -> anyhow::Result<()> {
     assert_eq!(text(&s), whole);
     let at: Vec<Duration> = s.contents().iter().map(|e| e.at).collect();
     let stall = at.windows(2).map(|w| w[1].saturating_sub(w[0])).max().unwrap_or_default();
-    assert!(stall >= Duration::from_millis(950) && stall < Duration::from_millis(2500), "resumed {stall:?} after the stall began (idle 1 s)");
+    assert!(
+        stall >= Duration::from_millis(950) && stall < Duration::from_millis(2500),
+        "resumed {stall:?} after the stall began (idle 1 s)"
+    );
     assert_eq!(gw.count("sluice_stream_resumes_total", &[("route", "chat"), ("reason", "idle_timeout")]), 1.0);
-    assert!(eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await, "the stalled stream is given up");
+    assert!(
+        eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await,
+        "the stalled stream is given up"
+    );
     Ok(())
 }
 
@@ -269,7 +290,9 @@ async fn every_attempt_of_a_resumed_stream_is_billed_at_its_candidates_price() -
             .candidate(0, "price", PRIMARY.json())
             .candidate(1, "price", BACKUP.json()),
     ];
-    let gw = TestGateway::start_with(&yaml(&docs), GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() }).await?;
+    let gw =
+        TestGateway::start_with(&yaml(&docs), GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() })
+            .await?;
     let key = gw.account("acme", OPENING).await?;
     let client = gw.client()?.with_key(&key);
     primary.script(json!({"chunks": WORDS, "reset_after_chunks": 3}))?;
@@ -292,7 +315,10 @@ async fn every_attempt_of_a_resumed_stream_is_billed_at_its_candidates_price() -
     let want = PRIMARY.cost(first_input, first_output) + BACKUP.cost(backup_input, backup_output);
     let account = gw.ledger()?.account("acme").await?.ok_or_else(|| anyhow::anyhow!("no account"))?;
     assert_eq!(OPENING - account.balance_nanos, want, "each attempt at its candidate's price, to the nanodollar");
-    assert_eq!(usage_of(&s.events.iter().find(|e| e.has_usage()).map(|e| e.json()["usage"].clone()).unwrap_or_default()), Some((input, output)));
+    assert_eq!(
+        usage_of(&s.events.iter().find(|e| e.has_usage()).map(|e| e.json()["usage"].clone()).unwrap_or_default()),
+        Some((input, output))
+    );
     Ok(())
 }
 
@@ -311,14 +337,19 @@ async fn failoverbench_s08_s09_s14_pass_with_resume_and_stay_safe_without() -> a
         for (id, primary_fault, backup_script) in [
             ("S08", json!({"chunks": TOKENS, "reset_after_chunks": 40}), json!({"chunks": TOKENS})),
             ("S09", json!({"chunks": TOKENS, "chunk_ms": 5, "hang_after_chunks": 20}), json!({"chunks": TOKENS})),
-            ("S14", json!({"chunks": TOKENS, "reset_after_chunks": 40}), json!({"chunks": TOKENS, "refuse_prefill": true})),
+            (
+                "S14",
+                json!({"chunks": TOKENS, "reset_after_chunks": 40}),
+                json!({"chunks": TOKENS, "refuse_prefill": true}),
+            ),
         ] {
             let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
             let docs = [
                 // idle: auto learns the primary's rhythm (5 ms gaps) from the canonical run.
                 primary.native_doc("anthropic").with("spec.timeouts.idle", "auto"),
                 backup.native_doc("anthropic"),
-                route("chat", "chat-model", &[("primary", 100), ("backup", 50)]).with("spec.failover.midStream", mid_stream),
+                route("chat", "chat-model", &[("primary", 100), ("backup", 50)])
+                    .with("spec.failover.midStream", mid_stream),
             ];
             let gw = TestGateway::start(&yaml(&docs)).await?;
             primary.script(json!({"chunks": TOKENS, "chunk_ms": 5}))?;
@@ -334,7 +365,10 @@ async fn failoverbench_s08_s09_s14_pass_with_resume_and_stay_safe_without() -> a
                 assert!(s.ended_at < Duration::from_secs(5), "{id}: took {:?}", s.ended_at);
             } else {
                 assert_broken(&s);
-                assert!(text(&canonical).starts_with(&text(&s)), "{id}: what was delivered is a prefix, never a truncated success");
+                assert!(
+                    text(&canonical).starts_with(&text(&s)),
+                    "{id}: what was delivered is a prefix, never a truncated success"
+                );
                 assert!(s.ended_at < Duration::from_secs(5), "{id}: took {:?}", s.ended_at);
             }
         }

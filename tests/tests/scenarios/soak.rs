@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_gateway::server::AuthMode;
 use sluice_gateway::chaos::Script;
+use sluice_gateway::server::AuthMode;
 use sluice_ledger::testing::eventually;
 use sluice_tests::billing::{Price, Sampler};
 use sluice_tests::load::{Shot, open_loop, percentile};
@@ -41,7 +41,8 @@ const OPENING: i64 = 1_000_000_000_000_000;
 
 async fn soak(run: Duration) -> anyhow::Result<()> {
     let _serial = serial().await;
-    let [silent, bursty, throttled, healthy] = ChaosUpstream::start_all(["silent", "bursty", "throttled", "healthy"]).await?;
+    let [silent, bursty, throttled, healthy] =
+        ChaosUpstream::start_all(["silent", "bursty", "throttled", "healthy"]).await?;
     silent.script(json!({"hang": true}))?;
     throttled.script(json!({"status": 429, "retry_after": 1, "fail_rate": 0.5}))?;
     healthy.script(json!({"first_byte_ms": HEALTHY_FIRST_BYTE.as_millis() as u64}))?;
@@ -57,7 +58,8 @@ async fn soak(run: Duration) -> anyhow::Result<()> {
         healthy.doc().with("spec.timeouts.firstByte", "5s"),
         r,
     ];
-    let opts = GatewayOptions { auth: AuthMode::Keys, flush_interval: Duration::from_secs(2), ..GatewayOptions::default() };
+    let opts =
+        GatewayOptions { auth: AuthMode::Keys, flush_interval: Duration::from_secs(2), ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
     let key = gw.account("acme", OPENING).await?;
     let ledger = gw.ledger()?;
@@ -93,7 +95,8 @@ async fn soak(run: Duration) -> anyhow::Result<()> {
                     ok: s.complete() && s.contents().len() == 5,
                     upstream: s.header("x-sluice-upstream").map(str::to_string),
                     request_id: id,
-                    error: (!s.complete()).then(|| format!("{} {:?} {}", s.status, s.end, s.body.chars().take(300).collect::<String>())),
+                    error: (!s.complete())
+                        .then(|| format!("{} {:?} {}", s.status, s.end, s.body.chars().take(300).collect::<String>())),
                     ..Shot::default()
                 },
                 Err(e) => Shot { n, at, request_id: id, error: Some(e.to_string()), ..Shot::default() },
@@ -109,9 +112,15 @@ async fn soak(run: Duration) -> anyhow::Result<()> {
     let failed: Vec<&Shot> = shots.iter().filter(|s| !s.ok).collect();
     let availability = 100.0 * (total - failed.len()) as f64 / total as f64;
     let first_bytes: Vec<Duration> = shots.iter().filter(|s| s.ok).map(|s| s.latency).collect();
-    let (p50, p99, p999, max) = (percentile(&first_bytes, 0.5), percentile(&first_bytes, 0.99), percentile(&first_bytes, 0.999), percentile(&first_bytes, 1.0));
+    let (p50, p99, p999, max) = (
+        percentile(&first_bytes, 0.5),
+        percentile(&first_bytes, 0.99),
+        percentile(&first_bytes, 0.999),
+        percentile(&first_bytes, 1.0),
+    );
     let count = |name: &str| shots.iter().filter(|s| s.upstream.as_deref() == Some(name)).count();
-    let attempts = |up: &str, outcome: &str| gw.count("sluice_upstream_attempts_total", &[("upstream", up), ("outcome", outcome)]);
+    let attempts =
+        |up: &str, outcome: &str| gw.count("sluice_upstream_attempts_total", &[("upstream", up), ("outcome", outcome)]);
     let rate = total as f64 / run.as_secs_f64();
     eprintln!(
         "soak {:?}: {total} requests ({rate:.0}/s), availability {availability:.4}% ({} failed); first byte p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms; \
@@ -134,9 +143,16 @@ async fn soak(run: Duration) -> anyhow::Result<()> {
         report.min_available,
     );
     assert!(rate >= 0.95 * RATE, "only {rate:.0} req/s: the load did not happen");
-    assert!(availability >= 99.99, "availability {availability:.4}%; failures: {:?}", failed.iter().take(10).collect::<Vec<_>>());
+    assert!(
+        availability >= 99.99,
+        "availability {availability:.4}%; failures: {:?}",
+        failed.iter().take(10).collect::<Vec<_>>()
+    );
     // The faults happened, and were found the way the scenario says.
-    assert!(attempts("silent", "first_byte_timeout") >= run.as_secs_f64() / 4.0, "the silent upstream was hardly tried");
+    assert!(
+        attempts("silent", "first_byte_timeout") >= run.as_secs_f64() / 4.0,
+        "the silent upstream was hardly tried"
+    );
     assert!(attempts("bursty", "http_5xx") > 0.0 && attempts("throttled", "http_429") > 0.0);
     assert_eq!(count("silent"), 0);
     let bound = WATCHDOG + HEALTHY_FIRST_BYTE + ALLOWANCE;
@@ -148,7 +164,8 @@ async fn soak(run: Duration) -> anyhow::Result<()> {
     // Billing held all along, and adds up.
     assert!(report.samples > 100 && report.min_available >= 0, "{report:?}");
     assert!(report.inconsistent.is_empty(), "{:?}", report.inconsistent.first());
-    let settled = eventually(Duration::from_secs(10), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await;
+    let settled =
+        eventually(Duration::from_secs(10), async || gw.metric("sluice_reservations_open", &[]) == Some(0.0)).await;
     assert!(settled, "reservations still open");
     gw.return_grants().await;
     let check = ledger.journal_verify("acme").await?;

@@ -32,7 +32,10 @@ fn chromium() -> Option<PathBuf> {
             return Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
         }
     }
-    assert!(std::env::var_os("CI").is_none(), "chromium is missing (scripts/test installs the Debian package `chromium`)");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "chromium is missing (scripts/test installs the Debian package `chromium`)"
+    );
     eprintln!("skipped: chromium is not installed (apt-get install chromium)");
     None
 }
@@ -76,20 +79,26 @@ async fn screenshot(chromium: &Path, url: &str, name: &str) -> anyhow::Result<Pa
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/status-screens");
     std::fs::create_dir_all(&dir)?;
     let file = dir.join(name);
-    browse(chromium, &[&format!("--screenshot={}", file.display()), "--window-size=1100,1800", "--hide-scrollbars", url]).await?;
+    browse(
+        chromium,
+        &[&format!("--screenshot={}", file.display()), "--window-size=1100,1800", "--hide-scrollbars", url],
+    )
+    .await?;
     anyhow::ensure!(file.exists(), "no screenshot at {}", file.display());
     Ok(file)
 }
 
 #[tokio::test]
-async fn a_browser_sees_a_failing_candidate_degrade_the_route_and_the_recovery_end_the_incident() -> anyhow::Result<()> {
+async fn a_browser_sees_a_failing_candidate_degrade_the_route_and_the_recovery_end_the_incident() -> anyhow::Result<()>
+{
     let Some(chromium) = chromium() else { return Ok(()) };
     let _serial = serial().await;
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
     let docs = [
         primary.doc(),
         backup.doc(),
-        route("chat", "chat-model", &[("primary", 100), ("backup", 1)]).with("spec.synthetic", json!({"interval": "1s"})),
+        route("chat", "chat-model", &[("primary", 100), ("backup", 1)])
+            .with("spec.synthetic", json!({"interval": "1s"})),
     ];
     let opts = GatewayOptions { flush_interval: Duration::from_millis(500), ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
@@ -154,7 +163,8 @@ async fn a_browser_sees_a_failing_candidate_degrade_the_route_and_the_recovery_e
     assert!(recovered, "the route did not recover:\n{}", page().await);
     let dom = browse(&chromium, &["--dump-dom", &status_url]).await?;
     assert_eq!(route_status(&dom, &route_key).as_deref(), Some("operational"), "{dom}");
-    let incident = dom.split("<tr data-incident=").nth(1).ok_or_else(|| anyhow::anyhow!("no incident listed:\n{dom}"))?;
+    let incident =
+        dom.split("<tr data-incident=").nth(1).ok_or_else(|| anyhow::anyhow!("no incident listed:\n{dom}"))?;
     let row = &incident[..incident.find("</tr>").unwrap_or(incident.len())];
     assert!(row.contains("data-resolved=\"true\""), "the incident is not resolved: {row}");
     assert!(row.contains("chat-model: degraded performance"), "{row}");

@@ -64,7 +64,10 @@ async fn a_stall_is_ended_by_the_idle_timeout() -> anyhow::Result<()> {
     let last_content = s.contents().last().map(|e| e.at).unwrap_or_default();
     let gap = s.events.last().map(|e| e.at).unwrap_or_default().saturating_sub(last_content);
     eprintln!("idle: stream ended {:.3} s after the last chunk (idle 1 s)", gap.as_secs_f64());
-    assert!(gap >= Duration::from_millis(950) && gap < Duration::from_millis(1500), "ended {gap:?} after the last chunk");
+    assert!(
+        gap >= Duration::from_millis(950) && gap < Duration::from_millis(1500),
+        "ended {gap:?} after the last chunk"
+    );
     assert_eq!(only.state.hangs(), 1);
     assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "only"), ("outcome", "idle_timeout")]), 1.0);
     // The stalled upstream connection is given up.

@@ -34,11 +34,16 @@ async fn each_candidate_is_checked_once_per_interval_and_the_route_never_sees_it
     let gw = TestGateway::start(&yaml(&docs)).await?;
 
     // The first checks come within the first interval (jittered), then one per interval.
-    let warm = eventually(Duration::from_secs(5), async || checks(&gw, "a", "ok") >= 1.0 && checks(&gw, "b", "ok") >= 1.0).await;
+    let warm =
+        eventually(Duration::from_secs(5), async || checks(&gw, "a", "ok") >= 1.0 && checks(&gw, "b", "ok") >= 1.0)
+            .await;
     assert!(warm, "no first checks:\n{}", gw.metrics());
     let (a0, b0) = (checks(&gw, "a", "ok"), checks(&gw, "b", "ok"));
     let since = Instant::now();
-    let more = eventually(Duration::from_secs(10), async || checks(&gw, "a", "ok") >= a0 + 4.0 && checks(&gw, "b", "ok") >= b0 + 4.0).await;
+    let more = eventually(Duration::from_secs(10), async || {
+        checks(&gw, "a", "ok") >= a0 + 4.0 && checks(&gw, "b", "ok") >= b0 + 4.0
+    })
+    .await;
     assert!(more, "fewer than 4 checks per candidate in 10 s:\n{}", gw.metrics());
     let elapsed = since.elapsed();
     // Four more checks of one candidate are due three intervals apart; two per interval
@@ -52,7 +57,12 @@ async fn each_candidate_is_checked_once_per_interval_and_the_route_never_sees_it
     }
     // Each check is one chat completion at that candidate, in its own protocol.
     let native = |c: &ChaosUpstream, p: Protocol| c.counters().by_protocol.get(&p).copied().unwrap_or(0);
-    assert!(native(&a, Protocol::OpenAi) >= 5 && native(&b, Protocol::Anthropic) >= 5, "a: {:?}\nb: {:?}", a.counters(), b.counters());
+    assert!(
+        native(&a, Protocol::OpenAi) >= 5 && native(&b, Protocol::Anthropic) >= 5,
+        "a: {:?}\nb: {:?}",
+        a.counters(),
+        b.counters()
+    );
 
     // Upstream attempts and rollups count them; route requests, rollups and budget do not.
     assert!(gw.count("sluice_upstream_attempts_total", &[("upstream", "a"), ("outcome", "ok")]) >= 5.0);
@@ -83,7 +93,8 @@ async fn a_dead_candidate_is_demoted_by_checks_alone_and_still_checked_while_ope
     let docs = [
         dead.doc().with("spec.circuitBreaker", json!({"minimumRequests": 2, "openFor": "1m"})),
         healthy.doc(),
-        route("chat", "chat-model", &[("dead", 100), ("healthy", 50)]).with("spec.synthetic", json!({"interval": "1s"})),
+        route("chat", "chat-model", &[("dead", 100), ("healthy", 50)])
+            .with("spec.synthetic", json!({"interval": "1s"})),
     ];
     let gw = TestGateway::start(&yaml(&docs)).await?;
     // No client request: the checks alone open the dead candidate's circuit.
@@ -129,14 +140,16 @@ async fn a_dead_candidate_is_demoted_by_checks_alone_and_still_checked_while_ope
 }
 
 #[tokio::test]
-async fn a_silent_candidate_fails_its_checks_on_the_first_byte_watchdog_and_each_check_is_a_row() -> anyhow::Result<()> {
+async fn a_silent_candidate_fails_its_checks_on_the_first_byte_watchdog_and_each_check_is_a_row() -> anyhow::Result<()>
+{
     let _serial = serial().await;
     let [silent, healthy] = ChaosUpstream::start_all(["silent", "healthy"]).await?;
     silent.script(json!({"hang": true}))?;
     let docs = [
         silent.doc().with("spec.timeouts.firstByte", "300ms"),
         healthy.doc(),
-        route("chat", "chat-model", &[("silent", 100), ("healthy", 50)]).with("spec.synthetic", json!({"interval": "1s"})),
+        route("chat", "chat-model", &[("silent", 100), ("healthy", 50)])
+            .with("spec.synthetic", json!({"interval": "1s"})),
     ];
     let gw = TestGateway::start(&yaml(&docs)).await?;
     let seen = eventually(Duration::from_secs(8), async || {
@@ -144,13 +157,16 @@ async fn a_silent_candidate_fails_its_checks_on_the_first_byte_watchdog_and_each
     })
     .await;
     assert!(seen, "no first-byte timeouts of the silent candidate:\n{}", gw.metrics());
-    assert!(gw.count("sluice_upstream_attempts_total", &[("upstream", "silent"), ("outcome", "first_byte_timeout")]) >= 2.0);
+    assert!(
+        gw.count("sluice_upstream_attempts_total", &[("upstream", "silent"), ("outcome", "first_byte_timeout")]) >= 2.0
+    );
 
     // The rows the status page reads: the rollups' keys, the outcome labels.
     let ledger = gw.ledger()?;
     let keys = |names: &[&str]| names.iter().map(|n| format!("default/{n}")).collect::<Vec<_>>();
     let stored = eventually(Duration::from_secs(5), async || {
-        let rows = ledger.synthetic_checks(&keys(&["chat"]), &keys(&["silent", "healthy"]), 0).await.unwrap_or_default();
+        let rows =
+            ledger.synthetic_checks(&keys(&["chat"]), &keys(&["silent", "healthy"]), 0).await.unwrap_or_default();
         let count = |up: &str, outcome: &str| rows.iter().filter(|r| r.upstream == up && r.outcome == outcome).count();
         rows.iter().all(|r| r.route == "default/chat")
             && count("default/silent", "first_byte_timeout") >= 2
@@ -173,7 +189,8 @@ async fn every_protocol_is_checked_in_its_own_wire_format_with_its_own_credentia
     let gemini = ChaosUpstream::start_with_auth("gemini", Some(key("gemini-key"))).await?;
     let azure = ChaosUpstream::start_with_auth("azure", Some(key("azure-key"))).await?;
     let aws = AwsKeys { access_key_id: "AKIDSLUICETEST".into(), secret_access_key: "sluice/test/secret+key".into() };
-    let bedrock = ChaosUpstream::start_with_auth("bedrock", Some(ChaosAuth { aws: Some(aws), ..ChaosAuth::default() })).await?;
+    let bedrock =
+        ChaosUpstream::start_with_auth("bedrock", Some(ChaosAuth { aws: Some(aws), ..ChaosAuth::default() })).await?;
     // The Vertex upstream is also the key's token endpoint.
     let vertex = ChaosUpstream::start("vertex").await?;
     let mut sa: serde_json::Value = serde_json::from_str(SA_KEY)?;
@@ -203,11 +220,17 @@ async fn every_protocol_is_checked_in_its_own_wire_format_with_its_own_credentia
         secret("aws-keys", "AWS_SECRET_ACCESS_KEY", "sluice/test/secret+key"),
         secret("vertex-sa", "key.json", &sa.to_string()),
     ];
-    let gw = TestGateway::start_with(&yaml(&docs), sluice_tests::GatewayOptions { secrets, ..Default::default() }).await?;
+    let gw =
+        TestGateway::start_with(&yaml(&docs), sluice_tests::GatewayOptions { secrets, ..Default::default() }).await?;
     let names = ["gemini", "azure", "bedrock", "vertex"];
     let all_ok = eventually(Duration::from_secs(8), async || names.iter().all(|n| checks(&gw, n, "ok") >= 2.0)).await;
     assert!(all_ok, "not every protocol's checks succeed:\n{}", gw.metrics());
-    let protocols = [(&gemini, Protocol::Gemini), (&azure, Protocol::AzureOpenAi), (&bedrock, Protocol::Bedrock), (&vertex, Protocol::VertexGemini)];
+    let protocols = [
+        (&gemini, Protocol::Gemini),
+        (&azure, Protocol::AzureOpenAi),
+        (&bedrock, Protocol::Bedrock),
+        (&vertex, Protocol::VertexGemini),
+    ];
     for (up, protocol) in protocols {
         let counters = up.counters();
         assert!(counters.by_protocol.get(&protocol).copied().unwrap_or(0) >= 2, "{}: {counters:?}", up.name);

@@ -27,7 +27,10 @@ async fn a_throttled_first_walk_waits_for_retry_after_and_walks_again() -> anyho
     let t0 = Instant::now();
     let request = tokio::spawn(async move { client.chat("chat-model", json!({})).await });
     // Once both answered their 429 (counted when the status is decided), they recover.
-    let first_walk_done = eventually(Duration::from_secs(5), async || a.state.requests_with_status(429) == 1 && b.state.requests_with_status(429) == 1).await;
+    let first_walk_done = eventually(Duration::from_secs(5), async || {
+        a.state.requests_with_status(429) == 1 && b.state.requests_with_status(429) == 1
+    })
+    .await;
     assert!(first_walk_done, "the first walk did not reach both candidates");
     a.healthy();
     b.healthy();

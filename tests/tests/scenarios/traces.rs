@@ -23,8 +23,8 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message as _;
 use serde_json::json;
-use sluice_ledger::testing::eventually;
 use sluice_gateway::telemetry::traces::TraceArgs;
+use sluice_ledger::testing::eventually;
 use sluice_tests::{GatewayOptions, TestGateway, route, upstream_doc, yaml};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -66,9 +66,16 @@ impl Drop for AbortOnDrop {
 /// An OTLP/HTTP receiver: `POST /v1/traces` with an `ExportTraceServiceRequest`.
 async fn receiver() -> anyhow::Result<(String, Seen<Span>, AbortOnDrop)> {
     let seen = Seen::<Span>::default();
-    async fn export(State(seen): State<Seen<Span>>, body: Bytes) -> (StatusCode, [(&'static str, &'static str); 1], Vec<u8>) {
+    async fn export(
+        State(seen): State<Seen<Span>>,
+        body: Bytes,
+    ) -> (StatusCode, [(&'static str, &'static str); 1], Vec<u8>) {
         let Ok(req) = ExportTraceServiceRequest::decode(body) else {
-            return (StatusCode::BAD_REQUEST, [("content-type", "text/plain")], b"not an ExportTraceServiceRequest".to_vec());
+            return (
+                StatusCode::BAD_REQUEST,
+                [("content-type", "text/plain")],
+                b"not an ExportTraceServiceRequest".to_vec(),
+            );
         };
         for span in req.resource_spans.into_iter().flat_map(|r| r.scope_spans).flat_map(|s| s.spans) {
             seen.push(span);
@@ -110,7 +117,9 @@ async fn grpc_receiver() -> anyhow::Result<(String, Seen<Span>, AbortOnDrop)> {
         response.headers_mut().insert("content-type", HeaderValue::from_static("application/grpc"));
         response
     }
-    let app = Router::new().route("/opentelemetry.proto.collector.trace.v1.TraceService/Export", post(export)).with_state(seen.clone());
+    let app = Router::new()
+        .route("/opentelemetry.proto.collector.trace.v1.TraceService/Export", post(export))
+        .with_state(seen.clone());
     let (base, task) = serve(app).await?;
     Ok((base, seen, task))
 }
@@ -180,7 +189,11 @@ async fn prompt_and_completion_text_only_when_asked_for() -> anyhow::Result<()> 
 #[tokio::test]
 async fn traces_go_over_grpc_too() -> anyhow::Result<()> {
     let (otlp, spans, _receiver) = grpc_receiver().await?;
-    failover_trace(TraceArgs { otlp_endpoint: Some(otlp), otlp_protocol: Some("grpc".into()), ..TraceArgs::default() }, &spans).await
+    failover_trace(
+        TraceArgs { otlp_endpoint: Some(otlp), otlp_protocol: Some("grpc".into()), ..TraceArgs::default() },
+        &spans,
+    )
+    .await
 }
 
 /// Drives a failover (primary 503, backup 200) through a gateway exporting as `traces`
@@ -213,9 +226,18 @@ async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result
 
     // Batches leave every few seconds; a flush sends this one now.
     gw.state.traces.as_ref().context("tracing is on")?.flush().await;
-    assert!(eventually(Duration::from_secs(10), async || spans.all().len() >= 3).await, "spans received: {:?}", spans.all().iter().map(|s| (s.name.clone(), s.kind)).collect::<Vec<_>>());
+    assert!(
+        eventually(Duration::from_secs(10), async || spans.all().len() >= 3).await,
+        "spans received: {:?}",
+        spans.all().iter().map(|s| (s.name.clone(), s.kind)).collect::<Vec<_>>()
+    );
     let all = spans.all();
-    assert_eq!(all.len(), 3, "one request span and two attempt spans: {:?}", all.iter().map(|s| &s.name).collect::<Vec<_>>());
+    assert_eq!(
+        all.len(),
+        3,
+        "one request span and two attempt spans: {:?}",
+        all.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
 
     let request: Vec<&Span> = all.iter().filter(|s| s.kind == SpanKind::Server as i32).collect();
     let [request] = request.as_slice() else { anyhow::bail!("one SERVER span, got {}", request.len()) };
@@ -250,7 +272,10 @@ async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result
         assert_eq!(s.parent_span_id, request.span_id, "an attempt span is the request span's child");
     }
     let (a1, a2) = (attributes(first), attributes(second));
-    assert_eq!((&a1["sluice.upstream"], &a1["sluice.attempt.outcome"], &a1["sluice.failover.reason"]), (&json!("primary"), &json!("http_5xx"), &json!("http_5xx")));
+    assert_eq!(
+        (&a1["sluice.upstream"], &a1["sluice.attempt.outcome"], &a1["sluice.failover.reason"]),
+        (&json!("primary"), &json!("http_5xx"), &json!("http_5xx"))
+    );
     assert_eq!((&a2["sluice.upstream"], &a2["sluice.attempt.outcome"]), (&json!("backup"), &json!("ok")));
     assert!(!a2.contains_key("sluice.failover.reason"), "the serving attempt did not fail over");
 
@@ -261,21 +286,21 @@ async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result
 }
 
 #[tokio::test]
-async fn a_streamed_answer_records_the_finish_reason_the_client_saw_and_the_model_that_answered() -> anyhow::Result<()> {
+async fn a_streamed_answer_records_the_finish_reason_the_client_saw_and_the_model_that_answered() -> anyhow::Result<()>
+{
     let (otlp, spans, _receiver) = receiver().await?;
     let stream = format!(
         "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"{ANSWERED_MODEL}\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"hi\"}},\"finish_reason\":null}}]}}\n\n\
          data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"{ANSWERED_MODEL}\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n\
          data: [DONE]\n\n"
     );
-    let app = Router::new().route(
-        "/v1/chat/completions",
-        post(move || async move { ([("content-type", "text/event-stream")], stream) }),
-    );
+    let app = Router::new()
+        .route("/v1/chat/completions", post(move || async move { ([("content-type", "text/event-stream")], stream) }));
     let (base, _upstream) = serve(app).await?;
     let manifests = yaml(&[upstream_doc("only", &format!("{base}/v1")), route("chat", "chat-model", &[("only", 100)])]);
     let traces = TraceArgs { otlp_endpoint: Some(otlp), ..TraceArgs::default() };
-    let gw = TestGateway::start_with(&manifests, GatewayOptions { traces: Some(traces), ..GatewayOptions::default() }).await?;
+    let gw = TestGateway::start_with(&manifests, GatewayOptions { traces: Some(traces), ..GatewayOptions::default() })
+        .await?;
     let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
     assert!(s.events.last().is_some_and(|e| e.is_done()), "{}", s.body);
     gw.state.traces.as_ref().context("tracing is on")?.flush().await;

@@ -49,7 +49,11 @@ async fn a_malformed_event_is_dropped_and_the_stream_goes_on() -> anyhow::Result
     only.script(json!({"chunks": 5, "malformed_chunk": 2}))?;
     let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
     assert_eq!(s.status, 200);
-    assert!(s.events.iter().all(|e| e.is_done() || !e.json().is_null()), "only valid JSON reaches the client: {:?}", s.datas());
+    assert!(
+        s.events.iter().all(|e| e.is_done() || !e.json().is_null()),
+        "only valid JSON reaches the client: {:?}",
+        s.datas()
+    );
     assert_eq!(s.contents().len(), 4, "the other contents all arrive: {:?}", s.datas());
     assert!(s.events.iter().any(|e| e.is_finish()));
     assert!(s.done());
@@ -72,7 +76,11 @@ async fn a_stream_without_done_is_finalised_at_once() -> anyhow::Result<()> {
         let finish = s.events.iter().find(|e| e.is_finish()).map(|e| e.at).unwrap_or_default();
         let done = s.events.last().map(|e| e.at).unwrap_or_default();
         // Idle is 5 s: waiting for more would show.
-        assert!(done.saturating_sub(finish) < Duration::from_millis(100), "[DONE] {:?} after the finish chunk ({extra})", done.saturating_sub(finish));
+        assert!(
+            done.saturating_sub(finish) < Duration::from_millis(100),
+            "[DONE] {:?} after the finish chunk ({extra})",
+            done.saturating_sub(finish)
+        );
         assert!(s.ended_at < Duration::from_secs(1));
     }
     assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "only"), ("outcome", "ok")]), 2.0);

@@ -16,14 +16,19 @@ const ALLOWANCE: Duration = Duration::from_millis(20);
 /// Extra room for a loaded 2-core CI box, on the median only.
 const CI_SLACK: Duration = Duration::from_millis(25);
 
-async fn start(primary_script: serde_json::Value, backup_script: serde_json::Value, action: &str) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
+async fn start(
+    primary_script: serde_json::Value,
+    backup_script: serde_json::Value,
+    action: &str,
+) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
     primary.script(primary_script)?;
     backup.script(backup_script)?;
     let docs: Vec<Doc> = vec![
         primary.doc().with("spec.timeouts.firstByte", "50ms"),
         backup.doc().with("spec.timeouts.firstByte", "2s"),
-        route("chat", "chat-model", &[("primary", 100), ("backup", 50)]).with("spec.failover.onFirstByteTimeout", action),
+        route("chat", "chat-model", &[("primary", 100), ("backup", 50)])
+            .with("spec.failover.onFirstByteTimeout", action),
     ];
     let gw = TestGateway::start(&yaml(&docs)).await?;
     Ok((primary, backup, gw))
@@ -36,7 +41,8 @@ async fn a_silent_primary_is_failed_over_within_the_watchdog() -> anyhow::Result
     // Fresh upstream health each time: one failed attempt demotes the primary.
     for _ in 0..5 {
         let silent = json!({"first_byte_ms": 10_000});
-        let (primary, backup, gw) = start(silent, json!({"first_byte_ms": BACKUP_FIRST_BYTE.as_millis() as u64}), "failover").await?;
+        let (primary, backup, gw) =
+            start(silent, json!({"first_byte_ms": BACKUP_FIRST_BYTE.as_millis() as u64}), "failover").await?;
         let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
         assert_eq!(s.status, 200, "{}", s.body);
         assert_eq!(s.header("x-sluice-upstream"), Some("backup"));
@@ -46,18 +52,32 @@ async fn a_silent_primary_is_failed_over_within_the_watchdog() -> anyhow::Result
         assert_eq!(s.contents().len(), 5);
         let first = s.first_event_at().unwrap_or(Duration::MAX);
         // Headers were held until the backup's first byte, not sent by the silent primary.
-        assert!(s.headers_at + Duration::from_millis(5) >= WATCHDOG + BACKUP_FIRST_BYTE, "headers at {:?}", s.headers_at);
+        assert!(
+            s.headers_at + Duration::from_millis(5) >= WATCHDOG + BACKUP_FIRST_BYTE,
+            "headers at {:?}",
+            s.headers_at
+        );
         assert!(first >= WATCHDOG + BACKUP_FIRST_BYTE, "first byte at {first:?} is faster than possible");
         // Without the watchdog the primary would hold the request for 10 s.
         assert!(first < Duration::from_millis(400), "first byte at {first:?}");
         firsts.push(first);
         assert_eq!((primary.requests(), backup.requests()), (1, 1));
-        assert_eq!(gw.count("sluice_upstream_attempts_total", &[("upstream", "primary"), ("outcome", "first_byte_timeout")]), 1.0);
+        assert_eq!(
+            gw.count("sluice_upstream_attempts_total", &[("upstream", "primary"), ("outcome", "first_byte_timeout")]),
+            1.0
+        );
         // The abandoned attempt is cancelled: its connection goes away.
-        assert!(eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await, "the silent attempt was not cancelled");
+        assert!(
+            eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await,
+            "the silent attempt was not cancelled"
+        );
     }
     let med = median(&firsts);
-    eprintln!("watchdog failover: first byte at {:?} ms (median {:.1} ms)", firsts.iter().map(|d| ms(*d).round()).collect::<Vec<_>>(), ms(med));
+    eprintln!(
+        "watchdog failover: first byte at {:?} ms (median {:.1} ms)",
+        firsts.iter().map(|d| ms(*d).round()).collect::<Vec<_>>(),
+        ms(med)
+    );
     let bound = WATCHDOG + BACKUP_FIRST_BYTE + ALLOWANCE + CI_SLACK;
     assert!(med <= bound, "median first byte {med:?} over {bound:?}");
     Ok(())
@@ -78,7 +98,10 @@ async fn hedge_keeps_the_slow_primary_and_takes_the_first_byte_of_either() -> an
     let first = s.first_event_at().unwrap_or(Duration::MAX);
     assert!(first >= Duration::from_millis(150) && first < Duration::from_millis(400), "first byte at {first:?}");
     assert_eq!(backup.requests(), 1, "the backup was started at the watchdog");
-    assert!(eventually(Duration::from_secs(2), async || backup.state.in_flight() == 0).await, "the losing hedge was not cancelled");
+    assert!(
+        eventually(Duration::from_secs(2), async || backup.state.in_flight() == 0).await,
+        "the losing hedge was not cancelled"
+    );
     assert_eq!(primary.requests(), 1);
     drop(gw);
 
@@ -95,7 +118,10 @@ async fn hedge_keeps_the_slow_primary_and_takes_the_first_byte_of_either() -> an
     eprintln!("hedge: backup first byte at {:.1} ms", ms(first));
     assert!(first >= Duration::from_millis(80) && first < Duration::from_millis(300), "first byte at {first:?}");
     assert_eq!((primary.requests(), backup.requests()), (1, 1));
-    assert!(eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await, "the slow primary was not cancelled");
+    assert!(
+        eventually(Duration::from_secs(2), async || primary.state.in_flight() == 0).await,
+        "the slow primary was not cancelled"
+    );
     Ok(())
 }
 

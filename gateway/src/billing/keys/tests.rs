@@ -25,9 +25,7 @@ fn hit(c: &KeyCache, hash: &str, now: Instant) -> Option<Option<AccountRef>> {
 }
 
 fn fill(c: &KeyCache, hash: &str, account: Option<AccountRef>, now: Instant) {
-    let Lookup::Miss(generation) = c.get(hash, now) else {
-        panic!("{hash} was cached")
-    };
+    let Lookup::Miss(generation) = c.get(hash, now) else { panic!("{hash} was cached") };
     c.put(hash.to_owned(), account, generation, now);
 }
 
@@ -175,7 +173,10 @@ async fn the_gateway_cache_asks_the_ledger_once_and_hears_revocations() {
     assert_eq!(c.get(&hash, Instant::now()), Lookup::Hit(Some(found)));
 
     ledger.revoke_key(KeySelector::Key(&key)).await.unwrap();
-    let refused = sluice_ledger::testing::eventually(Duration::from_secs(1), async || c.authenticate(&ledger, &key).await.unwrap().is_none()).await;
+    let refused = sluice_ledger::testing::eventually(Duration::from_secs(1), async || {
+        c.authenticate(&ledger, &key).await.unwrap().is_none()
+    })
+    .await;
     assert!(refused, "the revocation did not reach the cache within 1 s");
     assert_eq!(c.get(&hash, Instant::now()), Lookup::Hit(None), "now cached as unknown");
 }
@@ -186,8 +187,7 @@ async fn the_gateway_cache_listens_from_the_start() {
     assert!(KeyCache::watching(Some(&ledger)).lock().changes.is_some());
     assert!(KeyCache::watching(None).lock().changes.is_none());
     // Outside a runtime it cannot start the feed; it subscribes on first use instead.
-    let outside = std::thread::spawn(move || KeyCache::watching(Some(&ledger)).lock().changes.is_none())
-        .join()
-        .unwrap();
+    let outside =
+        std::thread::spawn(move || KeyCache::watching(Some(&ledger)).lock().changes.is_none()).join().unwrap();
     assert!(outside);
 }

@@ -37,11 +37,7 @@ pub(crate) enum TokenCheck {
 
 impl Tokens {
     fn issue(&self, ttl: std::time::Duration) -> String {
-        let token = format!(
-            "ya29.chaos-{:016x}{:016x}",
-            rand::random::<u64>(),
-            rand::random::<u64>()
-        );
+        let token = format!("ya29.chaos-{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
         let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
         issued.insert(token.clone(), Instant::now() + ttl);
         token
@@ -73,30 +69,18 @@ fn oauth_error(error: &str, description: &str) -> Response {
 
 /// Issues a token and answers `{access_token, expires_in, token_type}`.
 fn grant(state: &ChaosState) -> (String, Response) {
-    let ttl = state
-        .auth()
-        .google
-        .as_ref()
-        .map_or(DEFAULT_TOKEN_TTL, |g| g.token_ttl);
+    let ttl = state.auth().google.as_ref().map_or(DEFAULT_TOKEN_TTL, |g| g.token_ttl);
     let token = state.tokens().issue(ttl);
     state.inner.counters.token_issued();
     let body = json!({"access_token": token, "expires_in": ttl.as_secs(), "token_type": "Bearer"});
-    (
-        token,
-        json_response(StatusCode::OK, Bytes::from(body.to_string())),
-    )
+    (token, json_response(StatusCode::OK, Bytes::from(body.to_string())))
 }
 
 /// `POST /token`: the OAuth2 JWT-bearer grant (RFC 7523) as Google's
 /// token endpoint answers it, assertion checked against the configured
 /// service account.
 pub(crate) async fn token(State(state): State<ChaosState>, request: Request) -> Response {
-    let host = request
-        .headers()
-        .get("host")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let host = request.headers().get("host").and_then(|h| h.to_str().ok()).unwrap_or_default().to_owned();
     let path = request.uri().path().to_owned();
     let Ok(body) = axum::body::to_bytes(request.into_body(), BODY_LIMIT).await else {
         return oauth_error("invalid_request", "cannot read the request body");
@@ -104,33 +88,20 @@ pub(crate) async fn token(State(state): State<ChaosState>, request: Request) -> 
     let form = String::from_utf8_lossy(&body).replace('+', " ");
     let grant_type = query_param(Some(&form), "grant_type").unwrap_or_default();
     if grant_type != JWT_BEARER_GRANT {
-        return oauth_error(
-            "unsupported_grant_type",
-            &format!("Invalid grant_type: {grant_type}"),
-        );
+        return oauth_error("unsupported_grant_type", &format!("Invalid grant_type: {grant_type}"));
     }
     let Some(assertion) = query_param(Some(&form), "assertion").filter(|a| !a.is_empty()) else {
         return oauth_error("invalid_request", "Missing required parameter: assertion");
     };
-    if let Some(account) = state
-        .auth()
-        .google
-        .as_ref()
-        .and_then(|g| g.service_account.clone())
-    {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+    if let Some(account) = state.auth().google.as_ref().and_then(|g| g.service_account.clone()) {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         // The key's token_uri, the URL this request reached, or Google's own
         // endpoint (google-auth always signs for that one).
         let here = format!("http://{host}{path}");
         let audiences = [account.token_uri.as_str(), here.as_str(), DEFAULT_TOKEN_URI];
         let verify = |aud: &str| verify_assertion(&assertion, &account.public_key_der, aud, now);
-        let verified = audiences
-            .iter()
-            .map(|aud| verify(aud))
-            .find(Result::is_ok)
-            .unwrap_or_else(|| verify(&account.token_uri));
+        let verified =
+            audiences.iter().map(|aud| verify(aud)).find(Result::is_ok).unwrap_or_else(|| verify(&account.token_uri));
         match verified {
             Ok(claims) if claims.iss == account.client_email => {}
             Ok(_) => return oauth_error("invalid_grant", "Invalid grant: account not found"),
@@ -147,9 +118,7 @@ pub(crate) async fn metadata_token(State(state): State<ChaosState>, request: Req
         return missing_flavor();
     }
     let (_, mut response) = grant(&state);
-    response
-        .headers_mut()
-        .insert(METADATA_FLAVOR, HeaderValue::from_static("Google"));
+    response.headers_mut().insert(METADATA_FLAVOR, HeaderValue::from_static("Google"));
     response
 }
 
@@ -166,21 +135,13 @@ pub(crate) async fn metadata_project(request: Request) -> Response {
 }
 
 fn has_flavor(request: &Request) -> bool {
-    request
-        .headers()
-        .get(METADATA_FLAVOR)
-        .is_some_and(|v| v.as_bytes() == b"Google")
+    request.headers().get(METADATA_FLAVOR).is_some_and(|v| v.as_bytes() == b"Google")
 }
 
 fn missing_flavor() -> Response {
-    let mut response = Response::new(axum::body::Body::from(
-        "Missing Metadata-Flavor:Google header.\n",
-    ));
+    let mut response = Response::new(axum::body::Body::from("Missing Metadata-Flavor:Google header.\n"));
     *response.status_mut() = StatusCode::FORBIDDEN;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=UTF-8"),
-    );
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=UTF-8"));
     response
 }
 

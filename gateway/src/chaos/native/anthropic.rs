@@ -63,14 +63,8 @@ pub(super) fn preamble(a: &Answer) -> Vec<Bytes> {
         None => json!({"type": "text", "text": ""}),
     };
     vec![
-        event(
-            "message_start",
-            &json!({"type": "message_start", "message": message}),
-        ),
-        event(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": 0, "content_block": block}),
-        ),
+        event("message_start", &json!({"type": "message_start", "message": message})),
+        event("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": block})),
         event("ping", &json!({"type": "ping"})),
     ]
 }
@@ -83,20 +77,14 @@ pub(super) fn piece(a: &Answer, i: usize) -> Bytes {
     } else {
         json!({"type": "text_delta", "text": text})
     };
-    event(
-        "content_block_delta",
-        &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
-    )
+    event("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": delta}))
 }
 
 /// The block's stop, `message_delta` (stop reason, cumulative usage) and
 /// `message_stop`, the end marker.
 pub(super) fn closing(a: &Answer) -> Vec<Bytes> {
     vec![
-        event(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": 0}),
-        ),
+        event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})),
         event(
             "message_delta",
             &json!({
@@ -141,13 +129,9 @@ pub(super) fn error_kind(status: u16) -> &'static str {
 pub(super) fn error_message(kind: &str) -> &'static str {
     match kind {
         "overloaded_error" => "Overloaded",
-        "rate_limit_error" => {
-            "This request would exceed the rate limit for your organization. Please try again later."
-        }
+        "rate_limit_error" => "This request would exceed the rate limit for your organization. Please try again later.",
         "authentication_error" => "invalid x-api-key",
-        "permission_error" => {
-            "Your API key does not have permission to use the specified resource."
-        }
+        "permission_error" => "Your API key does not have permission to use the specified resource.",
         "not_found_error" => "The requested resource could not be found.",
         "request_too_large" => "Request exceeds the maximum allowed number of bytes.",
         "billing_error" => "Your credit balance is too low to access the Anthropic API.",

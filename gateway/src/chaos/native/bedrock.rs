@@ -68,10 +68,7 @@ fn framed(encoded: Result<Bytes, FrameError>) -> Bytes {
 /// An event frame; `p` pads payloads as Bedrock does.
 fn event(kind: &str, mut payload: Value) -> Bytes {
     payload["p"] = json!("abcdefghijklmnopqrstuvwxyzABCDEFGH");
-    framed(eventstream::encode_event(
-        kind,
-        payload.to_string().as_bytes(),
-    ))
+    framed(eventstream::encode_event(kind, payload.to_string().as_bytes()))
 }
 
 /// `messageStart`, and `contentBlockStart` for a tool call.
@@ -89,15 +86,8 @@ pub(super) fn preamble(a: &Answer) -> Vec<Bytes> {
 /// One `contentBlockDelta`: text, or a piece of the tool input.
 pub(super) fn piece(a: &Answer, i: usize) -> Bytes {
     let text = a.pieces.get(i).map_or("", String::as_str);
-    let delta = if a.tool.is_some() {
-        json!({"toolUse": {"input": text}})
-    } else {
-        json!({"text": text})
-    };
-    event(
-        "contentBlockDelta",
-        json!({"contentBlockIndex": 0, "delta": delta}),
-    )
+    let delta = if a.tool.is_some() { json!({"toolUse": {"input": text}}) } else { json!({"text": text}) };
+    event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": delta}))
 }
 
 /// `contentBlockStop`, `messageStop` and `metadata` (usage comes last).
@@ -105,10 +95,7 @@ pub(super) fn closing(a: &Answer) -> Vec<Bytes> {
     vec![
         event("contentBlockStop", json!({"contentBlockIndex": 0})),
         event("messageStop", json!({"stopReason": stop_reason(a.finish)})),
-        event(
-            "metadata",
-            json!({"usage": usage(a), "metrics": {"latencyMs": 1}}),
-        ),
+        event("metadata", json!({"usage": usage(a), "metrics": {"latencyMs": 1}})),
     ]
 }
 
@@ -150,9 +137,7 @@ pub(super) fn error_message(name: &str) -> &'static str {
         "ModelNotReadyException" => "Model is not ready to serve inference requests.",
         "ModelStreamErrorException" => "The model stream encountered an error.",
         "ModelTimeoutException" => "Model has timed out in processing the request.",
-        "AccessDeniedException" => {
-            "You don't have access to the model with the specified model ID."
-        }
+        "AccessDeniedException" => "You don't have access to the model with the specified model ID.",
         "ResourceNotFoundException" => "The provided model identifier is invalid.",
         "InternalServerException" => "The server encountered an internal error.",
         _ => "Injected failure [chaos upstream]",

@@ -24,27 +24,17 @@ pub(crate) fn anthropic(code: u16, kind: &str, message: &str) -> Response {
     let mut v = anthropic::error_json(kind, message);
     v["request_id"] = Value::from("req_chaos");
     let mut response = json_response(status(code), Bytes::from(v.to_string()));
-    response
-        .headers_mut()
-        .insert(REQUEST_ID, HeaderValue::from_static("req_chaos"));
+    response.headers_mut().insert(REQUEST_ID, HeaderValue::from_static("req_chaos"));
     response
 }
 
 /// Google's `{"error":{"code","message","status"}}`; `details` are added
 /// as given.
-pub(crate) fn google(
-    code: u16,
-    message: &str,
-    details: Vec<Value>,
-    retry_after_s: Option<u64>,
-) -> Response {
+pub(crate) fn google(code: u16, message: &str, details: Vec<Value>, retry_after_s: Option<u64>) -> Response {
     let name = google::status_name(code);
     let mut v = google::error_json(code, name, message, retry_after_s);
     if !details.is_empty() {
-        let mut all = v["error"]["details"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        let mut all = v["error"]["details"].as_array().cloned().unwrap_or_default();
         all.extend(details);
         v["error"]["details"] = Value::Array(all);
     }
@@ -59,10 +49,7 @@ pub(crate) fn bedrock(code: u16, name: &str, message: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(&format!("{name}{}", aws::ERROR_TYPE_SUFFIX)) {
         headers.insert(AMZN_ERROR_TYPE, v);
     }
-    headers.insert(
-        AMZN_REQUEST_ID,
-        HeaderValue::from_static("00000000-0000-4000-8000-00000000c4a0"),
-    );
+    headers.insert(AMZN_REQUEST_ID, HeaderValue::from_static("00000000-0000-4000-8000-00000000c4a0"));
     response
 }
 
@@ -81,23 +68,16 @@ pub(crate) fn scripted(protocol: Protocol, reply: &ErrorReply) -> Response {
     match protocol {
         Protocol::OpenAi | Protocol::AzureOpenAi => reply.response(),
         // Vertex reports quota (and its own auth) errors in Google's shape.
-        Protocol::VertexAnthropic if code == 429 && name.is_none() => google(
-            code,
-            google::message_of("RESOURCE_EXHAUSTED"),
-            Vec::new(),
-            retry,
-        ),
+        Protocol::VertexAnthropic if code == 429 && name.is_none() => {
+            google(code, google::message_of("RESOURCE_EXHAUSTED"), Vec::new(), retry)
+        }
         Protocol::Anthropic | Protocol::VertexAnthropic => {
             let kind = name.unwrap_or_else(|| anthropic::error_kind(code));
             let message = match kind {
                 "context_length_exceeded" => "prompt is too long: 208310 tokens > 200000 maximum",
                 _ => anthropic::error_message(kind),
             };
-            let kind = if kind == "context_length_exceeded" {
-                "invalid_request_error"
-            } else {
-                kind
-            };
+            let kind = if kind == "context_length_exceeded" { "invalid_request_error" } else { kind };
             reply.with_retry_headers(anthropic(code, kind, message))
         }
         Protocol::Gemini | Protocol::VertexGemini => {
@@ -129,10 +109,7 @@ pub(crate) fn stream_error(family: Family, name: Option<&str>) -> (String, &'sta
     match family {
         Family::OpenAi => {
             let name = name.unwrap_or("server_error");
-            (
-                name.to_owned(),
-                "The server had an error while processing your request.",
-            )
+            (name.to_owned(), "The server had an error while processing your request.")
         }
         Family::Anthropic => {
             let kind = name.unwrap_or("overloaded_error");

@@ -101,12 +101,7 @@ pub(super) fn malformed(a: &Answer, n: u32) -> Bytes {
 
 /// `{"error":{"code","message","status"}}`, with a `RetryInfo` detail when
 /// a retry delay is given.
-pub(super) fn error_json(
-    code: u16,
-    status: &str,
-    message: &str,
-    retry_after_s: Option<u64>,
-) -> Value {
+pub(super) fn error_json(code: u16, status: &str, message: &str, retry_after_s: Option<u64>) -> Value {
     let mut error = json!({"code": code, "message": message, "status": status});
     if let Some(s) = retry_after_s {
         error["details"] = json!([{

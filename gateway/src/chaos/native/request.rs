@@ -86,9 +86,7 @@ impl NativeRequest {
                 Protocol::Gemini | Protocol::VertexGemini => {
                     format!("Invalid JSON payload received. {e}")
                 }
-                Protocol::Bedrock => format!(
-                    "Malformed input request: {e}, please reformat your input and try again."
-                ),
+                Protocol::Bedrock => format!("Malformed input request: {e}, please reformat your input and try again."),
                 _ => format!("There was an error parsing the body: {e}"),
             })
         })?;
@@ -96,9 +94,7 @@ impl NativeRequest {
             Protocol::Anthropic | Protocol::VertexAnthropic => anthropic(call, &map),
             Protocol::Gemini | Protocol::VertexGemini => gemini(call, &map),
             Protocol::Bedrock => bedrock(call, &map),
-            Protocol::OpenAi | Protocol::AzureOpenAi => {
-                Err(Invalid("not a native protocol".to_owned()))
-            }
+            Protocol::OpenAi | Protocol::AzureOpenAi => Err(Invalid("not a native protocol".to_owned())),
         }
     }
 }
@@ -106,8 +102,7 @@ impl NativeRequest {
 fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
     let vertex = call.protocol == Protocol::VertexAnthropic;
     for key in map.keys() {
-        let known =
-            ANTHROPIC_FIELDS.contains(&key.as_str()) || (vertex && key == "anthropic_version");
+        let known = ANTHROPIC_FIELDS.contains(&key.as_str()) || (vertex && key == "anthropic_version");
         if !known || (vertex && key == "model") {
             return Err(Invalid(format!("{key}: Extra inputs are not permitted")));
         }
@@ -136,20 +131,14 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
     let Some(max_tokens) = map.get("max_tokens") else {
         return Err(Invalid("max_tokens: Field required".to_owned()));
     };
-    let max_tokens = max_tokens.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
-        Invalid("max_tokens: Input should be greater than or equal to 1".to_owned())
-    })?;
+    let max_tokens = max_tokens
+        .as_u64()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| Invalid("max_tokens: Input should be greater than or equal to 1".to_owned()))?;
     let stream = map.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if vertex && stream != call.stream {
-        let method = if call.stream {
-            "streamRawPredict"
-        } else {
-            "rawPredict"
-        };
-        return Err(Invalid(format!(
-            "stream: must be {} for {method}",
-            call.stream
-        )));
+        let method = if call.stream { "streamRawPredict" } else { "rawPredict" };
+        return Err(Invalid(format!("stream: must be {} for {method}", call.stream)));
     }
     let tools = names(map.get("tools"), &["name"]);
     Ok(NativeRequest {
@@ -178,41 +167,22 @@ fn prefill(messages: Option<&Value>) -> Option<String> {
 fn gemini(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
     for key in map.keys() {
         if !GEMINI_FIELDS.contains(&key.as_str()) {
-            return Err(Invalid(format!(
-                "Invalid JSON payload received. Unknown name \"{key}\": Cannot find field."
-            )));
+            return Err(Invalid(format!("Invalid JSON payload received. Unknown name \"{key}\": Cannot find field.")));
         }
     }
     let contents = map.get("contents").and_then(Value::as_array);
     if contents.is_none_or(|c| c.is_empty()) {
-        return Err(Invalid(
-            "* GenerateContentRequest.contents: contents is not specified\n".to_owned(),
-        ));
+        return Err(Invalid("* GenerateContentRequest.contents: contents is not specified\n".to_owned()));
     }
-    let config = map
-        .get("generationConfig")
-        .or_else(|| map.get("generation_config"));
-    let max_tokens = config
-        .and_then(|c| {
-            c.get("maxOutputTokens")
-                .or_else(|| c.get("max_output_tokens"))
-        })
-        .and_then(Value::as_u64);
+    let config = map.get("generationConfig").or_else(|| map.get("generation_config"));
+    let max_tokens =
+        config.and_then(|c| c.get("maxOutputTokens").or_else(|| c.get("max_output_tokens"))).and_then(Value::as_u64);
     let mut tools = Vec::new();
-    for tool in map
-        .get("tools")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let decls = tool
-            .get("functionDeclarations")
-            .or_else(|| tool.get("function_declarations"));
+    for tool in map.get("tools").and_then(Value::as_array).into_iter().flatten() {
+        let decls = tool.get("functionDeclarations").or_else(|| tool.get("function_declarations"));
         tools.extend(names(decls, &["name"]));
     }
-    let system = map
-        .get("systemInstruction")
-        .or_else(|| map.get("system_instruction"));
+    let system = map.get("systemInstruction").or_else(|| map.get("system_instruction"));
     Ok(NativeRequest {
         model: call.model.clone().unwrap_or_default(),
         stream: call.stream,
@@ -236,10 +206,7 @@ fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inval
             "1 validation error detected: Value null at 'messages' failed to satisfy constraint: Member must not be null".to_owned(),
         ));
     }
-    let max_tokens = map
-        .get("inferenceConfig")
-        .and_then(|c| c.get("maxTokens"))
-        .and_then(Value::as_u64);
+    let max_tokens = map.get("inferenceConfig").and_then(|c| c.get("maxTokens")).and_then(Value::as_u64);
     let specs: Vec<Value> = map
         .get("toolConfig")
         .and_then(|c| c.get("tools"))
@@ -253,11 +220,7 @@ fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inval
         model: call.model.clone().unwrap_or_default(),
         stream: call.stream,
         max_tokens,
-        prompt_tokens: tokens(&[
-            map.get("system"),
-            map.get("messages"),
-            map.get("toolConfig"),
-        ]),
+        prompt_tokens: tokens(&[map.get("system"), map.get("messages"), map.get("toolConfig")]),
         tools,
         prefill: prefill(map.get("messages")),
     })
@@ -275,17 +238,10 @@ fn is_dated_version(v: &str) -> bool {
 
 /// The string at `path` in every item of the array `list`.
 fn names(list: Option<&Value>, path: &[&str]) -> Vec<String> {
-    let items = list
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice);
+    let items = list.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     items
         .iter()
-        .filter_map(|item| {
-            path.iter()
-                .try_fold(item, |v, key| v.get(key))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
+        .filter_map(|item| path.iter().try_fold(item, |v, key| v.get(key)).and_then(Value::as_str).map(str::to_owned))
         .collect()
 }
 
@@ -300,11 +256,7 @@ fn tokens(values: &[Option<&Value>]) -> u64 {
             Value::Bool(_) | Value::Null => 0,
         }
     }
-    let total = values
-        .iter()
-        .flatten()
-        .map(|v| bytes(v))
-        .fold(0, u64::saturating_add);
+    let total = values.iter().flatten().map(|v| bytes(v)).fold(0, u64::saturating_add);
     total.div_ceil(4).max(1)
 }
 
@@ -313,11 +265,7 @@ mod tests {
     use super::*;
 
     fn call(protocol: Protocol, model: Option<&str>, stream: bool) -> Call {
-        Call {
-            protocol,
-            model: model.map(str::to_owned),
-            stream,
-        }
+        Call { protocol, model: model.map(str::to_owned), stream }
     }
 
     #[test]
@@ -326,17 +274,12 @@ mod tests {
         let ok = br#"{"model":"c","max_tokens":5,"messages":[{"role":"user","content":"abcdefgh"}],
             "tools":[{"name":"get_weather","input_schema":{}}]}"#;
         let r = NativeRequest::parse(&anthropic, ok).unwrap();
-        assert_eq!(
-            (r.model.as_str(), r.max_tokens, r.tools.len()),
-            ("c", Some(5), 1)
-        );
+        assert_eq!((r.model.as_str(), r.max_tokens, r.tools.len()), ("c", Some(5), 1));
         let err = NativeRequest::parse(&anthropic, br#"{"model":"c","messages":[]}"#).unwrap_err();
         assert_eq!(err.0, "max_tokens: Field required");
-        let err = NativeRequest::parse(
-            &anthropic,
-            br#"{"model":"c","max_tokens":1,"messages":[],"stream_options":{}}"#,
-        )
-        .unwrap_err();
+        let err =
+            NativeRequest::parse(&anthropic, br#"{"model":"c","max_tokens":1,"messages":[],"stream_options":{}}"#)
+                .unwrap_err();
         assert_eq!(err.0, "stream_options: Extra inputs are not permitted");
 
         let vertex = call(Protocol::VertexAnthropic, Some("claude@1"), true);
@@ -352,16 +295,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.model, "claude@1");
-        let dated =
-            br#"{"anthropic_version":"2026-10-21","max_tokens":1,"messages":[],"stream":true}"#;
+        let dated = br#"{"anthropic_version":"2026-10-21","max_tokens":1,"messages":[],"stream":true}"#;
         assert!(NativeRequest::parse(&vertex, dated).is_ok());
-        let bad =
-            br#"{"anthropic_version":"2023-06-01x","max_tokens":1,"messages":[],"stream":true}"#;
+        let bad = br#"{"anthropic_version":"2023-06-01x","max_tokens":1,"messages":[],"stream":true}"#;
         assert!(NativeRequest::parse(&vertex, bad).is_err());
 
         let gemini = call(Protocol::Gemini, Some("g"), false);
-        let err =
-            NativeRequest::parse(&gemini, br#"{"contents":[{}],"max_tokens":3}"#).unwrap_err();
+        let err = NativeRequest::parse(&gemini, br#"{"contents":[{}],"max_tokens":3}"#).unwrap_err();
         assert!(err.0.contains("Unknown name \"max_tokens\""), "{}", err.0);
         let r = NativeRequest::parse(
             &gemini,

@@ -52,12 +52,7 @@ enum Step {
 
 impl NativeStream {
     pub(crate) fn into_body(self) -> Body {
-        let state = State {
-            s: self,
-            step: Step::Preamble,
-            pending: VecDeque::new(),
-            events: 0,
-        };
+        let state = State { s: self, step: Step::Preamble, pending: VecDeque::new(), events: 0 };
         Body::from_stream(futures::stream::unfold(state, |mut state| async move {
             let item = state.next().await?;
             Some((item, state))
@@ -120,14 +115,11 @@ impl State {
                 }
                 Step::Error => {
                     self.step = Step::End;
-                    let (name, message) =
-                        errors::stream_error(self.s.family, self.s.answer.error_name.as_deref());
+                    let (name, message) = errors::stream_error(self.s.family, self.s.answer.error_name.as_deref());
                     return Some(Ok(self.emit(|s, n| match s.family {
                         Family::Anthropic => anthropic::error_event(&name, message),
                         Family::Bedrock => bedrock::exception(&name, message),
-                        Family::Gemini | Family::OpenAi => {
-                            google::error_event(&s.answer, n, &name, message)
-                        }
+                        Family::Gemini | Family::OpenAi => google::error_event(&s.answer, n, &name, message),
                     })));
                 }
                 Step::Closing => {

@@ -46,7 +46,10 @@ pub const CAST: [Member; 5] = [
         placeholder: "http://127.0.0.1:9101",
         first_byte_ms: 40,
         backup: false,
-        credential: Credential::ApiKey("anthropic-key", include_str!("../../../../examples/quickstart/secrets/anthropic-key/apiKey")),
+        credential: Credential::ApiKey(
+            "anthropic-key",
+            include_str!("../../../../examples/quickstart/secrets/anthropic-key/apiKey"),
+        ),
     },
     Member {
         name: "vertex-us-east5",
@@ -64,7 +67,10 @@ pub const CAST: [Member; 5] = [
         placeholder: "http://127.0.0.1:9103",
         first_byte_ms: 60,
         backup: false,
-        credential: Credential::ApiKey("openai-key", include_str!("../../../../examples/quickstart/secrets/openai-key/apiKey")),
+        credential: Credential::ApiKey(
+            "openai-key",
+            include_str!("../../../../examples/quickstart/secrets/openai-key/apiKey"),
+        ),
     },
     Member {
         name: "azure-eastus",
@@ -73,7 +79,10 @@ pub const CAST: [Member; 5] = [
         placeholder: "http://127.0.0.1:9104",
         first_byte_ms: 80,
         backup: true,
-        credential: Credential::ApiKey("azure-key", include_str!("../../../../examples/quickstart/secrets/azure-key/apiKey")),
+        credential: Credential::ApiKey(
+            "azure-key",
+            include_str!("../../../../examples/quickstart/secrets/azure-key/apiKey"),
+        ),
     },
     Member {
         name: "gemini",
@@ -82,7 +91,10 @@ pub const CAST: [Member; 5] = [
         placeholder: "http://127.0.0.1:9105",
         first_byte_ms: 70,
         backup: false,
-        credential: Credential::ApiKey("gemini-key", include_str!("../../../../examples/quickstart/secrets/gemini-key/apiKey")),
+        credential: Credential::ApiKey(
+            "gemini-key",
+            include_str!("../../../../examples/quickstart/secrets/gemini-key/apiKey"),
+        ),
     },
 ];
 
@@ -99,7 +111,10 @@ impl Member {
             Credential::ServiceAccount => {
                 let account = ServiceAccount::from_key_json(vertex_key.as_bytes())
                     .map_err(|e| anyhow::anyhow!("the quickstart's service-account key: {e}"))?;
-                ChaosAuth { google: Some(GoogleAuth { service_account: Some(account), ..GoogleAuth::default() }), ..ChaosAuth::default() }
+                ChaosAuth {
+                    google: Some(GoogleAuth { service_account: Some(account), ..GoogleAuth::default() }),
+                    ..ChaosAuth::default()
+                }
             }
         })
     }
@@ -152,7 +167,13 @@ pub const ACTS: [Act; 5] = [
 
 /// A healthy answer after about `first_byte_ms`, some of the prompt from the cache.
 pub fn healthy(first_byte_ms: u64) -> Script {
-    Script { first_byte_ms: Some(first_byte_ms), chunks: Some(8), chunk_ms: Some(10), cache_read_tokens: Some(4), ..Script::default() }
+    Script {
+        first_byte_ms: Some(first_byte_ms),
+        chunks: Some(8),
+        chunk_ms: Some(10),
+        cache_read_tokens: Some(4),
+        ..Script::default()
+    }
 }
 
 /// What an upstream does under `fault`.
@@ -160,7 +181,9 @@ pub fn script_for(first_byte_ms: u64, fault: Option<Fault>) -> Script {
     match fault {
         None => healthy(first_byte_ms),
         Some(Fault::Overloaded) => Script { status: Some(529), first_byte_ms: Some(5), ..Script::default() },
-        Some(Fault::Throttle) => Script { status: Some(429), retry_after_ms: Some(300), fail_rate: Some(0.7), ..healthy(first_byte_ms) },
+        Some(Fault::Throttle) => {
+            Script { status: Some(429), retry_after_ms: Some(300), fail_rate: Some(0.7), ..healthy(first_byte_ms) }
+        }
     }
 }
 

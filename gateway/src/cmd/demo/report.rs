@@ -108,7 +108,14 @@ impl Report {
     /// The line for the last second: requests served by each upstream (a backup that
     /// serves is painted), failovers with their reasons, latency of the answered, and
     /// `breakers`, the circuit breakers that are not closed.
-    pub fn line(&mut self, out: &mut impl Write, style: &Style, second: u64, act: &str, breakers: &str) -> std::io::Result<()> {
+    pub fn line(
+        &mut self,
+        out: &mut impl Write,
+        style: &Style,
+        second: u64,
+        act: &str,
+        breakers: &str,
+    ) -> std::io::Result<()> {
         let batch = std::mem::take(&mut self.pending);
         let total = batch.len();
         let ok = batch.iter().filter(|s| s.ok).count();
@@ -140,7 +147,8 @@ impl Report {
         let mut lat: Vec<Duration> = batch.iter().filter(|s| s.ok).map(|s| s.latency).collect();
         lat.sort();
         let ok_pct = if total == 0 { "-".to_string() } else { format!("{:.0}%", 100.0 * ok as f64 / total as f64) };
-        let ok_text = if ok == total { style.green(&format!("{ok_pct:>5}")) } else { style.red(&format!("{ok_pct:>5}")) };
+        let ok_text =
+            if ok == total { style.green(&format!("{ok_pct:>5}")) } else { style.red(&format!("{ok_pct:>5}")) };
         writeln!(
             out,
             "{:>3}s  {:<ACT$} {:>4} {}  {}  {} {:>7} {:>7}  {}",

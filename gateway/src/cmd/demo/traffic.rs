@@ -21,7 +21,14 @@ pub struct Sample {
 }
 
 /// Sends requests until `duration` has passed since `start`.
-pub async fn drive(base: String, key: String, rate: u32, duration: Duration, start: Instant, tx: mpsc::UnboundedSender<Sample>) {
+pub async fn drive(
+    base: String,
+    key: String,
+    rate: u32,
+    duration: Duration,
+    start: Instant,
+    tx: mpsc::UnboundedSender<Sample>,
+) {
     let client = reqwest::Client::new();
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -67,7 +74,13 @@ pub async fn drive(base: String, key: String, rate: u32, duration: Duration, sta
                         }
                     }
                     let complete = !stream || body.windows(12).any(|w| w == b"data: [DONE]");
-                    Sample { model, ok: (200..300).contains(&status) && read_ok && complete, upstream, failovers, latency: began.elapsed() }
+                    Sample {
+                        model,
+                        ok: (200..300).contains(&status) && read_ok && complete,
+                        upstream,
+                        failovers,
+                        latency: began.elapsed(),
+                    }
                 }
                 Err(_) => Sample { model, ok: false, upstream: None, failovers: Vec::new(), latency: began.elapsed() },
             };

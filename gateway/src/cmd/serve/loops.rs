@@ -71,7 +71,9 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
                 }
                 if pruned.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
                     pruned = Some(Instant::now());
-                    let before = SystemTime::now().checked_sub(sluice_ledger::SYNTHETIC_RETENTION).unwrap_or(SystemTime::UNIX_EPOCH);
+                    let before = SystemTime::now()
+                        .checked_sub(sluice_ledger::SYNTHETIC_RETENTION)
+                        .unwrap_or(SystemTime::UNIX_EPOCH);
                     match ledger.prune_synthetic(before).await {
                         Ok(0) => {}
                         Ok(n) => tracing::info!(deleted = n, "pruned synthetic checks past their retention"),

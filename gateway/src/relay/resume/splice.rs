@@ -299,7 +299,8 @@ fn usage_json(u: Usage) -> Value {
 /// The sum of two attempts' usage.
 pub fn add(a: Usage, b: Usage) -> Usage {
     let mut sum = Usage::plain(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens);
-    sum.prompt_tokens_details.cached_tokens = a.prompt_tokens_details.cached_tokens + b.prompt_tokens_details.cached_tokens;
+    sum.prompt_tokens_details.cached_tokens =
+        a.prompt_tokens_details.cached_tokens + b.prompt_tokens_details.cached_tokens;
     sum.prompt_tokens_details.cache_write_tokens =
         a.prompt_tokens_details.cache_write_tokens + b.prompt_tokens_details.cache_write_tokens;
     sum

@@ -18,7 +18,9 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter,
+};
 
 use super::Tracing;
 
@@ -70,7 +72,9 @@ impl TraceArgs {
         let wire = match self.otlp_protocol.as_deref().map(str::trim) {
             None | Some("" | "http/protobuf") => Wire::HttpProtobuf,
             Some("grpc") => Wire::Grpc,
-            Some(other) => anyhow::bail!("OTEL_EXPORTER_OTLP_PROTOCOL {other:?} is not supported: use http/protobuf or grpc"),
+            Some(other) => {
+                anyhow::bail!("OTEL_EXPORTER_OTLP_PROTOCOL {other:?} is not supported: use http/protobuf or grpc")
+            }
         };
         let nonempty = |v: &Option<String>| v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
         let endpoint = match (nonempty(&self.otlp_traces_endpoint), nonempty(&self.otlp_endpoint)) {
@@ -85,7 +89,9 @@ impl TraceArgs {
     fn sampler(&self) -> anyhow::Result<Sampler> {
         let ratio = match self.traces_sampler_arg.as_deref().map(str::trim) {
             None | Some("") => 1.0,
-            Some(text) => text.parse::<f64>().with_context(|| format!("OTEL_TRACES_SAMPLER_ARG {text:?} is not a number"))?,
+            Some(text) => {
+                text.parse::<f64>().with_context(|| format!("OTEL_TRACES_SAMPLER_ARG {text:?} is not a number"))?
+            }
         };
         Ok(match self.traces_sampler.as_deref().map(str::trim).unwrap_or("parentbased_always_on") {
             "always_on" => Sampler::AlwaysOn,
@@ -136,11 +142,16 @@ impl<E: SpanExporter> SpanExporter for OwnRuntime<E> {
 
 /// The OTLP exporter for `endpoint`, made inside `runtime` (tonic spawns its channel's
 /// worker where it is made).
-fn exporter(endpoint: &str, wire: Wire, runtime: &tokio::runtime::Runtime) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
+fn exporter(
+    endpoint: &str,
+    wire: Wire,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
     let _inside = runtime.enter();
     let exporter = match wire {
         Wire::HttpProtobuf => {
-            let client = opentelemetry_http::hyper::HyperClient::new(crate::egress::plain_or_tls()?, EXPORT_TIMEOUT, None);
+            let client =
+                opentelemetry_http::hyper::HyperClient::new(crate::egress::plain_or_tls()?, EXPORT_TIMEOUT, None);
             opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_http_client(client)
@@ -150,10 +161,15 @@ fn exporter(endpoint: &str, wire: Wire, runtime: &tokio::runtime::Runtime) -> an
                 .build()
         }
         Wire::Grpc => {
-            let mut builder = opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint).with_timeout(EXPORT_TIMEOUT);
+            let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint)
+                .with_timeout(EXPORT_TIMEOUT);
             if endpoint.starts_with("https://") {
                 use opentelemetry_otlp::WithTonicConfig as _;
-                builder = builder.with_tls_config(opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new().with_webpki_roots());
+                builder = builder.with_tls_config(
+                    opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new().with_webpki_roots(),
+                );
             }
             builder.build()
         }
@@ -165,7 +181,10 @@ fn exporter(endpoint: &str, wire: Wire, runtime: &tokio::runtime::Runtime) -> an
 pub fn start(args: &TraceArgs) -> anyhow::Result<Option<Tracing>> {
     let Some((endpoint, wire)) = args.target()? else { return Ok(None) };
     let sampler = args.sampler()?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the trace exporter's runtime")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the trace exporter's runtime")?;
     let inner = match exporter(&endpoint, wire, &runtime) {
         Ok(e) => e,
         Err(e) => {
@@ -176,7 +195,8 @@ pub fn start(args: &TraceArgs) -> anyhow::Result<Option<Tracing>> {
     };
     let batches = BatchConfigBuilder::default().with_scheduled_delay(EXPORT_EVERY).build();
     let processor = BatchSpanProcessor::builder(OwnRuntime { runtime, inner }).with_batch_config(batches).build();
-    let service = args.otel_service_name.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "sluice-gateway".into());
+    let service =
+        args.otel_service_name.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "sluice-gateway".into());
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_sampler(sampler)
@@ -204,9 +224,18 @@ mod tests {
     fn endpoints_follow_the_otlp_rules() -> anyhow::Result<()> {
         assert_eq!(args(None, None, None).target()?, None);
         assert_eq!(args(Some(""), None, None).target()?, None);
-        assert_eq!(args(Some("http://c:4318/"), None, None).target()?, Some(("http://c:4318/v1/traces".into(), Wire::HttpProtobuf)));
-        assert_eq!(args(Some("http://c:4318"), Some("http://t:1/x"), None).target()?, Some(("http://t:1/x".into(), Wire::HttpProtobuf)));
-        assert_eq!(args(Some("http://c:4317"), None, Some("grpc")).target()?, Some(("http://c:4317".into(), Wire::Grpc)));
+        assert_eq!(
+            args(Some("http://c:4318/"), None, None).target()?,
+            Some(("http://c:4318/v1/traces".into(), Wire::HttpProtobuf))
+        );
+        assert_eq!(
+            args(Some("http://c:4318"), Some("http://t:1/x"), None).target()?,
+            Some(("http://t:1/x".into(), Wire::HttpProtobuf))
+        );
+        assert_eq!(
+            args(Some("http://c:4317"), None, Some("grpc")).target()?,
+            Some(("http://c:4317".into(), Wire::Grpc))
+        );
         assert!(args(Some("http://c:4318"), None, Some("http/json")).target().is_err());
         Ok(())
     }
@@ -219,7 +248,9 @@ mod tests {
             ..TraceArgs::default()
         };
         assert!(matches!(TraceArgs::default().sampler()?, Sampler::ParentBased(_)));
-        assert!(matches!(with("traceidratio", Some("0.25")).sampler()?, Sampler::TraceIdRatioBased(r) if (r - 0.25).abs() < 1e-9));
+        assert!(
+            matches!(with("traceidratio", Some("0.25")).sampler()?, Sampler::TraceIdRatioBased(r) if (r - 0.25).abs() < 1e-9)
+        );
         assert!(matches!(with("always_off", None).sampler()?, Sampler::AlwaysOff));
         assert!(with("traceidratio", Some("half")).sampler().is_err());
         assert!(with("jaeger_remote", None).sampler().is_err());

@@ -93,10 +93,7 @@ fn every_field_of_the_resource_reaches_the_policy() {
         window: Duration::from_secs(30 * 86_400),
         method: BudgetMethod::Timeslices,
         timeslice: Some(Duration::from_secs(300)),
-        latency: Some(LatencySli {
-            threshold_ms: 10_000,
-            percentile: 99.0,
-        }),
+        latency: Some(LatencySli { threshold_ms: 10_000, percentile: 99.0 }),
         alerts: vec![AlertPolicy {
             name: "fast".into(),
             long: Duration::from_secs(3600),
@@ -110,14 +107,8 @@ fn every_field_of_the_resource_reaches_the_policy() {
 #[test]
 fn unix_minute_counts_whole_minutes_and_clamps_before_the_epoch() {
     assert_eq!(unix_minute(now()), NOW_MINUTE);
-    assert_eq!(
-        unix_minute(SystemTime::UNIX_EPOCH + Duration::from_secs(59)),
-        0
-    );
-    assert_eq!(
-        unix_minute(SystemTime::UNIX_EPOCH - Duration::from_secs(60)),
-        0
-    );
+    assert_eq!(unix_minute(SystemTime::UNIX_EPOCH + Duration::from_secs(59)), 0);
+    assert_eq!(unix_minute(SystemTime::UNIX_EPOCH - Duration::from_secs(60)), 0);
 }
 
 #[tokio::test]
@@ -137,16 +128,10 @@ async fn evaluation_reads_the_budget_routes_up_to_now() {
 
     let report = ledger.evaluate_budget(&config, now()).await.unwrap();
     assert_eq!((report.good_events, report.total_events), (190, 200));
-    assert_eq!(
-        (report.budget.as_str(), report.consumed.as_str()),
-        ("2", "10")
-    );
+    assert_eq!((report.budget.as_str(), report.consumed.as_str()), ("2", "10"));
     assert_eq!(report.state, BudgetState::Exhausted);
     // The same rows, as stored, through the pure maths.
-    let stored = ledger
-        .route_minutes(&config.routes, 0, NOW_MINUTE)
-        .await
-        .unwrap();
+    let stored = ledger.route_minutes(&config.routes, 0, NOW_MINUTE).await.unwrap();
     let policy = BudgetPolicy::from(&config);
     assert_eq!(report, evaluate(&policy, &stored, NOW_MINUTE).unwrap());
 }
@@ -154,13 +139,7 @@ async fn evaluation_reads_the_budget_routes_up_to_now() {
 #[tokio::test]
 async fn a_policy_the_maths_refuses_is_a_budget_error() {
     let ledger = Ledger::connect("sqlite::memory:").await.unwrap();
-    let config = BudgetConfig {
-        objective_ratio: 1.5,
-        ..budget("availability")
-    };
+    let config = BudgetConfig { objective_ratio: 1.5, ..budget("availability") };
     let err = ledger.evaluate_budget(&config, now()).await.unwrap_err();
-    assert!(
-        matches!(err, EvaluateError::Budget(BudgetError::Objective(o)) if o == 1.5),
-        "{err:?}"
-    );
+    assert!(matches!(err, EvaluateError::Budget(BudgetError::Objective(o)) if o == 1.5), "{err:?}");
 }

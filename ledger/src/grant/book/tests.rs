@@ -109,24 +109,14 @@ fn check(db: &Db, book: &Book, opening: i64) -> Result<(), TestCaseError> {
         db.open.values().map(|(a, u)| a + u).sum::<i64>(),
         "reserved is what the open grants hold"
     );
-    prop_assert_eq!(
-        db.balance - db.unposted(),
-        opening + db.topups - db.charged,
-        "every nanodollar accounted for"
-    );
+    prop_assert_eq!(db.balance - db.unposted(), opening + db.topups - db.charged, "every nanodollar accounted for");
     for (id, g) in book.grants() {
         prop_assert!(g.in_flight >= 0 && g.pending >= 0, "{g:?}");
-        prop_assert!(
-            g.in_flight + g.pending <= g.held,
-            "grant {id} promised more than it holds: {g:?}"
-        );
+        prop_assert!(g.in_flight + g.pending <= g.held, "grant {id} promised more than it holds: {g:?}");
         if let Some(&(amount, _)) = db.open.get(&id) {
             prop_assert_eq!(g.held, amount, "grant {} as the book knows it", id);
         } else {
-            prop_assert!(
-                g.closed || g.held == 0,
-                "grant {id} is not open in the database: {g:?}"
-            );
+            prop_assert!(g.closed || g.held == 0, "grant {id} is not open in the database: {g:?}");
         }
     }
     Ok(())
@@ -267,9 +257,5 @@ fn the_rate_follows_reservations_and_decays() {
     assert_eq!(b.reserve(10, 2100), Ok(1));
     assert_eq!(b.rate_per_s(2100), 100, "the last full second");
     assert_eq!(b.rate_per_s(9000), 0, "nothing for a while");
-    assert_eq!(
-        b.reserve(10, 10_000).unwrap_err().room,
-        0,
-        "expired for new requests"
-    );
+    assert_eq!(b.reserve(10, 10_000).unwrap_err().room, 0, "expired for new requests");
 }

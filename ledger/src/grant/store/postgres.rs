@@ -24,10 +24,7 @@ impl Ledger {
     /// keeps a cached plan until the journal's statistics change, which on a database
     /// with autovacuum off never happens (in a bench run on such a database, one
     /// gateway's 64-row batches took ~300 ms after a few minutes).
-    pub(super) async fn settle_batch_postgres(
-        &self,
-        jobs: &[Job],
-    ) -> Result<Vec<bool>, LedgerError> {
+    pub(super) async fn settle_batch_postgres(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
         let mut applied = Vec::with_capacity(jobs.len());
         for chunk in jobs.chunks(MAX_PG_ROWS) {
             let ords: Vec<usize> = (0..chunk.len()).collect();
@@ -35,13 +32,9 @@ impl Ledger {
                 Err(LedgerError::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
                     let mut open = vec![false; chunk.len()];
                     let done = self.settled_already(chunk).await?;
-                    let rest: Vec<usize> =
-                        ords.into_iter().filter(|i| !done.contains_key(i)).collect();
+                    let rest: Vec<usize> = ords.into_iter().filter(|i| !done.contains_key(i)).collect();
                     if !rest.is_empty() {
-                        for (i, moved) in rest
-                            .iter()
-                            .zip(self.settle_rows_postgres(chunk, &rest).await?)
-                        {
+                        for (i, moved) in rest.iter().zip(self.settle_rows_postgres(chunk, &rest).await?) {
                             open[*i] = moved;
                         }
                     }
@@ -59,11 +52,7 @@ impl Ledger {
 
     /// The batch statement on the settlements of `chunk` at `ords`; per row, in the
     /// order of `ords`, whether its grant was open.
-    async fn settle_rows_postgres(
-        &self,
-        chunk: &[Job],
-        ords: &[usize],
-    ) -> Result<Vec<bool>, LedgerError> {
+    async fn settle_rows_postgres(&self, chunk: &[Job], ords: &[usize]) -> Result<Vec<bool>, LedgerError> {
         let rows = ords
             .iter()
             .map(|&ord| {
@@ -85,24 +74,17 @@ impl Ledger {
             .collect::<Result<Vec<_>, LedgerError>>()?;
         // Serialising these rows cannot fail (plain numbers and strings).
         let json = serde_json::to_string(&rows).unwrap_or_default();
-        let found = sqlx::query(PG_BATCH)
-            .bind(json)
-            .fetch_all(&self.inner.writer)
-            .await?;
+        let found = sqlx::query(PG_BATCH).bind(json).fetch_all(&self.inner.writer).await?;
         let mut open = vec![false; chunk.len()];
         for r in found {
-            let (ord, found, is_open): (i64, Option<i64>, Option<bool>) =
-                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+            let (ord, found, is_open): (i64, Option<i64>, Option<bool>) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
             let i = usize::try_from(ord).unwrap_or(usize::MAX);
             if i >= chunk.len() {
                 continue;
             }
             if found.is_none() {
                 let j = &chunk[i];
-                return Err(LedgerError::UnknownGrant {
-                    grant_id: j.grant_id,
-                    account_id: j.account_id,
-                });
+                return Err(LedgerError::UnknownGrant { grant_id: j.grant_id, account_id: j.account_id });
             }
             open[i] = is_open == Some(true);
         }
@@ -119,15 +101,8 @@ impl Ledger {
             grant_id: i64,
             hold_id: i64,
         }
-        let holds: Vec<Hold> = chunk
-            .iter()
-            .enumerate()
-            .map(|(ord, j)| Hold {
-                ord,
-                grant_id: j.grant_id,
-                hold_id: j.hold_id,
-            })
-            .collect();
+        let holds: Vec<Hold> =
+            chunk.iter().enumerate().map(|(ord, j)| Hold { ord, grant_id: j.grant_id, hold_id: j.hold_id }).collect();
         let json = serde_json::to_string(&holds).unwrap_or_default();
         let rows = sqlx::query(
             "SELECT x.ord, j.kind = 'settle' FROM json_to_recordset($1::json) AS x(ord bigint, grant_id bigint, hold_id bigint) \

@@ -18,11 +18,7 @@ impl Ledger {
     pub(super) async fn settle_batch_sqlite(&self, jobs: &[Job]) -> Result<Vec<bool>, LedgerError> {
         let mut tx = self.begin_write().await?;
         let mut open: BTreeMap<i64, bool> = BTreeMap::new();
-        for (id, account_id) in jobs
-            .iter()
-            .map(|j| (j.grant_id, j.account_id))
-            .collect::<BTreeSet<_>>()
-        {
+        for (id, account_id) in jobs.iter().map(|j| (j.grant_id, j.account_id)).collect::<BTreeSet<_>>() {
             let state: Option<String> =
                 sqlx::query_scalar("SELECT state FROM grants WHERE id = $1 AND account_id = $2")
                     .bind(id)
@@ -31,28 +27,16 @@ impl Ledger {
                     .await?;
             let Some(state) = state else {
                 tx.rollback().await?;
-                return Err(LedgerError::UnknownGrant {
-                    grant_id: id,
-                    account_id,
-                });
+                return Err(LedgerError::UnknownGrant { grant_id: id, account_id });
             };
             open.insert(id, state == "open");
         }
-        let applied: Vec<bool> = jobs
-            .iter()
-            .map(|j| open.get(&j.grant_id).copied().unwrap_or(false))
-            .collect();
-        let rows: Vec<SettleRow<'_>> = jobs
-            .iter()
-            .zip(&applied)
-            .map(|(job, &moves)| SettleRow::new(job, moves))
-            .collect();
+        let applied: Vec<bool> = jobs.iter().map(|j| open.get(&j.grant_id).copied().unwrap_or(false)).collect();
+        let rows: Vec<SettleRow<'_>> =
+            jobs.iter().zip(&applied).map(|(job, &moves)| SettleRow::new(job, moves)).collect();
         let inserted = insert_rows(&mut tx, &rows).await?;
         let mut settled: BTreeMap<i64, i64> = BTreeMap::new();
-        for row in rows
-            .iter()
-            .filter(|r| r.moves && inserted.contains(&(r.job.grant_id, r.job.hold_id)))
-        {
+        for row in rows.iter().filter(|r| r.moves && inserted.contains(&(r.job.grant_id, r.job.hold_id))) {
             *settled.entry(row.job.grant_id).or_default() += row.amount;
         }
         for (id, total) in settled.into_iter().filter(|(_, t)| *t > 0) {
@@ -81,17 +65,9 @@ struct SettleRow<'a> {
 
 impl<'a> SettleRow<'a> {
     fn new(job: &'a Job, moves: bool) -> Self {
-        let (amount, uncollected) = if moves {
-            (job.charged, job.uncollected)
-        } else {
-            (0, job.charged.saturating_add(job.uncollected))
-        };
-        SettleRow {
-            job,
-            moves,
-            amount,
-            uncollected,
-        }
+        let (amount, uncollected) =
+            if moves { (job.charged, job.uncollected) } else { (0, job.charged.saturating_add(job.uncollected)) };
+        SettleRow { job, moves, amount, uncollected }
     }
 }
 

@@ -29,7 +29,11 @@ fn report(bad_per_minute: u64) -> BudgetReport {
     sluice_ledger::budget::evaluate(&policy, &minutes, NOW_MINUTE).unwrap()
 }
 
-fn inputs<'a>(b: &'a ErrorBudget, view: &'a BudgetView, r: Option<Result<&'a BudgetReport, &'a str>>) -> BudgetInputs<'a> {
+fn inputs<'a>(
+    b: &'a ErrorBudget,
+    view: &'a BudgetView,
+    r: Option<Result<&'a BudgetReport, &'a str>>,
+) -> BudgetInputs<'a> {
     BudgetInputs { budget: b, view, report: r, now: now() }
 }
 

@@ -3,10 +3,10 @@ use std::time::Duration;
 use sluice_ledger::{Heartbeat, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
 
 use super::*;
-use sluice_crds::upstream::CircuitState;
 use crate::status::conditions::status_of;
 use crate::testing::{route, upstream};
 use crate::view::{GroupView, group_view};
+use sluice_crds::upstream::CircuitState;
 
 fn now() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_746_100_830)
@@ -18,7 +18,13 @@ fn view(routes: &[ModelRoute]) -> GroupView {
     group_view("team-a", "default", &[upstream("team-a", "east"), upstream("team-a", "west")], routes, &[])
 }
 
-fn status_of_route(v: &GroupView, name: &str, gateway: Option<GatewayState>, obs: Option<&Observations>, prev: Option<&ModelRouteStatus>) -> ModelRouteStatus {
+fn status_of_route(
+    v: &GroupView,
+    name: &str,
+    gateway: Option<GatewayState>,
+    obs: Option<&Observations>,
+    prev: Option<&ModelRouteStatus>,
+) -> ModelRouteStatus {
     let r = v.routes.iter().find(|r| r.name_any() == name).unwrap();
     let problems = v.route_problems(name);
     let key = format!("team-a/{name}");
@@ -58,7 +64,14 @@ fn a_missing_candidate_degrades_the_route() {
     let s = status_of_route(&v, "chat", UP, None, None);
     assert_eq!(s.candidate_count, Some(1));
     assert_eq!(condition(&s, "ResolvedRefs"), ("True", "PartiallyResolved", "Upstreams not found: \"gone\""));
-    assert_eq!(condition(&s, "Degraded"), ("True", "CandidatesMissing", "serving with 1 of 2 candidates; missing: \"gone\"; runbook: docs/operate.md#config-rejected"));
+    assert_eq!(
+        condition(&s, "Degraded"),
+        (
+            "True",
+            "CandidatesMissing",
+            "serving with 1 of 2 candidates; missing: \"gone\"; runbook: docs/operate.md#config-rejected"
+        )
+    );
     assert_eq!(condition(&s, "Ready").0, "True");
 }
 
@@ -69,12 +82,19 @@ fn no_resolved_candidate_means_not_resolved_and_not_ready() {
     assert_eq!(s.candidate_count, Some(0));
     assert_eq!(
         condition(&s, "ResolvedRefs"),
-        ("False", "NoCandidateResolved", "no candidate resolved to an Upstream; not found: \"gone\", \"lost\"; runbook: docs/operate.md#config-rejected")
+        (
+            "False",
+            "NoCandidateResolved",
+            "no candidate resolved to an Upstream; not found: \"gone\", \"lost\"; runbook: docs/operate.md#config-rejected"
+        )
     );
     assert_eq!(condition(&s, "Degraded").1, "NotServed");
     let ready = condition(&s, "Ready");
     assert_eq!((ready.0, ready.1), ("False", "NoCandidateResolved"));
-    assert_eq!(ready.2, "spec.candidates: no candidate resolved to an Upstream; the route is left out; runbook: docs/operate.md#config-rejected");
+    assert_eq!(
+        ready.2,
+        "spec.candidates: no candidate resolved to an Upstream; the route is left out; runbook: docs/operate.md#config-rejected"
+    );
 }
 
 #[test]
@@ -89,9 +109,19 @@ fn a_model_conflict_is_its_own_reason() {
 fn readiness_follows_the_gateway_deployment() {
     let v = view(&[route("team-a", "chat", "gpt-4o", None, &["east"])]);
     let pending = status_of_route(&v, "chat", None, None, None);
-    assert_eq!(condition(&pending, "Ready"), ("Unknown", "GatewayPending", "waiting for Deployment sluice-gateway-default"));
+    assert_eq!(
+        condition(&pending, "Ready"),
+        ("Unknown", "GatewayPending", "waiting for Deployment sluice-gateway-default")
+    );
     let down = status_of_route(&v, "chat", Some(GatewayState { desired: 2, available: 0 }), None, Some(&pending));
-    assert_eq!(condition(&down, "Ready"), ("False", "GatewayUnavailable", "no gateway pod of default is available (0/2 replicas); runbook: docs/operate.md#gateway-pods-not-ready"));
+    assert_eq!(
+        condition(&down, "Ready"),
+        (
+            "False",
+            "GatewayUnavailable",
+            "no gateway pod of default is available (0/2 replicas); runbook: docs/operate.md#gateway-pods-not-ready"
+        )
+    );
 }
 
 #[test]
@@ -113,7 +143,13 @@ fn figures_come_from_the_route_and_its_candidates() {
         heartbeats: vec![Heartbeat {
             gateway_id: "gw-1".into(),
             at: now(),
-            upstreams: vec![UpstreamHeartbeat { upstream: "team-a/east".into(), circuit: "Open".into(), effective_weight: 40.0, successes: 3, failures: 1 }],
+            upstreams: vec![UpstreamHeartbeat {
+                upstream: "team-a/east".into(),
+                circuit: "Open".into(),
+                effective_weight: 40.0,
+                successes: 3,
+                failures: 1,
+            }],
         }],
     };
     let s = status_of_route(&v, "chat", UP, Some(&obs), None);
@@ -126,7 +162,10 @@ fn figures_come_from_the_route_and_its_candidates() {
     assert_eq!(east.success_rate.as_deref(), Some("50.00"), "ok over judged (4xx left out)");
     assert_eq!(east.circuit, Some(CircuitState::Open));
     let west = &s.candidates[1];
-    assert_eq!((west.effective_weight.as_deref(), west.success_rate.as_deref(), west.circuit), (Some("100.0"), None, None));
+    assert_eq!(
+        (west.effective_weight.as_deref(), west.success_rate.as_deref(), west.circuit),
+        (Some("100.0"), None, None)
+    );
 }
 
 #[test]

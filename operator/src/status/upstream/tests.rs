@@ -26,7 +26,13 @@ fn beat(pod: &str, key: &str, circuit: &str) -> Heartbeat {
     Heartbeat {
         gateway_id: pod.into(),
         at: now(),
-        upstreams: vec![UpstreamHeartbeat { upstream: key.into(), circuit: circuit.into(), effective_weight: 100.0, successes: 9, failures: 1 }],
+        upstreams: vec![UpstreamHeartbeat {
+            upstream: key.into(),
+            circuit: circuit.into(),
+            effective_weight: 100.0,
+            successes: 9,
+            failures: 1,
+        }],
     }
 }
 
@@ -40,7 +46,12 @@ fn figures_come_from_five_minutes_of_rollups() {
         upstream_minutes: vec![
             // 180 ok + 2 http_5xx + 20 client errors; 2 failures are the newest at minute -1.
             minute("team-a/east", NOW_MINUTE - 3, &[("ok", 100), ("http_4xx", 20)], &[(7, 100)]),
-            minute("team-a/east", NOW_MINUTE - 1, &[("ok", 80), ("http_5xx", 1), ("connect", 1), ("reset", 0)], &[(8, 80)]),
+            minute(
+                "team-a/east",
+                NOW_MINUTE - 1,
+                &[("ok", 80), ("http_5xx", 1), ("connect", 1), ("reset", 0)],
+                &[(8, 80)],
+            ),
             minute("team-a/other", NOW_MINUTE, &[("http_5xx", 50)], &[]),
         ],
         heartbeats: vec![beat("gw-1", "team-a/east", "Closed"), beat("gw-2", "team-a/east", "HalfOpen")],
@@ -108,12 +119,20 @@ fn a_failure_that_left_the_window_is_remembered() {
 
 #[test]
 fn problems_make_it_not_ready() {
-    let missing = [Problem::warning("Upstream team-a/east", "spec.auth.secretRef", "Secret team-a/keys has no key \"apiKey\"")];
+    let missing =
+        [Problem::warning("Upstream team-a/east", "spec.auth.secretRef", "Secret team-a/keys has no key \"apiKey\"")];
     let s = upstream_status(None, &inputs(&missing, None));
     let ready = &s.conditions[0];
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "SecretMissing"));
-    assert_eq!(ready.message, "spec.auth.secretRef: Secret team-a/keys has no key \"apiKey\"; runbook: docs/operate.md#config-rejected");
-    let invalid = [Problem::error("Upstream team-a/east", "spec.baseUrl", "baseUrl must be an http:// or https:// URL with a host")];
+    assert_eq!(
+        ready.message,
+        "spec.auth.secretRef: Secret team-a/keys has no key \"apiKey\"; runbook: docs/operate.md#config-rejected"
+    );
+    let invalid = [Problem::error(
+        "Upstream team-a/east",
+        "spec.baseUrl",
+        "baseUrl must be an http:// or https:// URL with a host",
+    )];
     let s = upstream_status(None, &inputs(&invalid, None));
     assert_eq!(s.conditions[0].reason, "Invalid");
 }

@@ -19,10 +19,7 @@ pub fn parse_sts_response(body: &[u8]) -> Result<AwsCredentials, CredentialsErro
     }
     let creds = element(text, "Credentials").ok_or_else(|| malformed("no Credentials element"))?;
     let field = |name: &'static str| {
-        element(creds, name)
-            .map(decode)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| malformed(&format!("no {name}")))
+        element(creds, name).map(decode).filter(|v| !v.is_empty()).ok_or_else(|| malformed(&format!("no {name}")))
     };
     let expiration = field("Expiration")?;
     Ok(AwsCredentials {
@@ -30,17 +27,13 @@ pub fn parse_sts_response(body: &[u8]) -> Result<AwsCredentials, CredentialsErro
         secret_access_key: field("SecretAccessKey")?,
         session_token: Some(field("SessionToken")?),
         expires_at: Some(
-            parse_timestamp(&expiration)
-                .ok_or_else(|| malformed(&format!("bad Expiration {expiration:?}")))?,
+            parse_timestamp(&expiration).ok_or_else(|| malformed(&format!("bad Expiration {expiration:?}")))?,
         ),
     })
 }
 
 fn malformed(reason: &str) -> CredentialsError {
-    CredentialsError::Malformed {
-        what: WHAT,
-        reason: reason.to_owned(),
-    }
+    CredentialsError::Malformed { what: WHAT, reason: reason.to_owned() }
 }
 
 /// The inner text of the first `<name>…</name>` (an opening tag may carry attributes).

@@ -3,9 +3,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use ring::rand::SystemRandom;
-use ring::signature::{
-    RSA_PKCS1_2048_8192_SHA256, RSA_PKCS1_SHA256, RsaKeyPair, UnparsedPublicKey,
-};
+use ring::signature::{RSA_PKCS1_2048_8192_SHA256, RSA_PKCS1_SHA256, RsaKeyPair, UnparsedPublicKey};
 use serde::{Deserialize, Serialize};
 
 use super::{CLOUD_PLATFORM_SCOPE, GcpAuthError, MAX_ASSERTION_LIFETIME};
@@ -35,22 +33,13 @@ struct Header<'a> {
 
 /// Signs `claims` as `header.claims.signature` (base64url without padding).
 pub(super) fn sign(key: &RsaKeyPair, kid: &str, claims: &Claims) -> Result<String, GcpAuthError> {
-    let header = Header {
-        alg: "RS256",
-        typ: Some("JWT"),
-        kid: Some(kid).filter(|k| !k.is_empty()),
-    };
+    let header = Header { alg: "RS256", typ: Some("JWT"), kid: Some(kid).filter(|k| !k.is_empty()) };
     let header = serde_json::to_vec(&header).map_err(|_| GcpAuthError::Sign)?;
     let claims = serde_json::to_vec(claims).map_err(|_| GcpAuthError::Sign)?;
     let mut out = format!("{}.{}", B64.encode(header), B64.encode(claims));
     let mut signature = vec![0; key.public().modulus_len()];
-    key.sign(
-        &RSA_PKCS1_SHA256,
-        &SystemRandom::new(),
-        out.as_bytes(),
-        &mut signature,
-    )
-    .map_err(|_| GcpAuthError::Sign)?;
+    key.sign(&RSA_PKCS1_SHA256, &SystemRandom::new(), out.as_bytes(), &mut signature)
+        .map_err(|_| GcpAuthError::Sign)?;
     out.push('.');
     out.push_str(&B64.encode(signature));
     Ok(out)
@@ -68,18 +57,13 @@ pub fn verify_assertion(
     now_unix: u64,
 ) -> Result<Claims, String> {
     let mut parts = assertion.split('.');
-    let (Some(header), Some(claims), Some(signature), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(header), Some(claims), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err("Invalid JWT: expected three segments".to_owned());
     };
-    let decode = |part: &str| {
-        B64.decode(part)
-            .map_err(|_| "Invalid JWT: bad base64url".to_owned())
-    };
+    let decode = |part: &str| B64.decode(part).map_err(|_| "Invalid JWT: bad base64url".to_owned());
     let header_json = decode(header)?;
-    let header: Header<'_> =
-        serde_json::from_slice(&header_json).map_err(|_| "Invalid JWT: bad header".to_owned())?;
+    let header: Header<'_> = serde_json::from_slice(&header_json).map_err(|_| "Invalid JWT: bad header".to_owned())?;
     if header.alg != "RS256" {
         return Err(format!("Invalid JWT: alg {} is not RS256", header.alg));
     }
@@ -87,29 +71,20 @@ pub fn verify_assertion(
     UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, public_key_der)
         .verify(&assertion.as_bytes()[..signed_len], &decode(signature)?)
         .map_err(|_| "Invalid JWT Signature.".to_owned())?;
-    let claims: Claims = serde_json::from_slice(&decode(claims)?)
-        .map_err(|_| "Invalid JWT: bad claims".to_owned())?;
+    let claims: Claims = serde_json::from_slice(&decode(claims)?).map_err(|_| "Invalid JWT: bad claims".to_owned())?;
     if claims.aud != expected_aud {
-        return Err(format!(
-            "Invalid JWT: aud {:?} is not {expected_aud:?}",
-            claims.aud
-        ));
+        return Err(format!("Invalid JWT: aud {:?} is not {expected_aud:?}", claims.aud));
     }
     if !claims.scope.split(' ').any(|s| s == CLOUD_PLATFORM_SCOPE) {
-        return Err(format!(
-            "Invalid JWT: scope {:?} lacks cloud-platform",
-            claims.scope
-        ));
+        return Err(format!("Invalid JWT: scope {:?} lacks cloud-platform", claims.scope));
     }
     if claims.exp < claims.iat || claims.exp - claims.iat > MAX_ASSERTION_LIFETIME {
         return Err("Invalid JWT: exp must be at most one hour after iat".to_owned());
     }
     if now_unix + 60 < claims.iat || now_unix > claims.exp {
-        return Err(
-            "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. \
+        return Err("Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. \
              Check your iat and exp values in the JWT claim."
-                .to_owned(),
-        );
+            .to_owned());
     }
     Ok(claims)
 }

@@ -90,8 +90,8 @@ pub fn verify(
     let parsed = parse_authorization(auth)?;
     let date_text = header(req.headers, "x-amz-date")
         .ok_or_else(|| VerifyError::Incomplete("Missing x-amz-date header".to_owned()))?;
-    let date = parse_amz_date(date_text)
-        .ok_or_else(|| VerifyError::Incomplete(format!("Bad x-amz-date {date_text:?}")))?;
+    let date =
+        parse_amz_date(date_text).ok_or_else(|| VerifyError::Incomplete(format!("Bad x-amz-date {date_text:?}")))?;
     if !date_text.starts_with(parsed.scope_date) {
         return Err(VerifyError::Incomplete(format!(
             "Credential date {} does not match x-amz-date {date_text}",
@@ -99,8 +99,8 @@ pub fn verify(
         )));
     }
     check_skew(date, date_text, now)?;
-    let secret = secret_for(parsed.access_key_id)
-        .ok_or_else(|| VerifyError::UnknownKey(parsed.access_key_id.to_owned()))?;
+    let secret =
+        secret_for(parsed.access_key_id).ok_or_else(|| VerifyError::UnknownKey(parsed.access_key_id.to_owned()))?;
 
     let session_token = header(req.headers, "x-amz-security-token").map(str::to_owned);
     let token_signed = parsed.signed_headers.contains(&"x-amz-security-token");
@@ -119,9 +119,7 @@ pub fn verify(
             continue;
         }
         if values.is_empty() {
-            return Err(VerifyError::Incomplete(format!(
-                "Signed header {name} is missing"
-            )));
+            return Err(VerifyError::Incomplete(format!("Signed header {name} is missing")));
         }
         let name = http::HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| VerifyError::Incomplete(format!("Bad signed header {name:?}")))?;
@@ -135,19 +133,9 @@ pub fn verify(
         session_token: session_token.clone(),
         expires_at: None,
     };
-    let recomputed = Request {
-        headers: &signed,
-        ..*req
-    };
-    let (signature, _) = compute(
-        &recomputed,
-        &creds,
-        parsed.region,
-        parsed.service,
-        date,
-        settings(false),
-    )
-    .map_err(|e| VerifyError::Incomplete(e.to_string()))?;
+    let recomputed = Request { headers: &signed, ..*req };
+    let (signature, _) = compute(&recomputed, &creds, parsed.region, parsed.service, date, settings(false))
+        .map_err(|e| VerifyError::Incomplete(e.to_string()))?;
     if !constant_time_eq(signature.as_bytes(), parsed.signature.as_bytes()) {
         return Err(VerifyError::Mismatch);
     }
@@ -175,14 +163,9 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// `AWS4-HMAC-SHA256 Credential=AKID/20150830/us-east-1/service/aws4_request,
 /// SignedHeaders=host;x-amz-date, Signature=…`.
 fn parse_authorization(value: &str) -> Result<Authorization<'_>, VerifyError> {
-    let incomplete = |what: &str| {
-        VerifyError::Incomplete(format!(
-            "Authorization header requires {what}. Authorization={value}"
-        ))
-    };
-    let rest = value
-        .strip_prefix("AWS4-HMAC-SHA256 ")
-        .ok_or_else(|| incomplete("the AWS4-HMAC-SHA256 algorithm"))?;
+    let incomplete =
+        |what: &str| VerifyError::Incomplete(format!("Authorization header requires {what}. Authorization={value}"));
+    let rest = value.strip_prefix("AWS4-HMAC-SHA256 ").ok_or_else(|| incomplete("the AWS4-HMAC-SHA256 algorithm"))?;
     let (mut credential, mut signed, mut signature) = (None, None, None);
     for part in rest.split(',') {
         let part = part.trim();
@@ -199,9 +182,7 @@ fn parse_authorization(value: &str) -> Result<Authorization<'_>, VerifyError> {
     let signature = signature.ok_or_else(|| incomplete("'Signature' parameter"))?;
     let scope: Vec<&str> = credential.split('/').collect();
     let [access_key_id, scope_date, region, service, "aws4_request"] = scope[..] else {
-        return Err(incomplete(
-            "a Credential of the form KEY/DATE/REGION/SERVICE/aws4_request",
-        ));
+        return Err(incomplete("a Credential of the form KEY/DATE/REGION/SERVICE/aws4_request"));
     };
     Ok(Authorization {
         access_key_id,

@@ -75,15 +75,9 @@ fn apply_removes_fields_a_manager_stops_applying_and_detects_conflicts() {
         "v1",
     );
     let Ok(a) = a else { panic!("apply failed") };
-    let Ok(b) = server_side_apply(
-        &a,
-        &json!({"data": {"a": "1"}}),
-        "m",
-        false,
-        Scope::Main { with_status: true },
-        None,
-        "v1",
-    ) else {
+    let Ok(b) =
+        server_side_apply(&a, &json!({"data": {"a": "1"}}), "m", false, Scope::Main { with_status: true }, None, "v1")
+    else {
         panic!("apply failed")
     };
     assert_eq!(b["data"], json!({"a": "1"}));

@@ -151,4 +151,3 @@ pub(super) fn openapi_doc(types: &[ResourceType], group: &str, version: &str) ->
         "components": {"schemas": {}},
     }))
 }
-

@@ -35,7 +35,6 @@ pub(super) fn text(code: u16, body: &str) -> Response {
     resp
 }
 
-
 /// What representation the client asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Want {

@@ -153,4 +153,3 @@ pub(super) fn update(
     let rv = store.resource_version();
     Ok(respond(200, &render(rt, &w.object, want, query, rv), &w.warnings))
 }
-

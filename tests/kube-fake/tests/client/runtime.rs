@@ -150,7 +150,10 @@ async fn a_controller_owning_configmaps_reconciles_against_the_fake() {
     let got = cms.get("r1-cfg").await.unwrap();
     assert_eq!(got.data.unwrap()["model"], "model-1");
     routes.patch("r1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"model": "model-2"}}))).await.unwrap();
-    let updated = eventually(Duration::from_secs(10), async || cms.get("r1-cfg").await.unwrap().data.unwrap()["model"] == "model-2").await;
+    let updated = eventually(Duration::from_secs(10), async || {
+        cms.get("r1-cfg").await.unwrap().data.unwrap()["model"] == "model-2"
+    })
+    .await;
     assert!(updated, "the controller did not update its ConfigMap");
     routes.delete("r1", &DeleteParams::default()).await.unwrap();
     assert!(matches!(cms.get("r1-cfg").await, Err(kube::Error::Api(s)) if s.code == 404), "collected with its owner");

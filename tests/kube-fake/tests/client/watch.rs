@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::ResourceExt;
 use sluice_kube_fake::FakeApiServer;
 
 use super::{cm, within};

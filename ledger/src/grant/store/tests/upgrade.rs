@@ -12,18 +12,9 @@ async fn upgrade_from_v4(db: &TestDb) {
         crate::testing::Backend::Sqlite => Embedded(&SQLITE_MIGRATIONS.0[..4]),
         crate::testing::Backend::Postgres => Embedded(&POSTGRES_MIGRATIONS.0[..4]),
     };
-    let url = if db.url.starts_with("sqlite") {
-        format!("{}?mode=rwc", db.url)
-    } else {
-        db.url.clone()
-    };
+    let url = if db.url.starts_with("sqlite") { format!("{}?mode=rwc", db.url) } else { db.url.clone() };
     let raw = sqlx::AnyPool::connect(&url).await.unwrap();
-    sqlx::migrate::Migrator::new(v4)
-        .await
-        .unwrap()
-        .run(&raw)
-        .await
-        .unwrap();
+    sqlx::migrate::Migrator::new(v4).await.unwrap().run(&raw).await.unwrap();
     // What the v4 code left (account 1, grant 1 of a fresh database): 1000 opened, a grant of 500 taken, 100 of it settled (the
     // settle row moving balance and reserved), 400 still held.
     for statement in [
@@ -43,17 +34,11 @@ async fn upgrade_from_v4(db: &TestDb) {
 
     let l = db.connect().await.unwrap();
     let check = l.journal_verify("old").await.unwrap();
-    assert!(
-        check.is_consistent() && check.balance_nanos == 900 && check.unposted_nanos == 0,
-        "{check:?}"
-    );
+    assert!(check.is_consistent() && check.balance_nanos == 900 && check.unposted_nanos == 0, "{check:?}");
     // The same grant goes on under the new code.
     assert_eq!(l.settle_batch(&[job(1, 1, 2, 50)]).await.unwrap(), [true]);
     let check = l.journal_verify("old").await.unwrap();
-    assert!(
-        check.is_consistent() && check.balance_nanos == 850 && check.unposted_nanos == 50,
-        "{check:?}"
-    );
+    assert!(check.is_consistent() && check.balance_nanos == 850 && check.unposted_nanos == 50, "{check:?}");
     assert!(l.close_grant(1, 1, false, 3, None).await.unwrap());
     let a = l.account("old").await.unwrap().unwrap();
     assert_eq!((a.balance_nanos, a.reserved_nanos), (850, 0));

@@ -62,21 +62,12 @@ async fn walk(l: &Ledger, name: &str, steps: Vec<Step>) {
     }
     let opening = 1_000;
     let account = l.create_account(name, opening).await.unwrap();
-    let mut m = Model {
-        effective: opening,
-        ..Model::default()
-    };
+    let mut m = Model { effective: opening, ..Model::default() };
     let mut last: Vec<Job> = Vec::new();
     let mut now = 10;
     for (i, s) in steps.into_iter().enumerate() {
         now += 1;
-        let held = |m: &Model| {
-            m.grants
-                .values()
-                .filter(|g| g.0)
-                .map(|g| g.1 + g.2)
-                .sum::<i64>()
-        };
+        let held = |m: &Model| m.grants.values().filter(|g| g.0).map(|g| g.1 + g.2).sum::<i64>();
         let unposted = |m: &Model| m.grants.values().map(|g| g.2).sum::<i64>();
         match s {
             Step::Take { h, need, target } => {
@@ -100,14 +91,7 @@ async fn walk(l: &Ledger, name: &str, steps: Vec<Step>) {
                         m.holder[h] = None;
                     }
                     (Some(amount), _) => {
-                        let Taken::Took {
-                            grant_id: id,
-                            amount: took,
-                            free: left,
-                        } = got
-                        else {
-                            panic!("{got:?}")
-                        };
+                        let Taken::Took { grant_id: id, amount: took, free: left } = got else { panic!("{got:?}") };
                         assert_eq!((took, left), (amount, free - amount));
                         let g = m.grants.entry(id).or_insert((true, 0, 0));
                         g.1 += amount;
@@ -121,11 +105,7 @@ async fn walk(l: &Ledger, name: &str, steps: Vec<Step>) {
                 let mut jobs = Vec::new();
                 let (open, mut amount) = (m.grants[&id].0, m.grants[&id].1);
                 for p in parts {
-                    let charged = if open {
-                        (amount * p / 1000).min(amount)
-                    } else {
-                        p
-                    };
+                    let charged = if open { (amount * p / 1000).min(amount) } else { p };
                     amount -= if open { charged } else { 0 };
                     m.next_hold += 1;
                     jobs.push(job(account.id, id, m.next_hold, charged));
@@ -143,11 +123,7 @@ async fn walk(l: &Ledger, name: &str, steps: Vec<Step>) {
             Step::Retry => {
                 let before = l.journal_verify(name).await.unwrap();
                 l.settle_batch(&last).await.unwrap();
-                assert_eq!(
-                    l.journal_verify(name).await.unwrap(),
-                    before,
-                    "a retried batch moved money"
-                );
+                assert_eq!(l.journal_verify(name).await.unwrap(), before, "a retried batch moved money");
             }
             Step::Post { h } => {
                 let Some(id) = m.holder[h] else { continue };
@@ -161,12 +137,7 @@ async fn walk(l: &Ledger, name: &str, steps: Vec<Step>) {
                     continue;
                 };
                 let g = m.grants.get_mut(&id).unwrap();
-                assert_eq!(
-                    l.close_grant(account.id, id, false, now, None)
-                        .await
-                        .unwrap(),
-                    g.0
-                );
+                assert_eq!(l.close_grant(account.id, id, false, now, None).await.unwrap(), g.0);
                 *g = (false, 0, 0);
             }
             Step::Reap => {
@@ -184,25 +155,11 @@ async fn walk(l: &Ledger, name: &str, steps: Vec<Step>) {
         }
         let a = l.account(name).await.unwrap().unwrap();
         let reserved = held(&m) - unposted(&m);
-        assert_eq!(
-            (a.balance_nanos, a.reserved_nanos),
-            (m.effective, reserved),
-            "step {i}: {m:?}"
-        );
-        assert_eq!(
-            stored(l, account.id).await,
-            (m.effective + unposted(&m), held(&m)),
-            "step {i}: {m:?}"
-        );
+        assert_eq!((a.balance_nanos, a.reserved_nanos), (m.effective, reserved), "step {i}: {m:?}");
+        assert_eq!(stored(l, account.id).await, (m.effective + unposted(&m), held(&m)), "step {i}: {m:?}");
         let check = l.journal_verify(name).await.unwrap();
-        assert!(
-            check.is_consistent() && check.unposted_nanos == unposted(&m),
-            "step {i}: {check:?} {m:?}"
-        );
-        assert!(
-            a.balance_nanos >= a.reserved_nanos && a.reserved_nanos >= 0,
-            "step {i}: {a:?}"
-        );
+        assert!(check.is_consistent() && check.unposted_nanos == unposted(&m), "step {i}: {check:?} {m:?}");
+        assert!(a.balance_nanos >= a.reserved_nanos && a.reserved_nanos >= 0, "step {i}: {a:?}");
     }
     // The rest expires: everything posted, the row is the balance.
     l.reap_grants(i64::MAX / 2).await.unwrap();
