@@ -21,13 +21,13 @@
 //!
 //! Around it: [`config`] (manifests or an operator snapshot, compiled by
 //! [`config::Runtime::build`]), [`egress`] (the HTTP client), [`telemetry`] (metrics
-//! and SLI rollups), [`chaos`] (the fake upstream) and [`cmd`] (the commands).
+//! and SLI rollups) and [`cmd`] (the commands, among them `chaos`, which serves the
+//! fake upstream of the `sluice-chaos` crate).
 
 pub mod answer;
 pub mod attempt;
 pub mod auth;
 pub mod billing;
-pub mod chaos;
 pub mod cmd;
 pub mod config;
 pub mod egress;

@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use serde_json::Value;
-use sluice_gateway::chaos::{self, ChaosAuth, ChaosState, CounterSnapshot, Script};
+use sluice_chaos::{self as chaos, ChaosAuth, ChaosState, CounterSnapshot, Script};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 

@@ -1,10 +1,10 @@
-//! `sluice-gateway chaos`: the scriptable fake upstream of [`crate::chaos`] on a port of
+//! `sluice-gateway chaos`: the scriptable fake upstream of [`sluice_chaos`] on a port of
 //! its own (docs/design.md §6): its flags and run loop.
 
 use anyhow::Context as _;
+use sluice_chaos::{AwsKeys, ChaosAuth, ChaosState, DEFAULT_TOKEN_TTL, GoogleAuth, ServiceAccount, serve};
 use tokio::net::TcpListener;
 
-use crate::chaos::{AwsKeys, ChaosAuth, ChaosState, DEFAULT_TOKEN_TTL, GoogleAuth, ServiceAccount, serve};
 use crate::server::shutdown_signal;
 
 /// `sluice-gateway chaos` arguments.

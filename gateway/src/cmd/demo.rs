@@ -11,10 +11,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use sluice_chaos::ChaosState;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::chaos::ChaosState;
 use crate::cmd::serve::{ServeArgs, build, spawn_loops};
 use crate::route::health::Circuit;
 
@@ -89,7 +89,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
     for (member, listener) in CAST.iter().zip(listeners) {
         let state = ChaosState::with_auth(member.auth(&vertex_key)?);
         state.set_script(cast::healthy(member.first_byte_ms)).map_err(|e| anyhow::anyhow!("{e}"))?;
-        tokio::spawn(crate::chaos::serve(listener, state.clone()));
+        tokio::spawn(sluice_chaos::serve(listener, state.clone()));
         chaos.push(state);
     }
     let manifests = dir.join("manifests");

@@ -147,7 +147,7 @@ async fn budgets_show_a_two_minute_outage() -> anyhow::Result<()> {
     let script = flaky.state.clone();
     let outage = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let _ = script.set_script(sluice_gateway::chaos::Script { status: Some(503), ..Default::default() });
+        let _ = script.set_script(sluice_chaos::Script { status: Some(503), ..Default::default() });
         tokio::time::sleep(Duration::from_secs(12)).await;
         script.reset_script();
     });

@@ -6,7 +6,7 @@
 //! Vertex AI as its backup.
 
 use serde_json::{Value, json};
-use sluice_gateway::chaos::{AwsKeys, ChaosAuth, GoogleAuth, ServiceAccount};
+use sluice_chaos::{AwsKeys, ChaosAuth, GoogleAuth, ServiceAccount};
 use sluice_gateway::server::AuthMode;
 use sluice_tests::{ChaosUpstream, Doc, GatewayOptions, SseReply, TestGateway, route, yaml};
 

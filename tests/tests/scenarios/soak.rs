@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_gateway::chaos::Script;
+use sluice_chaos::Script;
 use sluice_gateway::server::AuthMode;
 use sluice_ledger::testing::eventually;
 use sluice_tests::billing::{Price, Sampler};

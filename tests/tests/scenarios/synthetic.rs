@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sluice_gateway::chaos::Protocol;
+use sluice_chaos::Protocol;
 use sluice_ledger::testing::eventually;
 use sluice_ledger::{JournalCheck, SYNTHETIC_ACCOUNT};
 use sluice_tests::{ChaosUpstream, TestGateway, error_budget, route, serial, yaml};
@@ -183,7 +183,7 @@ const SA_KEY: &str = include_str!("../../../providers/tests/fixtures/gcp/service
 
 #[tokio::test]
 async fn every_protocol_is_checked_in_its_own_wire_format_with_its_own_credentials() -> anyhow::Result<()> {
-    use sluice_gateway::chaos::{AwsKeys, ChaosAuth, GoogleAuth, ServiceAccount};
+    use sluice_chaos::{AwsKeys, ChaosAuth, GoogleAuth, ServiceAccount};
     let _serial = serial().await;
     let key = |k: &str| ChaosAuth { api_key: Some(k.to_string()), ..ChaosAuth::default() };
     let gemini = ChaosUpstream::start_with_auth("gemini", Some(key("gemini-key"))).await?;

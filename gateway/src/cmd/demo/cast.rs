@@ -4,8 +4,7 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-
-use crate::chaos::{ChaosAuth, GoogleAuth, Script, ServiceAccount};
+use sluice_chaos::{ChaosAuth, GoogleAuth, Script, ServiceAccount};
 
 /// The service-account key of the quickstart (test-only; see its secrets README).
 const VERTEX_KEY: &str = include_str!("../../../../examples/quickstart/secrets/vertex-sa/key.json");

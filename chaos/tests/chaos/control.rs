@@ -2,7 +2,7 @@
 //! counters the tests of other crates read.
 
 use serde_json::json;
-use sluice_gateway::chaos::Script;
+use sluice_chaos::Script;
 use sluice_ledger::testing::eventually;
 
 use super::{CHAT, MS, chat_body, start};

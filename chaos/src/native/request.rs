@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::chaos::protocol::{Call, Protocol};
+use crate::protocol::{Call, Protocol};
 
 /// `anthropic_version` that Claude on Vertex AI documents for the body (a
 /// dated API version is accepted too).

@@ -3,7 +3,7 @@
 //! shaped as OpenAI shapes them (JSON and in-stream).
 
 use serde_json::{Value, json};
-use sluice_gateway::chaos;
+use sluice_chaos as chaos;
 
 use super::{CHAT, Headers, MS, chat_body, start};
 

@@ -1,9 +1,9 @@
-//! The chaos upstream: a scriptable fake provider (docs/design.md §6) for
+//! sluice-chaos, the chaos upstream: a scriptable fake provider (docs/design.md §6) for
 //! tests, the demo and game days, speaking every protocol of §9 in its own
 //! framing on one listener.
 //!
 //! Start here: [`serve`] a [`ChaosState`] on a listener (or run it from the
-//! CLI, [`crate::cmd::chaos`]), point an Upstream's `baseUrl` at it, and
+//! CLI, `sluice-gateway chaos`), point an Upstream's `baseUrl` at it, and
 //! choose faults per request with `x-chaos-*` headers or for every request
 //! with `POST /_chaos` (see [`Script`] for the fields). [`ChaosState`]'s
 //! counters tell exactly how often the upstream was called, per protocol.

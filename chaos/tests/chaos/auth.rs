@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
-use sluice_gateway::chaos::{AwsKeys, ChaosAuth, GoogleAuth, ServiceAccount};
+use sluice_chaos::{AwsKeys, ChaosAuth, GoogleAuth, ServiceAccount};
 use sluice_providers::auth::aws::AwsCredentials;
 use sluice_providers::auth::gcp::ServiceAccountKey;
 use sluice_providers::auth::sigv4;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Response;
 use serde_json::{Value, json};
-use sluice_gateway::chaos::{self, ChaosState};
+use sluice_chaos::{self as chaos, ChaosState};
 use tokio::net::TcpListener;
 
 #[path = "chaos/anthropic.rs"]

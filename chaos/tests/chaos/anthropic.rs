@@ -1,7 +1,7 @@
 //! Anthropic Messages and Claude on Vertex AI, in Anthropic's own framing.
 
 use serde_json::{Value, json};
-use sluice_gateway::chaos::Protocol;
+use sluice_chaos::Protocol;
 
 use super::native::{names, parse_sse, read_body};
 use super::{Headers, io_kind, start};

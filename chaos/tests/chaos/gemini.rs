@@ -1,7 +1,7 @@
 //! Gemini (AI Studio) and Gemini on Vertex AI, in Google's own framing.
 
 use serde_json::{Value, json};
-use sluice_gateway::chaos::Protocol;
+use sluice_chaos::Protocol;
 
 use super::native::{parse_sse, read_body};
 use super::{Headers, start};

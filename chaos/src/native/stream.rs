@@ -13,9 +13,9 @@ use axum::body::Body;
 use bytes::Bytes;
 
 use super::{Answer, anthropic, bedrock, errors, google};
-use crate::chaos::plan::Plan;
-use crate::chaos::protocol::Family;
-use crate::chaos::stream::{BodyCtx, ResetError, sleep};
+use crate::plan::Plan;
+use crate::protocol::Family;
+use crate::stream::{BodyCtx, ResetError, sleep};
 
 /// One native answer being streamed.
 pub(crate) struct NativeStream {

@@ -150,7 +150,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::chaos::protocol::percent_decode;
+    use crate::protocol::percent_decode;
 
     #[test]
     fn tokens_are_valid_until_they_expire() {

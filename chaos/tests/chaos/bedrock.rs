@@ -2,7 +2,7 @@
 //! hand), and Azure OpenAI's deployment URLs.
 
 use serde_json::{Value, json};
-use sluice_gateway::chaos::Protocol;
+use sluice_chaos::Protocol;
 
 use std::time::Instant;
 

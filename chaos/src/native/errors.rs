@@ -7,9 +7,9 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
 use super::{anthropic, bedrock as aws, google};
-use crate::chaos::plan::{ErrorReply, json_response};
-use crate::chaos::protocol::{Family, Protocol};
-use crate::chaos::wire;
+use crate::plan::{ErrorReply, json_response};
+use crate::protocol::{Family, Protocol};
+use crate::wire;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 const AMZN_ERROR_TYPE: HeaderName = HeaderName::from_static("x-amzn-errortype");
