@@ -191,11 +191,9 @@ pub async fn answer(
     started: Instant,
     trace: RequestTrace,
 ) -> Response {
-    let Dispatched { started: s, candidate, attempts, failovers } = d;
+    let Dispatched { started: s, candidate, attempts, failovers, .. } = d;
     let name = s.attempt.upstream().name_header.clone();
     s.attempt.finish(Outcome::Ok, &gw.settings, &gw.sli);
-    s.trace.outcome(Outcome::Ok, false);
-    drop(s.trace);
     // A translated answer's usage is known; the body is read only when something is
     // still to be learnt from it.
     let traced = trace.is_on();
@@ -240,23 +238,21 @@ pub fn stream_answer(
     started: Instant,
     trace: RequestTrace,
 ) -> Response {
-    let Dispatched { started: s, candidate, attempts, failovers } = d;
+    let Dispatched { started: s, candidate, attempts, failovers, request_id } = d;
     let attempt = s.attempt;
-    let attempt_trace = s.trace;
     let name = attempt.upstream().name_header.clone();
     let idle = relay::IdleWatch::of(attempt.upstream());
     let first_byte_ms = started.elapsed().as_millis() as u64;
     let status = s.status;
     let (gw2, route2) = (gw.clone(), route.clone());
     let input_bound = req.input_bound;
-    let resumer = (route.cfg.mid_stream == MidStreamAction::Resume)
-        .then(|| relay::resume::Resumer::new(gw.clone(), route.clone(), req, candidate, started));
+    let resumer = (route.cfg.mid_stream == MidStreamAction::Resume).then(|| {
+        relay::resume::Resumer::new(gw.clone(), route.clone(), req, candidate, started, request_id, trace.clone())
+    });
     let on_end = move |end: StreamEnd| {
         // A client that went away says nothing about the upstream.
         let outcome = if end.client_gone { Outcome::Ok } else { end.outcome };
         attempt.finish(outcome, &gw2.settings, &gw2.sli);
-        attempt_trace.outcome(outcome, false);
-        drop(attempt_trace);
         if end.dropped > 0 {
             gw2.metrics.dropped_events.inc_by(end.dropped);
         }

@@ -1,5 +1,12 @@
 //! One attempt against one upstream, bounded by the candidate budget and (for streams)
 //! the first-byte watchdog, and classified into an [`Outcome`].
+//!
+//! This is the attempt's one lifecycle, whoever makes it (the dispatcher's walk, a
+//! stream's resume, a synthetic check): [`AttemptSpec::new`] specifies it for a
+//! candidate, [`run`] starts it (span, watchdog, in-flight count) and books what is
+//! known when it ends or commits (a failure's outcome, or the first-byte time, into
+//! health, metrics and the SLI rollups), and the [`Committed`] attempt books how its
+//! answer ended in [`Committed::finish`].
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,13 +16,17 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyDataStream, BodyExt, Full};
+use sluice_crds::snapshot::RouteConfig;
 
-use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
+use crate::config::{Candidate, UpstreamHandle};
 use crate::egress::{self, UpstreamResponse};
-use crate::headers::X_REQUEST_ID;
+use crate::headers::{RequestId, X_REQUEST_ID};
+use crate::request::ClientRequest;
 use crate::route::backoff;
-use crate::telemetry::traces::{AttemptTrace, RequestTrace};
+use crate::route::health::HealthSettings;
+use crate::telemetry::sli::Sli;
+use crate::telemetry::traces::RequestTrace;
 mod finish;
 pub mod native;
 pub mod outcome;
@@ -53,13 +64,32 @@ pub struct Started {
     /// A whole translated answer's usage, known from the translation; `None` when it is
     /// to be read from `first`.
     pub usage: Option<crate::relay::sse::Usage>,
-    /// The attempt itself, finished when the answer ends.
+    /// The attempt itself (with its span), finished when the answer ends.
     pub attempt: Committed,
-    /// The attempt's span; it records the outcome when the answer ends.
-    pub trace: AttemptTrace,
 }
 
-/// What one attempt needs.
+/// Where an attempt's outcome is booked: the upstreams' health settings and the SLI
+/// rollups (the upstream's own health and metrics travel with its handle).
+#[derive(Clone, Copy)]
+pub struct Books<'a> {
+    /// Health settings (windows, trial rules).
+    pub settings: &'a HealthSettings,
+    /// SLI rollups.
+    pub sli: &'a Sli,
+}
+
+/// The time and the trial slot an attempt is given by its caller.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// First-byte limit; `None` for non-streaming requests and hedged attempts.
+    pub first_byte: Option<Duration>,
+    /// The candidate's share of the deadline.
+    pub budget: Duration,
+    /// Whether the attempt holds a trial slot (taken by the candidate order or the check).
+    pub trial: bool,
+}
+
+/// What one attempt needs; made by [`AttemptSpec::new`] only.
 pub struct AttemptSpec<'a> {
     /// The endpoint called.
     pub endpoint: crate::request::Endpoint,
@@ -85,11 +115,53 @@ pub struct AttemptSpec<'a> {
     pub trace: &'a RequestTrace,
 }
 
-/// Runs one attempt.
+impl<'a> AttemptSpec<'a> {
+    /// The one place an attempt is specified: candidate `c` of a route (`route`), for
+    /// the client's request `req`, sent with the client's `request_id` and traced as a
+    /// child of `trace`. A candidate that is not OpenAI-compatible gets its request
+    /// translated from the client's body by the attempt; the others get the client's
+    /// bytes with the candidate's model (and the route's default `max_tokens`) spliced in.
+    pub fn new(
+        c: &'a Candidate,
+        route: &'a RouteConfig,
+        req: &'a ClientRequest,
+        limits: Limits,
+        request_id: &'a RequestId,
+        trace: &'a RequestTrace,
+    ) -> Self {
+        let native = c.upstream.is_native().then(|| native::NativeInput {
+            model: &c.cfg.model,
+            default_max_tokens: route.default_max_tokens,
+            client_body: req.body(),
+        });
+        Self {
+            endpoint: req.endpoint,
+            body: if native.is_some() {
+                Bytes::new()
+            } else {
+                req.upstream_body(&c.cfg.model, route.default_max_tokens)
+            },
+            stream: req.stream,
+            first_byte: limits.first_byte,
+            budget: limits.budget,
+            retry_on: &route.retry_on,
+            request_id,
+            trial: limits.trial,
+            model: &c.cfg.model,
+            native,
+            trace,
+        }
+    }
+}
+
+/// Runs one attempt and books what its end tells: a failure's outcome (and its trial
+/// slot), or the first-byte time of an attempt that answered (health and the
+/// first-byte histogram); the committed attempt books the rest when its answer ends.
 pub async fn run(
     upstream: &Arc<UpstreamHandle>,
     secrets: &Secrets,
     spec: AttemptSpec<'_>,
+    books: Books<'_>,
 ) -> Result<Started, AttemptError> {
     let start = Instant::now();
     let in_flight = InFlight::enter(&upstream.in_flight);
@@ -108,8 +180,10 @@ pub async fn run(
     let failure = match tokio::time::timeout(limit, exchange).await {
         Ok(Ok(native::Answer { status, content_type, first, rest, usage })) => {
             let first_byte = start.elapsed();
-            let attempt = Committed::new(upstream.clone(), spec.trial, first_byte, in_flight);
-            return Ok(Started { status, content_type, first, rest, usage, attempt, trace });
+            upstream.health.record_first_byte(first_byte);
+            upstream.metrics.first_byte.observe(first_byte.as_secs_f64());
+            let attempt = Committed::new(upstream.clone(), spec.trial, first_byte, in_flight, trace);
+            return Ok(Started { status, content_type, first, rest, usage, attempt });
         }
         Ok(Err(e)) => e,
         Err(_) => {
@@ -117,6 +191,7 @@ pub async fn run(
             AttemptError::transport(limit_outcome, format!("{what} within {}ms", limit.as_millis()))
         }
     };
+    record(upstream, books.settings, books.sli, failure.outcome, spec.trial, failure.retry_after, None);
     trace.outcome(failure.outcome, failure.retryable);
     Err(failure)
 }

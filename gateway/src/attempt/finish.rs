@@ -1,5 +1,6 @@
 //! An attempt's bookkeeping, in one place: its outcome goes to the upstream's health
-//! (success ratio, circuit breaker, trial slot), its metrics and the SLI rollups.
+//! (success ratio, circuit breaker, trial slot), its metrics, the SLI rollups and, for a
+//! committed attempt, its span.
 //!
 //! A failed attempt is [`record`]ed where it fails. An attempt the request committed
 //! to (its first byte arrived) is a [`Committed`] that owns what is still open (the
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::config::UpstreamHandle;
 use crate::route::health::HealthSettings;
 use crate::telemetry::sli::Sli;
+use crate::telemetry::traces::AttemptTrace;
 
 use super::outcome::Outcome;
 
@@ -42,12 +44,19 @@ pub struct Committed {
     trial: bool,
     first_byte: Duration,
     _in_flight: InFlight,
+    trace: AttemptTrace,
     finished: bool,
 }
 
 impl Committed {
-    pub(crate) fn new(upstream: Arc<UpstreamHandle>, trial: bool, first_byte: Duration, in_flight: InFlight) -> Self {
-        Self { upstream, trial, first_byte, _in_flight: in_flight, finished: false }
+    pub(crate) fn new(
+        upstream: Arc<UpstreamHandle>,
+        trial: bool,
+        first_byte: Duration,
+        in_flight: InFlight,
+        trace: AttemptTrace,
+    ) -> Self {
+        Self { upstream, trial, first_byte, _in_flight: in_flight, trace, finished: false }
     }
 
     /// The upstream that answered.
@@ -60,11 +69,12 @@ impl Committed {
         self.first_byte
     }
 
-    /// Records how the answer ended (with its trial slot and first-byte time) and
-    /// leaves the upstream's in-flight count.
+    /// Records how the answer ended (with its trial slot and first-byte time), ends
+    /// the attempt's span with that outcome and leaves the upstream's in-flight count.
     pub fn finish(mut self, outcome: Outcome, settings: &HealthSettings, sli: &Sli) {
         self.finished = true;
         record(&self.upstream, settings, sli, outcome, self.trial, None, Some(self.first_byte));
+        self.trace.outcome(outcome, false);
     }
 }
 

@@ -30,6 +30,7 @@ use crate::request::ClientRequest;
 use crate::route::health::Circuit;
 use crate::server::Gateway;
 use crate::telemetry::metrics::{ResumeReason, RouteResume};
+use crate::telemetry::traces::RequestTrace;
 
 mod splice;
 
@@ -55,7 +56,10 @@ pub struct Resumer {
     deadline: Instant,
     used: Vec<bool>,
     resumes: u32,
+    /// The client's request id, sent with every continuation as with the first attempt.
     request_id: RequestId,
+    /// The request's span: continuations are attempts under it like any other.
+    trace: RequestTrace,
 }
 
 /// A continuation that answered.
@@ -70,14 +74,23 @@ struct Continuation {
 }
 
 impl Resumer {
-    /// A resumer for a stream served by candidate `serving` of `route`, `started` at.
-    pub fn new(gw: Arc<Gateway>, route: Arc<Route>, req: &ClientRequest, serving: usize, started: Instant) -> Self {
+    /// A resumer for a stream served by candidate `serving` of `route`, `started` at,
+    /// sent upstream as `request_id` and traced under `trace`.
+    pub fn new(
+        gw: Arc<Gateway>,
+        route: Arc<Route>,
+        req: &ClientRequest,
+        serving: usize,
+        started: Instant,
+        request_id: RequestId,
+        trace: RequestTrace,
+    ) -> Self {
         let mut used = vec![false; route.candidates.len()];
         if let Some(u) = used.get_mut(serving) {
             *u = true;
         }
         let deadline = started + std::time::Duration::from_millis(route.cfg.deadline_ms);
-        Self { gw, route, req: req.clone(), deadline, used, resumes: 0, request_id: RequestId::new() }
+        Self { gw, route, req: req.clone(), deadline, used, resumes: 0, request_id, trace }
     }
 
     /// Starts the next continuation, trying the unused candidates in spec order, those
@@ -163,33 +176,13 @@ impl Resumer {
         let Some(c) = self.route.candidates.get(idx) else { return Err(Outcome::Connect) };
         let untried = self.used.iter().filter(|u| !**u).count() + 1;
         let budget = self.deadline.saturating_duration_since(Instant::now()) / u32::try_from(untried).unwrap_or(1);
-        let native = c.upstream.is_native().then(|| attempt::native::NativeInput {
-            model: &c.cfg.model,
-            default_max_tokens: self.route.cfg.default_max_tokens,
-            client_body: req.body(),
-        });
-        let no_trace = crate::telemetry::traces::RequestTrace::default();
-        let spec = attempt::AttemptSpec {
-            endpoint: req.endpoint,
-            body: if native.is_some() {
-                Bytes::new()
-            } else {
-                req.upstream_body(&c.cfg.model, self.route.cfg.default_max_tokens)
-            },
-            model: &c.cfg.model,
-            native,
-            stream: true,
-            first_byte: Some(c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte)),
-            budget,
-            retry_on: &self.route.cfg.retry_on,
-            request_id: &self.request_id,
-            trial: false,
-            trace: &no_trace,
-        };
+        let first_byte = Some(c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte));
+        let limits = attempt::Limits { first_byte, budget, trial: false };
+        let spec = attempt::AttemptSpec::new(c, &self.route.cfg, req, limits, &self.request_id, &self.trace);
         let (gw, upstream) = (&self.gw, &c.upstream);
-        match attempt::run(upstream, &gw.secrets, spec).await {
+        let books = attempt::Books { settings: &gw.settings, sli: &gw.sli };
+        match attempt::run(upstream, &gw.secrets, spec, books).await {
             Ok(started) => {
-                upstream.health.record_first_byte(started.attempt.first_byte());
                 match started.rest {
                     Some(rest) => Ok((started.first, rest, started.attempt)),
                     // An answer without content continues nothing.
@@ -200,7 +193,6 @@ impl Resumer {
                 }
             }
             Err(e) => {
-                attempt::record(upstream, &gw.settings, &gw.sli, e.outcome, false, e.retry_after, None);
                 tracing::warn!(route = %self.route.cfg.name, upstream = %upstream.cfg.name, reason = e.outcome.as_str(), detail = %e.detail, "a resume attempt failed");
                 Err(e.outcome)
             }

@@ -33,14 +33,13 @@ use http::{HeaderMap, HeaderValue};
 use rand::Rng;
 use sluice_ledger::SyntheticCheck;
 
-use crate::attempt::native::NativeInput;
 use crate::attempt::outcome::Outcome;
 use crate::attempt::{self, AttemptSpec, BodyStream, StreamError};
 use crate::config::{Route, UpstreamHandle};
 use crate::headers::{RequestId, X_REQUEST_ID};
 use crate::relay::IdleWatch;
 use crate::relay::sse::{Event, Splitter, Usage};
-use crate::request::Endpoint;
+use crate::request::{ClientRequest, Endpoint};
 use crate::server::state::Gateway;
 use crate::telemetry::metrics::SyntheticLabel;
 use crate::telemetry::traces::RequestTrace;
@@ -138,37 +137,33 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
     let request_id = request_id(&route.cfg.key, &up.cfg.key, began);
     let trial = up.health.check_trial(&up.cfg.circuit_breaker, &gw.settings, Instant::now());
     let body = check_body(&c.cfg.model, max_tokens);
-    let native =
-        up.is_native().then(|| NativeInput { model: &c.cfg.model, default_max_tokens: max_tokens, client_body: &body });
-    let trace = RequestTrace::default();
-    let spec = AttemptSpec {
-        endpoint: Endpoint::Chat,
-        // A translated request is built from the OpenAI body by the attempt.
-        body: if native.is_some() { Bytes::new() } else { body.clone() },
-        stream: true,
+    // The check is a client request like any other, through the attempt clients get.
+    let req = match ClientRequest::parse(Endpoint::Chat, &body) {
+        Ok(req) => req,
+        Err(e) => {
+            tracing::error!(error = %e, route = %route.cfg.name, "a synthetic check's own body did not parse");
+            return;
+        }
+    };
+    let trace =
+        RequestTrace::start(gw.traces.as_ref(), &HeaderMap::new(), Endpoint::Chat, &route.cfg.model, route, &body);
+    let limits = attempt::Limits {
         first_byte: Some(up.health.first_byte_limit(up.cfg.first_byte)),
         // Alone on the route: the whole deadline is this candidate's.
         budget: Duration::from_millis(route.cfg.deadline_ms),
-        retry_on: &route.cfg.retry_on,
-        request_id: &request_id,
         trial,
-        model: &c.cfg.model,
-        native,
-        trace: &trace,
     };
-    let (outcome, first_byte, usage) = match attempt::run(up, &gw.secrets, spec).await {
+    let spec = AttemptSpec::new(c, &route.cfg, &req, limits, &request_id, &trace);
+    let books = attempt::Books { settings: &gw.settings, sli: &gw.sli };
+    let (outcome, first_byte, usage) = match attempt::run(up, &gw.secrets, spec, books).await {
         Err(e) => {
-            attempt::record(up, &gw.settings, &gw.sli, e.outcome, trial, e.retry_after, None);
             tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = e.outcome.as_str(), detail = %e.detail, "synthetic check failed");
             (e.outcome, None, None)
         }
         Ok(started) => {
             let first_byte = started.attempt.first_byte();
-            up.health.record_first_byte(first_byte);
-            up.metrics.first_byte.observe(first_byte.as_secs_f64());
             let read = read_answer(up, &started.first, started.rest).await;
             started.attempt.finish(read.outcome, &gw.settings, &gw.sli);
-            started.trace.outcome(read.outcome, false);
             if read.outcome != Outcome::Ok {
                 tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = read.outcome.as_str(), "synthetic check broke after its first byte");
             }
@@ -193,6 +188,15 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
         let (uncached, cache_read, cache_write, output) = u.priced_parts();
         p.cost_nanos_usage(uncached, cache_read, cache_write, output)
     });
+    // The check's span says how the candidate answered, as a client would have seen it.
+    let status = match outcome {
+        Outcome::Ok => 200,
+        Outcome::Http4xx => 400,
+        Outcome::Http429 => 429,
+        _ => 503,
+    };
+    trace.end(route, status, Some(idx), usage.as_ref());
+    drop(trace);
     let Some(ledger) = gw.ledger.clone() else { return };
     let row = SyntheticCheck {
         route: route.cfg.key.clone(),

@@ -306,13 +306,25 @@ fn a_committed_trial_gives_its_slot_back_when_finished_or_abandoned() {
     // the attempt gives its slot back, so the next request gets the trial.
     let pick = trial_first(&mut t);
     assert!(pick.trial);
-    drop(crate::attempt::Committed::new(primary.clone(), pick.trial, Duration::from_millis(5), in_flight()));
+    drop(crate::attempt::Committed::new(
+        primary.clone(),
+        pick.trial,
+        Duration::from_millis(5),
+        in_flight(),
+        crate::telemetry::traces::AttemptTrace::none(),
+    ));
     assert_eq!(primary.in_flight.load(std::sync::atomic::Ordering::Relaxed), 0);
     let pick = trial_first(&mut t);
     assert!(pick.trial, "the abandoned trial's slot was not given back");
 
     // Finished, it is recorded with its slot: the success clears the history.
-    let committed = crate::attempt::Committed::new(primary.clone(), pick.trial, Duration::from_millis(5), in_flight());
+    let committed = crate::attempt::Committed::new(
+        primary.clone(),
+        pick.trial,
+        Duration::from_millis(5),
+        in_flight(),
+        crate::telemetry::traces::AttemptTrace::none(),
+    );
     committed.finish(Outcome::Ok, &t.settings, &crate::telemetry::sli::Sli::default());
     assert_eq!(t.primary_ratio(), 1.0);
     assert_eq!(t.request(healthy), Served { tried: vec!["primary"], trial: false });

@@ -47,6 +47,8 @@ pub struct Dispatched {
     pub attempts: u32,
     /// Outcomes of the attempts that failed over.
     pub failovers: Vec<Outcome>,
+    /// The request id sent upstream (a resumed stream's continuations send it too).
+    pub request_id: crate::headers::RequestId,
 }
 
 /// A request that found no answer.
@@ -126,9 +128,6 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                         Ok(started) => {
                             // Hedged losers are dropped (cancelled) with `running`; their
                             // trial slots and those of untried picks go with `trials`.
-                            let upstream = started.attempt.upstream();
-                            upstream.health.record_first_byte(started.attempt.first_byte());
-                            upstream.metrics.first_byte.observe(started.attempt.first_byte().as_secs_f64());
                             // A hedged attempt that was still silent when the winner
                             // answered lost to its first-byte watchdog: count it so.
                             for loser in hedged.iter().filter(|h| **h != idx) {
@@ -141,13 +140,12 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                                     .get_or_create(&RouteReason { route: cfg.name.clone(), reason: Outcome::FirstByteTimeout })
                                     .inc();
                             }
-                            return Ok(Dispatched { started, candidate: idx, attempts, failovers });
+                            let request_id = ctx.request_id.clone();
+                            return Ok(Dispatched { started, candidate: idx, attempts, failovers, request_id });
                         }
                         Err(e) => {
+                            // The attempt booked its failure and gave its trial slot back.
                             hedged.retain(|h| *h != idx);
-                            if let Some(c) = route.candidates.get(idx) {
-                                attempt::record(&c.upstream, ctx.settings, ctx.sli, e.outcome, trial, e.retry_after, None);
-                            }
                             log_failure(ctx, route, idx, &e, began, deadline);
                             if !e.retryable {
                                 drop(running);
@@ -215,30 +213,10 @@ fn launch<'a>(
         // Per-candidate budget: remaining deadline ÷ candidates not yet tried.
         let budget = deadline.saturating_duration_since(began) / u32::try_from(untried.max(1)).unwrap_or(1);
         let first_byte = (req.stream && !hedge).then(|| c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte));
-        let native = c.upstream.is_native().then(|| attempt::native::NativeInput {
-            model: &c.cfg.model,
-            default_max_tokens: route.cfg.default_max_tokens,
-            client_body: req.body(),
-        });
-        let spec = attempt::AttemptSpec {
-            endpoint: req.endpoint,
-            // A translated request is built from the client's body by the attempt.
-            body: if native.is_some() {
-                bytes::Bytes::new()
-            } else {
-                req.upstream_body(&c.cfg.model, route.cfg.default_max_tokens)
-            },
-            model: &c.cfg.model,
-            native,
-            stream: req.stream,
-            first_byte,
-            budget,
-            retry_on: &route.cfg.retry_on,
-            request_id: ctx.request_id,
-            trial,
-            trace: ctx.trace,
-        };
-        let result = attempt::run(&c.upstream, ctx.secrets, spec).await;
+        let limits = attempt::Limits { first_byte, budget, trial };
+        let spec = attempt::AttemptSpec::new(c, &route.cfg, req, limits, ctx.request_id, ctx.trace);
+        let books = attempt::Books { settings: ctx.settings, sli: ctx.sli };
+        let result = attempt::run(&c.upstream, ctx.secrets, spec, books).await;
         (idx, trial, began, result)
     })
 }

@@ -314,3 +314,82 @@ async fn a_streamed_answer_records_the_finish_reason_the_client_saw_and_the_mode
     assert_eq!(a["gen_ai.response.model"], ANSWERED_MODEL, "the model the stream's first chunk names");
     Ok(())
 }
+
+/// A gateway with tracing on, exporting to a local receiver, serving `docs`.
+async fn traced_gateway(docs: &[sluice_tests::Doc]) -> anyhow::Result<(TestGateway, Seen<Span>, AbortOnDrop)> {
+    let (otlp, spans, receiver) = receiver().await?;
+    let traces = TraceArgs { otlp_endpoint: Some(otlp), ..TraceArgs::default() };
+    let gw = TestGateway::start_with(&yaml(docs), GatewayOptions { traces: Some(traces), ..GatewayOptions::default() })
+        .await?;
+    Ok((gw, spans, receiver))
+}
+
+/// The attempt spans under `request`, as (upstream, outcome).
+fn attempts_under(all: &[Span], request: &Span) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = all
+        .iter()
+        .filter(|s| s.kind == SpanKind::Client as i32 && s.parent_span_id == request.span_id)
+        .map(|s| {
+            let a = attributes(s);
+            let text = |k: &str| a.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            (text("sluice.upstream"), text("sluice.attempt.outcome"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_resumed_streams_continuation_is_an_attempt_like_any_other() -> anyhow::Result<()> {
+    let [primary, backup] = sluice_tests::ChaosUpstream::start_all(["primary", "backup"]).await?;
+    let docs = [
+        primary.doc(),
+        backup.doc(),
+        route("chat", "chat-model", &[("primary", 100), ("backup", 50)]).with("spec.failover.midStream", "resume"),
+    ];
+    let (gw, spans, _receiver) = traced_gateway(&docs).await?;
+    primary.script(json!({"chunks": 8, "reset_after_chunks": 3, "chunk_ms": 5}))?;
+    backup.script(json!({"chunks": 8}))?;
+    let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
+    assert!(s.complete(), "resumed to its end: {:?}", s.datas());
+    assert_eq!(backup.requests(), 1, "one continuation");
+
+    // The continuation's first byte is in the histogram, as the first attempt's is.
+    for upstream in ["primary", "backup"] {
+        let n = gw.count("sluice_upstream_first_byte_seconds_count", &[("upstream", upstream)]);
+        assert_eq!(n, 1.0, "{upstream}'s first byte:\n{}", gw.metrics());
+    }
+    // And its span is an attempt under the request's, with its outcome, when the stream ends.
+    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    let three = async || spans.all().len() >= 3;
+    assert!(eventually(Duration::from_secs(10), three).await, "spans: {:?}", spans.all().len());
+    let all = spans.all();
+    let request = all.iter().find(|s| s.kind == SpanKind::Server as i32).context("the request span")?;
+    let attempts = attempts_under(&all, request);
+    assert_eq!(attempts, [("backup".into(), "ok".into()), ("primary".into(), "reset".into())], "{attempts:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_synthetic_check_is_traced_and_timed_like_a_client_request() -> anyhow::Result<()> {
+    let only = sluice_tests::ChaosUpstream::start("only").await?;
+    let docs =
+        [only.doc(), route("chat", "chat-model", &[("only", 100)]).with("spec.synthetic", json!({"interval": "1s"}))];
+    let (gw, spans, _receiver) = traced_gateway(&docs).await?;
+    let checked = async || {
+        gw.count("sluice_synthetic_checks_total", &[("route", "chat"), ("upstream", "only"), ("outcome", "ok")]) >= 1.0
+    };
+    assert!(eventually(Duration::from_secs(10), checked).await, "no check:\n{}", gw.metrics());
+    assert!(gw.count("sluice_upstream_first_byte_seconds_count", &[("upstream", "only")]) >= 1.0, "{}", gw.metrics());
+
+    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    let two = async || spans.all().len() >= 2;
+    assert!(eventually(Duration::from_secs(10), two).await, "spans: {:?}", spans.all().len());
+    let all = spans.all();
+    let request = all.iter().find(|s| s.kind == SpanKind::Server as i32).context("the check's span")?;
+    assert_eq!(request.name, "chat chat-model");
+    assert_eq!(attributes(request)["http.response.status_code"], json!({"int": 200}));
+    let attempts = attempts_under(&all, request);
+    assert_eq!(attempts.first(), Some(&("only".to_string(), "ok".to_string())), "{attempts:?}");
+    Ok(())
+}
