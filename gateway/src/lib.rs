@@ -9,8 +9,9 @@
 //! - [`billing`] finds the paying account and reserves the most the request can cost.
 //! - [`route`] decides which candidate comes next: health and circuit breaker
 //!   ([`route::health`]), order ([`route::order`]), the walks with failover, backoff
-//!   and hedging ([`route::walk`]); [`route::synthetic`] checks each candidate of the
-//!   routes that ask for it, outside any request (docs/design.md §10).
+//!   and hedging ([`route::walk`]).
+//! - [`checks`] run outside any request: endpoint probes and the synthetic checks of
+//!   each candidate of the routes that ask for them (docs/design.md §10).
 //! - [`attempt`] is one upstream call, bounded and classified into an
 //!   [`attempt::outcome::Outcome`] ([`attempt::native`] when the upstream speaks a
 //!   provider's own protocol, with credentials from [`auth`]); a committed attempt is
@@ -28,6 +29,7 @@ pub mod answer;
 pub mod attempt;
 pub mod auth;
 pub mod billing;
+pub mod checks;
 pub mod cmd;
 pub mod config;
 pub mod egress;

@@ -1,13 +1,11 @@
 //! Which candidate next (docs/design.md §4.1, §4.2): each upstream's [`health`] (success
 //! ratio, circuit breaker, 429 cooldown) gives the candidate [`order`] of a walk;
 //! [`walk`] goes through the walks with failover, hedging and [`backoff`] between them.
-//! Endpoint [`probe`]s and per-candidate [`synthetic`] checks feed the same health.
+//! The background checks of [`crate::checks`] feed the same health.
 
 pub mod backoff;
 pub mod health;
 pub mod order;
-pub mod probe;
-pub mod synthetic;
 pub mod walk;
 
 pub use walk::{DispatchCtx, Dispatched, Failed, dispatch};

@@ -45,8 +45,8 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
             }
         }
     }));
-    handles.push(tokio::spawn(crate::route::probe::run(gw.clone())));
-    handles.push(tokio::spawn(crate::route::synthetic::run(gw.clone(), gateway_id.clone())));
+    handles.push(tokio::spawn(crate::checks::probe::run(gw.clone())));
+    handles.push(tokio::spawn(crate::checks::synthetic::run(gw.clone(), gateway_id.clone())));
     if let Some(ledger) = gw.ledger.clone() {
         let g = gw.clone();
         let every = args.flush_interval;

@@ -8,7 +8,7 @@
 //! request: it never counts in `sluice_requests_total`, the route's rollups or an
 //! ErrorBudget. It is sent whatever the circuit says; while the circuit is open (or
 //! half-open with its slots taken) the check is the upstream's trial
-//! ([`Health::check_trial`](super::health::Health::check_trial)).
+//! ([`Health::check_trial`](crate::route::health::Health::check_trial)).
 //!
 //! The check is streamed: its first content event gives a real time to first byte (the
 //! first-byte watchdog and the status page need one; a whole answer would only measure
