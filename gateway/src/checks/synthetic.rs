@@ -188,14 +188,7 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
         let (uncached, cache_read, cache_write, output) = u.priced_parts();
         p.cost_nanos_usage(uncached, cache_read, cache_write, output)
     });
-    // The check's span says how the candidate answered, as a client would have seen it.
-    let status = match outcome {
-        Outcome::Ok => 200,
-        Outcome::Http4xx => 400,
-        Outcome::Http429 => 429,
-        _ => 503,
-    };
-    trace.end(route, status, Some(idx), usage.as_ref());
+    trace.end(route, client_status(outcome), Some(idx), usage.as_ref());
     drop(trace);
     let Some(ledger) = gw.ledger.clone() else { return };
     let row = SyntheticCheck {
@@ -207,13 +200,26 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
         first_byte_ms: first_byte.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         cost_nanos: i64::try_from(cost).unwrap_or(i64::MAX),
     };
+    store(ledger, row, &route.cfg.name, &up.cfg.name).await;
+}
+
+/// The status a client would have seen from a check's outcome: what its span says.
+fn client_status(outcome: Outcome) -> u16 {
+    match outcome {
+        Outcome::Ok => 200,
+        Outcome::Http4xx => 400,
+        Outcome::Http429 => 429,
+        _ => 503,
+    }
+}
+
+/// Stores a check's row; a failure is logged (the check's metrics and health already
+/// have it).
+async fn store(ledger: sluice_ledger::Ledger, row: SyntheticCheck, route: &str, upstream: &str) {
     // In its own task: a transaction must never be cancelled half way (see billing).
-    let stored = tokio::spawn(async move { ledger.record_synthetic(&row).await }).await;
-    match stored {
+    match tokio::spawn(async move { ledger.record_synthetic(&row).await }).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, route = %route.cfg.name, upstream = %up.cfg.name, "storing a synthetic check failed")
-        }
+        Ok(Err(e)) => tracing::warn!(error = %e, route, upstream, "storing a synthetic check failed"),
         Err(e) => tracing::warn!(error = %e, "the task storing a synthetic check failed"),
     }
 }

@@ -65,6 +65,9 @@ type AttemptFuture<'a> =
     Pin<Box<dyn Future<Output = (usize, bool, Instant, Result<Started, AttemptError>)> + Send + 'a>>;
 
 /// Dispatches a request over the route's candidates.
+// Over 80 lines on purpose: one loop owns the attempts in flight, the hedge timer, the
+// deadline and the held trial slots, and each branch of its `select!` changes several
+// of them; split into functions, each would take and return them all.
 pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest) -> Result<Dispatched, Failed> {
     let cfg = &route.cfg;
     let start = Instant::now();
