@@ -7,6 +7,9 @@
 //! | Upstream    | generation                          | Secrets (key set, deletes) mapped to the Upstreams using them; every status interval |
 //! | ErrorBudget | generation                          | ModelRoutes (generation, deletion, deletes) mapped to the budgets naming them; every status interval |
 //!
+//! A list or watch the operator's RBAC does not allow is reported as such
+//! ([`crate::forbidden`]) on every retry of the watcher's backoff.
+//!
 //! Every kind the operator renders is watched, so that drift is repaired within a
 //! debounce: a deleted or edited gateway object triggers its routes, whose reconcile
 //! applies it again. The filters keep status writes (a Deployment's replica counts
@@ -42,6 +45,7 @@ use sluice_ledger::Ledger;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::forbidden::Forbidden;
 use crate::metrics::{Kind, Metrics};
 use crate::reconcile::{Context, Stores, budget, error_policy, route, upstream};
 use crate::render::MANAGED_SELECTOR;
@@ -51,6 +55,9 @@ use crate::triggers::{
 
 /// Reconciles of one object closer together than this are merged.
 const DEBOUNCE: Duration = Duration::from_millis(500);
+/// How long running reconciles may take to finish after a shutdown (well inside a pod's
+/// default 30 s termination grace period).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The debounce for a status interval: a request arriving within the debounce restarts
 /// it, so it must stay well below the interval or periodic reconciles would never run.
@@ -69,14 +76,24 @@ where
     }
 }
 
+/// A watch with the watcher's backoff; a list or watch refused for want of RBAC is
+/// reported ([`Forbidden::report`]) each time it is retried.
 fn events<K>(
     api: Api<K>,
     config: watcher::Config,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+    metrics: &Arc<Metrics>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    watcher(api, config).default_backoff()
+    let metrics = metrics.clone();
+    watcher(api, config).default_backoff().inspect(move |event| {
+        if let Err(e) = event
+            && let Some(f) = Forbidden::from_watch(e)
+        {
+            f.report(&metrics);
+        }
+    })
 }
 
 /// A future for `graceful_shutdown_on` (which needs it `Sync`).
@@ -122,35 +139,40 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
         deployments,
     };
     let interval = config.status_interval;
-    let ctx = Arc::new(Context::new(client.clone(), config, ledger, stores, metrics));
+    let ctx =
+        Arc::new(Context::new(client.clone(), config, ledger, stores, metrics.clone()).with_shutdown(token.clone()));
     let controller_config = controller::Config::default().debounce(debounce(interval));
 
     let route_controller = Controller::for_stream(
-        changes(events(api::<ModelRoute>(&client, ns), all()).reflect(routes_w), spec_or_lifecycle, false),
+        changes(events(api::<ModelRoute>(&client, ns), all(), &metrics).reflect(routes_w), spec_or_lifecycle, false),
         routes.clone(),
     )
-    .watches_stream(changes(events(api::<Upstream>(&client, ns), all()), generation, true), {
+    .watches_stream(changes(events(api::<Upstream>(&client, ns), all(), &metrics), generation, true), {
         let routes = routes.clone();
         move |u: Upstream| routes_naming_upstream(&routes, &u)
     })
-    .watches_stream(changes(events(api::<ErrorBudget>(&client, ns), all()), generation, true), {
+    .watches_stream(changes(events(api::<ErrorBudget>(&client, ns), all(), &metrics), generation, true), {
         let routes = routes.clone();
         move |b: ErrorBudget| routes_named_by_budget(&routes, &b)
     })
     .owns_stream(changes(
-        events(api::<ConfigMap>(&client, ns), managed()).reflect(configmaps_w),
+        events(api::<ConfigMap>(&client, ns), managed(), &metrics).reflect(configmaps_w),
         resource_version,
         true,
     ))
     .owns_stream(changes(
-        events(api::<Deployment>(&client, ns), managed()).reflect(deployments_w),
+        events(api::<Deployment>(&client, ns), managed(), &metrics).reflect(deployments_w),
         deployment_availability,
         true,
     ))
-    .owns_stream(changes(events(api::<Service>(&client, ns), managed()), spec::<Service>, true))
-    .owns_stream(changes(events(api::<PodDisruptionBudget>(&client, ns), managed()), spec::<PodDisruptionBudget>, true))
+    .owns_stream(changes(events(api::<Service>(&client, ns), managed(), &metrics), spec::<Service>, true))
+    .owns_stream(changes(
+        events(api::<PodDisruptionBudget>(&client, ns), managed(), &metrics),
+        spec::<PodDisruptionBudget>,
+        true,
+    ))
     // The ledger Secret has no owner (every group of the namespace shares it).
-    .watches_stream(changes(events(api::<Secret>(&client, ns), managed()), resource_version, true), {
+    .watches_stream(changes(events(api::<Secret>(&client, ns), managed(), &metrics), resource_version, true), {
         let routes = routes.clone();
         move |s: Secret| routes_in_namespace_of(&routes, &s)
     })
@@ -160,10 +182,10 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
     .for_each(|r| log_result(Kind::ModelRoute, r));
 
     let upstream_controller = Controller::for_stream(
-        changes(events(api::<Upstream>(&client, ns), all()).reflect(upstreams_w), generation, false),
+        changes(events(api::<Upstream>(&client, ns), all(), &metrics).reflect(upstreams_w), generation, false),
         upstreams.clone(),
     )
-    .watches_stream(changes(events(api::<Secret>(&client, ns), all()), secret_keys, true), {
+    .watches_stream(changes(events(api::<Secret>(&client, ns), all(), &metrics), secret_keys, true), {
         let upstreams = upstreams.clone();
         move |s: Secret| upstreams_using_secret(&upstreams, &s)
     })
@@ -174,10 +196,10 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
     .for_each(|r| log_result(Kind::Upstream, r));
 
     let budget_controller = Controller::for_stream(
-        changes(events(api::<ErrorBudget>(&client, ns), all()).reflect(budgets_w), generation, false),
+        changes(events(api::<ErrorBudget>(&client, ns), all(), &metrics).reflect(budgets_w), generation, false),
         budgets.clone(),
     )
-    .watches_stream(changes(events(api::<ModelRoute>(&client, ns), all()), spec_or_lifecycle, true), {
+    .watches_stream(changes(events(api::<ModelRoute>(&client, ns), all(), &metrics), spec_or_lifecycle, true), {
         let budgets = budgets.clone();
         move |r: ModelRoute| budgets_naming_route(&budgets, &r)
     })
@@ -187,10 +209,21 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
     .run(budget::reconcile, error_policy(Kind::ErrorBudget), ctx.clone())
     .for_each(|r| log_result(Kind::ErrorBudget, r));
 
-    let status_loop = route_status_loop(ctx, interval, token);
+    let status_loop = route_status_loop(ctx, interval, token.clone());
     tracing::info!(namespace = ns.unwrap_or("(all)"), "controllers started");
-    tokio::join!(route_controller, upstream_controller, budget_controller, status_loop);
-    tracing::info!("controllers stopped");
+    let all = async { tokio::join!(route_controller, upstream_controller, budget_controller, status_loop) };
+    // kube-runtime holds a controller's runner until its own watch cache has filled; a
+    // SIGTERM before that (in the first moments, or while that list hangs) would make
+    // its graceful shutdown wait for a cache that, the watches stopped, never fills.
+    // Running reconciles get SHUTDOWN_GRACE to finish; then they are dropped.
+    let grace = async {
+        token.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        _ = all => tracing::info!("controllers stopped"),
+        () = grace => tracing::warn!("controllers not stopped {}s after the shutdown; dropping them", SHUTDOWN_GRACE.as_secs()),
+    }
 }
 
 async fn log_result<K: Resource, E: std::fmt::Display>(
@@ -212,7 +245,10 @@ async fn route_status_loop(ctx: Arc<Context>, interval: Duration, token: Cancell
             Some(()) = ticks.next() => {
                 match route::refresh_statuses(&ctx).await {
                     Ok(n) => tracing::debug!(written = n, "route statuses refreshed"),
-                    Err(e) => tracing::warn!(error = %e, "refreshing route statuses failed"),
+                    Err(e) => match e.forbidden() {
+                        Some(f) => f.report(&ctx.metrics),
+                        None => tracing::warn!(error = %e, "refreshing route statuses failed"),
+                    },
                 }
             }
         }

@@ -1,13 +1,17 @@
 //! The operator's errors, each classified once for the failure metric.
 
+use crate::forbidden::Forbidden;
 use crate::metrics::ErrorKind;
 
 /// Everything that can go wrong in the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call failed.
+    /// A Kubernetes API call failed (not for want of RBAC: that is [`Error::Forbidden`]).
     #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
+    Kube(#[source] kube::Error),
+    /// The API server refused a call for want of RBAC (HTTP 403).
+    #[error("permission denied: {0}")]
+    Forbidden(Forbidden),
     /// Adding or removing the ModelRoute finalizer, or the cleanup it guards, failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -55,11 +59,42 @@ pub enum Error {
     NoLeaseNamespace,
 }
 
+/// A refusal (HTTP 403) becomes [`Error::Forbidden`], anything else [`Error::Kube`].
+impl From<kube::Error> for Error {
+    fn from(error: kube::Error) -> Self {
+        match Forbidden::from_kube(&error) {
+            Some(f) => Error::Forbidden(f),
+            None => Error::Kube(error),
+        }
+    }
+}
+
 impl Error {
+    /// The refusal for want of RBAC behind this error, if that is what it is (also inside
+    /// a finalizer error or the leader election's).
+    pub fn forbidden(&self) -> Option<Forbidden> {
+        match self {
+            Error::Forbidden(f) => Some(f.clone()),
+            Error::Kube(e) | Error::CrdMissing { source: e, .. } => Forbidden::from_kube(e),
+            Error::Finalizer(e) => match &**e {
+                kube::runtime::finalizer::Error::ApplyFailed(inner)
+                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.forbidden(),
+                kube::runtime::finalizer::Error::AddFinalizer(e)
+                | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Forbidden::from_kube(e),
+                _ => None,
+            },
+            Error::Lease(kube_lease_manager::LeaseManagerError::KubeError(e)) => Forbidden::from_kube(e),
+            _ => None,
+        }
+    }
+
     /// The bounded `error` label of the failure metric.
     pub fn kind(&self) -> ErrorKind {
+        if self.forbidden().is_some() {
+            return ErrorKind::Forbidden;
+        }
         match self {
-            Error::Kube(_) | Error::CrdMissing { .. } => ErrorKind::Kube,
+            Error::Kube(_) | Error::CrdMissing { .. } | Error::Forbidden(_) => ErrorKind::Kube,
             Error::Finalizer(e) => match &**e {
                 kube::runtime::finalizer::Error::ApplyFailed(inner)
                 | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.kind(),

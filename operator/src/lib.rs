@@ -15,11 +15,13 @@
 //!   controllers and their triggers; [`triggers`] keeps status writes from triggering.
 //! - [`status`] is the pure status maths (conditions, figures from ledger rollups);
 //!   [`observe`] reads the ledger.
-//! - [`metrics`], [`web`] (`/metrics`, `/healthz`) and [`leader`] (Lease election).
+//! - [`metrics`], [`web`] (`/metrics`, `/healthz`) and [`leader`] (Lease election);
+//!   [`forbidden`] reports calls refused for want of RBAC.
 
 pub mod config;
 pub mod controllers;
 pub mod error;
+pub mod forbidden;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

@@ -7,6 +7,8 @@
 //! - `sluice_operator_status_writes_total{kind}`
 //! - `sluice_operator_events_total{reason}`
 //! - `sluice_operator_ledger_errors_total`
+//! - `sluice_operator_forbidden_total{verb,resource}` (calls refused for want of RBAC,
+//!   see [`crate::forbidden`])
 //! - `sluice_operator_leader` (1 while this replica leads, or always without election)
 
 use std::time::Instant;
@@ -51,6 +53,8 @@ impl EncodeLabelValue for Kind {
 pub enum ErrorKind {
     /// A Kubernetes API call.
     Kube,
+    /// A Kubernetes API call refused for want of RBAC (HTTP 403).
+    Forbidden,
     /// The finalizer patch.
     Finalizer,
     /// The ledger.
@@ -65,6 +69,7 @@ impl EncodeLabelValue for ErrorKind {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         let text = match self {
             ErrorKind::Kube => "kube",
+            ErrorKind::Forbidden => "forbidden",
             ErrorKind::Finalizer => "finalizer",
             ErrorKind::Ledger => "ledger",
             ErrorKind::Startup => "startup",
@@ -104,6 +109,16 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// `{verb, resource}` of a refused call: the verb and the group-qualified resource the
+/// operator's RBAC lacks (bounded by the calls the operator makes).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForbiddenLabels {
+    /// `list`, `patch`, …
+    pub verb: String,
+    /// `configmaps`, `deployments.apps`, `modelroutes.sluice.dev/status`.
+    pub resource: String,
+}
+
 /// Every metric of the operator.
 pub struct Metrics {
     registry: Registry,
@@ -113,6 +128,7 @@ pub struct Metrics {
     status_writes: Family<KindLabel, Counter>,
     events: Family<ReasonLabel, Counter>,
     ledger_errors: Counter,
+    forbidden: Family<ForbiddenLabels, Counter>,
     leader: Gauge,
 }
 
@@ -140,6 +156,7 @@ impl Metrics {
         let status_writes = Family::<KindLabel, Counter>::default();
         let events = Family::<ReasonLabel, Counter>::default();
         let ledger_errors = Counter::default();
+        let forbidden = Family::<ForbiddenLabels, Counter>::default();
         let leader = Gauge::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register("reconcile_failures", "Reconciles that failed, by error class", failures.clone());
@@ -151,8 +168,13 @@ impl Metrics {
             "Failed ledger reads (status keeps its previous figures)",
             ledger_errors.clone(),
         );
+        registry.register(
+            "forbidden",
+            "API calls the API server refused for want of RBAC, by the verb and resource the operator's role lacks",
+            forbidden.clone(),
+        );
         registry.register("leader", "1 while this replica reconciles", leader.clone());
-        Metrics { registry, reconciles, failures, duration, status_writes, events, ledger_errors, leader }
+        Metrics { registry, reconciles, failures, duration, status_writes, events, ledger_errors, forbidden, leader }
     }
 
     /// Counts a reconcile and returns a guard that observes its duration when dropped.
@@ -179,6 +201,11 @@ impl Metrics {
     /// Counts a failed ledger read.
     pub fn ledger_error(&self) {
         self.ledger_errors.inc();
+    }
+
+    /// Counts a call refused for want of RBAC.
+    pub fn forbidden(&self, verb: &str, resource: &str) {
+        self.forbidden.get_or_create(&ForbiddenLabels { verb: verb.into(), resource: resource.into() }).inc();
     }
 
     /// Sets the leader gauge.

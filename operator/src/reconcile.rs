@@ -59,9 +59,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_crds::{ErrorBudget, ModelRoute, Upstream};
 use sluice_ledger::Ledger;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::forbidden::Forbidden;
 use crate::metrics::{Kind, Metrics};
 use crate::render::FIELD_MANAGER;
 use crate::status::Transition;
@@ -143,6 +145,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Now.
     pub clock: Clock,
+    /// Cancelled when the operator shuts down: a reconcile waiting for the caches gives up.
+    pub shutdown: CancellationToken,
 }
 
 impl Context {
@@ -151,7 +155,32 @@ impl Context {
     pub fn new(client: Client, config: Config, ledger: Ledger, stores: Stores, metrics: Arc<Metrics>) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: config.identity.clone() };
         let recorder = Recorder::new(client.clone(), reporter);
-        Context { client, config, ledger, stores, recorder, metrics, clock: Arc::new(SystemTime::now) }
+        Context {
+            client,
+            config,
+            ledger,
+            stores,
+            recorder,
+            metrics,
+            clock: Arc::new(SystemTime::now),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Sets the token cancelled on shutdown.
+    pub fn with_shutdown(mut self, token: CancellationToken) -> Self {
+        self.shutdown = token;
+        self
+    }
+
+    /// [`Stores::ready`], given up at once on shutdown ([`Error::StoreClosed`]): a
+    /// watch that cannot list (for want of RBAC) must not hold a SIGTERM up for 30 s
+    /// while the controllers wait for their running reconciles.
+    pub async fn caches_ready(&self) -> Result<(), Error> {
+        tokio::select! {
+            () = self.shutdown.cancelled() => Err(Error::StoreClosed),
+            r = self.stores.ready() => r,
+        }
     }
 
     /// Replaces the clock.
@@ -177,7 +206,10 @@ impl Context {
         };
         match self.recorder.publish(&event, &obj.object_ref(&())).await {
             Ok(()) => self.metrics.event(transition.reason),
-            Err(e) => tracing::warn!(error = %e, reason = transition.reason, "publishing an event failed"),
+            Err(e) => match Forbidden::from_kube(&e) {
+                Some(f) => f.report(&self.metrics),
+                None => tracing::warn!(error = %e, reason = transition.reason, "publishing an event failed"),
+            },
         }
     }
 }
@@ -228,11 +260,20 @@ where
     Ok(())
 }
 
-/// What every controller does on a failed reconcile: count it, log it, retry in 15 s.
+/// What every controller does on a failed reconcile: count it, log it (a refusal for
+/// want of RBAC is reported as such: [`Forbidden::report`]), retry in 15 s.
 pub fn error_policy<K: ResourceExt>(kind: Kind) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
     move |obj, error, ctx| {
         ctx.metrics.failure(kind, error.kind());
-        tracing::warn!(kind = kind.as_str(), name = %obj.name_any(), namespace = ?obj.namespace(), %error, "reconcile failed; retrying in 15s");
+        match error.forbidden() {
+            Some(f) => {
+                f.report(&ctx.metrics);
+                tracing::warn!(kind = kind.as_str(), name = %obj.name_any(), namespace = ?obj.namespace(), verb = %f.verb, resource = %f.qualified_resource(), "reconcile refused for want of RBAC; retrying in 15s");
+            }
+            None => {
+                tracing::warn!(kind = kind.as_str(), name = %obj.name_any(), namespace = ?obj.namespace(), %error, "reconcile failed; retrying in 15s");
+            }
+        }
         Action::requeue(Duration::from_secs(15))
     }
 }

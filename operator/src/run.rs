@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::forbidden::{Forbidden, STARTUP_RETRY};
 use crate::metrics::Metrics;
 
 /// How long to wait between attempts to reach the ledger at start-up.
@@ -54,6 +55,7 @@ pub async fn run_until(
                         config.namespace.clone(),
                         config.ledger_url.clone(),
                         token.clone(),
+                        metrics.clone(),
                     );
                     crate::web::app_with_status(metrics.clone(), source, runbooks)
                 }
@@ -89,15 +91,19 @@ async fn lead_and_run(
     let mut leadership = match &config.leader_election {
         Some(namespace) => {
             let identity = config.identity.clone().unwrap_or_else(|| format!("sluice-operator-{}", std::process::id()));
-            tokio::select! {
-                () = token.cancelled() => return Ok(()),
-                l = crate::leader::acquire(client.clone(), namespace, &identity) => Some(l?),
+            let acquire = || crate::leader::acquire(client.clone(), namespace, &identity);
+            match retry_forbidden(&metrics, &token, acquire).await? {
+                Some(l) => Some(l),
+                None => return Ok(()),
             }
         }
         None => None,
     };
     metrics.set_leader(true);
-    check_crds(&client, config.namespace.as_deref()).await?;
+    let namespace = config.namespace.as_deref();
+    if retry_forbidden(&metrics, &token, || check_crds(&client, namespace)).await?.is_none() {
+        return Ok(());
+    }
     let Some(ledger) = connect_ledger(&config.ledger_url, &token).await? else { return Ok(()) };
 
     let controllers = crate::controllers::run(client, config, ledger, metrics.clone(), token.clone());
@@ -127,9 +133,45 @@ async fn lead_and_run(
     result
 }
 
+/// Runs a start-up step until it succeeds (`Some`), fails otherwise than for want of RBAC
+/// (`Err`), or the operator is shut down (`None`). A refusal is reported
+/// ([`Forbidden::report`]) and retried every [`STARTUP_RETRY`]: the process neither exits
+/// (a crash loop that says less) nor waits silently, and carries on once the rule is granted.
+async fn retry_forbidden<T, F, Fut>(
+    metrics: &Metrics,
+    token: &CancellationToken,
+    mut step: F,
+) -> Result<Option<T>, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    loop {
+        let result = tokio::select! {
+            () = token.cancelled() => return Ok(None),
+            r = step() => r,
+        };
+        match result {
+            Ok(value) => return Ok(Some(value)),
+            Err(e) => match e.forbidden() {
+                Some(f) => {
+                    f.report(metrics);
+                    tracing::warn!("start-up refused for want of RBAC; retrying in {}s", STARTUP_RETRY.as_secs());
+                }
+                None => return Err(e),
+            },
+        }
+        tokio::select! {
+            () = token.cancelled() => return Ok(None),
+            () = tokio::time::sleep(STARTUP_RETRY) => {}
+        }
+    }
+}
+
 /// Fails with a hint when a sluice CRD is not installed (one `list` with `limit=1` per
 /// kind: `GET /apis/sluice.dev/v1alpha1/{modelroutes,upstreams,errorbudgets}?&limit=1`,
-/// namespaced when one namespace is watched).
+/// namespaced when one namespace is watched). When the operator may not list a kind, the
+/// error is [`Error::Forbidden`] instead (start-up reports it and retries).
 pub async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), Error> {
     check::<ModelRoute>(client, namespace, "ModelRoute").await?;
     check::<Upstream>(client, namespace, "Upstream").await?;
@@ -147,7 +189,13 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    api.list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(|source| Error::CrdMissing { kind, source })
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(e) => match Forbidden::from_kube(&e) {
+            Some(f) => Err(Error::Forbidden(f)),
+            None => Err(Error::CrdMissing { kind, source: e }),
+        },
+    }
 }
 
 /// Connects the ledger, retrying every 5 s (a bundled Postgres may start after the

@@ -20,6 +20,8 @@ use sluice_ledger::Ledger;
 use sluice_status::{Catalog, Source};
 use tokio_util::sync::CancellationToken;
 
+use crate::forbidden::Forbidden;
+use crate::metrics::Metrics;
 use crate::view::is_live;
 
 /// The resources and the ledger, as the status page reads them.
@@ -61,6 +63,7 @@ pub fn spawn(
     namespace: Option<String>,
     ledger_url: String,
     token: CancellationToken,
+    metrics: Arc<Metrics>,
 ) -> Arc<OperatorSource> {
     let (routes, routes_w) = reflector::store::<ModelRoute>();
     let (upstreams, upstreams_w) = reflector::store::<Upstream>();
@@ -68,9 +71,9 @@ pub fn spawn(
     let source =
         Arc::new(OperatorSource { routes, upstreams, budgets, ledger: OnceLock::new(), ready: AtomicBool::new(false) });
     let ns = namespace.as_deref();
-    mirror(api(&client, ns), routes_w, token.clone());
-    mirror(api(&client, ns), upstreams_w, token.clone());
-    mirror(api(&client, ns), budgets_w, token.clone());
+    mirror(api(&client, ns), routes_w, token.clone(), metrics.clone());
+    mirror(api(&client, ns), upstreams_w, token.clone(), metrics.clone());
+    mirror(api(&client, ns), budgets_w, token.clone(), metrics);
     let listed = source.clone();
     tokio::spawn(async move {
         let all = async {
@@ -113,12 +116,18 @@ where
 
 /// An `Api` over all namespaces, or over the watched one.
 /// Keeps `writer`'s store in step with the resources `api` sees, until `token` is
-/// cancelled.
-fn mirror<K>(api: kube::Api<K>, writer: reflector::store::Writer<K>, token: CancellationToken)
+/// cancelled; a list or watch refused for want of RBAC is reported.
+fn mirror<K>(api: kube::Api<K>, writer: reflector::store::Writer<K>, token: CancellationToken, metrics: Arc<Metrics>)
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+    let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).inspect(move |event| {
+        if let Err(e) = event
+            && let Some(f) = Forbidden::from_watch(e)
+        {
+            f.report(&metrics);
+        }
+    });
     tokio::spawn(async move {
         tokio::select! {
             () = token.cancelled() => {}

@@ -23,7 +23,7 @@ pub async fn reconcile(budget: Arc<ErrorBudget>, ctx: Arc<Context>) -> Result<Ac
     if budget.namespace().is_none() {
         return Err(Error::NoNamespace(budget.name_any()));
     }
-    ctx.stores.ready().await?;
+    ctx.caches_ready().await?;
     let view = budget_view(&budget, &ctx.stores.upstreams(), &ctx.stores.routes());
     let now = ctx.now();
     let evaluated = match &view.config {

@@ -40,7 +40,7 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 pub async fn reconcile(route: Arc<ModelRoute>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile(Kind::ModelRoute);
     let namespace = route.namespace().ok_or_else(|| Error::NoNamespace(route.name_any()))?;
-    ctx.stores.ready().await?;
+    ctx.caches_ready().await?;
     let api: Api<ModelRoute> = Api::namespaced(ctx.client.clone(), &namespace);
     finalizer(&api, FINALIZER, route, |event| {
         let ctx = ctx.clone();
@@ -123,7 +123,7 @@ pub async fn write_statuses(ctx: &Context, synced: &[Synced]) -> Result<usize, E
 /// The status loop's part for routes: every group of every namespace, with the
 /// cached Deployment, without applying anything.
 pub async fn refresh_statuses(ctx: &Context) -> Result<usize, Error> {
-    ctx.stores.ready().await?;
+    ctx.caches_ready().await?;
     let upstreams = ctx.stores.upstreams();
     let routes = ctx.stores.routes();
     let budgets = ctx.stores.budgets();

@@ -117,3 +117,83 @@ async fn the_operator_lists_and_watches_everything_reconciles_and_stops_cleanly(
         "{calls:#?}"
     );
 }
+
+/// The API server's answer to a call the authorizer refused.
+fn forbidden(resource: &str, verb: &str) -> Response {
+    let status = json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+        "message": format!("{resource} is forbidden: User \"system:serviceaccount:ops:sluice-operator\" cannot {verb} resource \"{resource}\" in API group \"sluice.dev\" at the cluster scope"),
+        "details": {"group": "sluice.dev", "kind": resource},
+    });
+    let mut resp = Response::new(Body::from(serde_json::to_vec(&status).unwrap()));
+    *resp.status_mut() = http::StatusCode::FORBIDDEN;
+    resp
+}
+
+#[tokio::test]
+async fn a_start_up_call_refused_for_want_of_rbac_is_retried_not_fatal() {
+    let seen: Seen = Arc::default();
+    let app = Router::new().fallback({
+        let seen = seen.clone();
+        move |req: Request| {
+            let seen = seen.clone();
+            async move {
+                if *req.uri() == "/apis/sluice.dev/v1alpha1/modelroutes?&limit=1" {
+                    seen.lock().unwrap().push("refused".into());
+                    return forbidden("modelroutes", "list");
+                }
+                fake(seen, req).await
+            }
+        }
+    });
+    let client = kube::Client::new(app, "default");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(sluice_operator::run_until(client, Config::new("sqlite::memory:"), async move {
+        let _ = stopped.await;
+    }));
+    // Refused, then retried (every 5 s): the operator neither exits nor goes on without it.
+    let refusals = || seen.lock().unwrap().iter().filter(|c| *c == "refused").count();
+    assert!(
+        eventually(Duration::from_secs(10), async || refusals() >= 2).await,
+        "not retried: {:#?}",
+        seen.lock().unwrap()
+    );
+    assert!(!operator.is_finished(), "the operator exited on a refused start-up call");
+    assert!(
+        !seen.lock().unwrap().iter().any(|c| c.contains("limit=500")),
+        "the controllers started without the CRD check"
+    );
+    stop.send(()).unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), operator).await.expect("shutdown hung").unwrap();
+    result.unwrap();
+}
+
+#[tokio::test]
+async fn a_shutdown_before_the_watch_caches_filled_does_not_hang() {
+    // The ModelRoute list never answers: that controller's runner waits for its cache,
+    // which after the shutdown never fills; the operator still stops, after its grace.
+    let seen: Seen = Arc::default();
+    let app = Router::new().fallback({
+        let seen = seen.clone();
+        move |req: Request| {
+            let seen = seen.clone();
+            async move {
+                if *req.uri() == "/apis/sluice.dev/v1alpha1/modelroutes?&limit=500" {
+                    seen.lock().unwrap().push("held".into());
+                    std::future::pending::<()>().await;
+                }
+                fake(seen, req).await
+            }
+        }
+    });
+    let client = kube::Client::new(app, "default");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(sluice_operator::run_until(client, Config::new("sqlite::memory:"), async move {
+        let _ = stopped.await;
+    }));
+    let held = || seen.lock().unwrap().iter().any(|c| c == "held");
+    assert!(eventually(Duration::from_secs(5), async || held()).await, "the controllers never listed ModelRoutes");
+    stop.send(()).unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(15), operator).await.expect("shutdown hung").unwrap();
+    result.unwrap();
+}
