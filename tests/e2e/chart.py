@@ -1,6 +1,7 @@
 """The Helm chart rendered offline with Helm's Go SDK (`sluice_testsupport.chart`, as
 in tests/helm), and the comparison of its RBAC rules with the API calls the operator
-really made (the fake API server's request log).
+really made (the fake API server's request log, or a real apiserver's audit log in
+the same record format: `RealKube.audit_records`).
 """
 
 from __future__ import annotations
@@ -138,8 +139,10 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
 
-def compare(records: list[dict], objs: list[dict]) -> Comparison:
-    ops = operator_records(records)
+def compare(records: list[dict], objs: list[dict], *, users: bool = False) -> Comparison:
+    """`records`: kube-fake's whole request log (the operator's calls are told by their
+    User-Agent), or, with `users`, the operator's calls only (an audit log read by user)."""
+    ops = records if users else operator_records(records)
     needed = needs(ops)
     gs = grants(objs)
     missing = sorted(n for n in needed if not any(g.allows(n) for g in gs))

@@ -19,7 +19,7 @@ import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional, Union
 
 import yaml
 
@@ -29,10 +29,11 @@ from sluice_testsupport.net import http  # noqa: F401
 from sluice_testsupport.paths import POSTGRES_URL, REPO, TARGET, binary  # noqa: F401
 from sluice_testsupport.poll import wait_for  # noqa: F401
 from sluice_testsupport.procs import LISTENING, Proc, spawn, start, stop_all  # noqa: F401
+from sluice_testsupport.realkube import HARNESS_UA, RealKube  # noqa: F401
 
-#: User-Agent of the harness's own API calls (the mini-kubelet's and the tests'), so
-#: that the request log tells them from kubectl's and the operator's (kube-rs sends none).
-HARNESS_UA = "sluice-e2e-harness/1"
+# HARNESS_UA: the User-Agent of the harness's own API calls (the mini-kubelet's and the
+# tests'), so that kube-fake's request log tells them from kubectl's and the operator's
+# (kube-rs sends none).
 
 
 # ---------------------------------------------------------------- the fake API server
@@ -40,7 +41,14 @@ HARNESS_UA = "sluice-e2e-harness/1"
 
 @dataclass
 class KubeFake:
-    """`kube-fake` as a process, `kubectl` against it, and raw API calls."""
+    """`kube-fake` as a process, `kubectl` against it, and raw API calls.
+
+    Its counterpart on a real kube-apiserver is `sluice_testsupport.realkube.RealKube`,
+    with the same interface: the scenarios and the mini-kubelet take either. Here the
+    namespaces are the names the scenarios use (`ns("team-b")` is `team-b`), the Helm
+    release is `sluice`, and every identity is the fake's one token (kube-fake
+    authorizes nothing: what RBAC a run needed is read from its request log).
+    """
 
     proc: Proc
     kubeconfig: Path
@@ -48,6 +56,9 @@ class KubeFake:
     cache: Path
     url: str
     token: str = "kube-fake-token"
+    namespace: str = "default"
+    release: str = "sluice"
+    real: ClassVar[bool] = False
 
     @classmethod
     def start(cls, workdir: Path) -> "KubeFake":
@@ -60,6 +71,22 @@ class KubeFake:
         token = re.search(r"token:\s*(\S+)", text)
         return cls(proc=proc, kubeconfig=kubeconfig, request_log=request_log, cache=workdir / "kubectl-cache",
                    url=proc.url, token=token.group(1) if token else "kube-fake-token")
+
+    # -- names and identities (see RealKube)
+
+    def ns(self, name: str) -> str:
+        return name
+
+    def in_scope(self, namespace: str) -> bool:
+        return True
+
+    def create_namespace(self, name: str) -> str:
+        self.kubectl("create", "namespace", name)
+        return name
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
+        """kube-fake has one identity for everybody: its kubeconfig."""
+        return self.kubeconfig
 
     # -- kubectl
 
@@ -94,17 +121,19 @@ class KubeFake:
             parsed = data.decode(errors="replace")
         return status, parsed
 
-    def requests(self) -> list[dict]:
-        """The live request log (`GET /_fake/requests`)."""
-        status, data = self.api("GET", "/_fake/requests")
-        assert status == 200, data
-        return data
+    def close(self) -> None:
+        """Stops kube-fake (again: a no-op)."""
+        self.proc.stop()
 
     def stop(self) -> list[dict]:
         """SIGTERM: kube-fake writes `--request-log`; returns it."""
         code = self.proc.stop(timeout=15)
         assert code == 0, f"kube-fake exited with {code}:\n{self.proc.log_text()[-2000:]}"
         return json.loads(self.request_log.read_text())
+
+
+#: The cluster of a scenario: kube-fake, or a scenario of a real control plane.
+Kube = Union[KubeFake, RealKube]
 
 
 def secret_value(obj: dict, key: str) -> str:
@@ -157,12 +186,47 @@ def have_postgres() -> Optional[str]:
 # ---------------------------------------------------------------- the operator
 
 
-def start_operator(name: str, fake: KubeFake, ledger_url: str, logdir: Path, *extra: str) -> Proc:
-    """The real `sluice-operator` binary against the fake, as one would run it by hand
-    (`KUBECONFIG`, flags); returns once `/healthz` is served."""
-    env = dict(fake.kubectl_env(), NO_COLOR="1", RUST_LOG=os.environ.get("SLUICE_E2E_RUST_LOG", "info,kube=warn"))
+def start_operator(name: str, kubeconfig: Path, ledger_url: str, logdir: Path, *extra: str) -> Proc:
+    """The real `sluice-operator` binary, as one would run it by hand (`KUBECONFIG`,
+    flags; `HOSTNAME` = `name`, as in a pod); returns once `/healthz` is served."""
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), NO_COLOR="1", HOSTNAME=name,
+               RUST_LOG=os.environ.get("SLUICE_E2E_RUST_LOG", "info,kube=warn"))
+    env.pop("POD_NAME", None)
     argv = [str(binary("sluice-operator")), "--ledger-url", ledger_url, "--listen", "127.0.0.1:0", *extra]
     return start(name, argv, logdir, env)
+
+
+@dataclass
+class OperatorIdentity:
+    """Whom the operator runs as: `kubeconfig` and, on a real server, the user name
+    the apiserver knows it by (`system:serviceaccount:NS:NAME`)."""
+
+    kubeconfig: Path
+    user: str
+    #: The chart's objects that made it (ServiceAccount, ClusterRole, bindings, Role).
+    rbac: list[dict]
+
+
+def operator_identity(kube: "Kube", workdir: Path, values: Optional[dict] = None) -> OperatorIdentity:
+    """The chart's RBAC for the operator (its ServiceAccount, ClusterRole and
+    ClusterRoleBinding; with `operator.leaderElection.enabled`, the Role and RoleBinding),
+    rendered for the scenario's release into its `sluice-system` namespace, and a
+    kubeconfig holding a TokenRequest token of that ServiceAccount: the operator runs
+    with exactly the chart's rules, never as an admin. On kube-fake, which authorizes
+    nothing, the objects are not applied and the kubeconfig is the fake's."""
+    from sluice_testsupport.chart import objects as render
+
+    namespace = kube.ns("sluice-system")
+    objs = render(values or {}, name=kube.release, namespace=namespace)
+    sa = next(o for o in objs if o["kind"] == "ServiceAccount" and o["metadata"]["name"].endswith("-operator"))
+    name = sa["metadata"]["name"]
+    rbac = [sa] + [o for o in objs if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+                   and o["metadata"]["name"].startswith(name)]
+    if kube.real:
+        kube.create_namespace("sluice-system")
+        kube.kubectl("apply", "-f", "-", input="---\n".join(yaml.safe_dump(o) for o in rbac))
+    kubeconfig = kube.service_account_kubeconfig(namespace, name, workdir / f"{name}.kubeconfig")
+    return OperatorIdentity(kubeconfig, f"system:serviceaccount:{namespace}:{name}", rbac)
 
 
 @dataclass
@@ -248,7 +312,7 @@ def quickstart_routes_yaml() -> str:
     return yaml.safe_dump_all(quickstart_routes())
 
 
-def quickstart_secrets(fake: "KubeFake", urls: dict[str, str], namespace: str = "default") -> dict[str, str]:
+def quickstart_secrets(fake: "Kube", urls: dict[str, str], namespace: Optional[str] = None) -> dict[str, str]:
     """`kubectl create secret generic` for every Secret of the quickstart (from its
     files), the placeholders in them (the service-account key's token_uri) pointed at
     `urls`; returns `secret/key` → value."""
@@ -258,7 +322,7 @@ def quickstart_secrets(fake: "KubeFake", urls: dict[str, str], namespace: str = 
         for f in sorted(d.iterdir()):
             values[f"{d.name}/{f.name}"] = _substitute(f.read_text(), urls)
             literals.append(f"--from-literal={f.name}={values[f'{d.name}/{f.name}']}")
-        fake.kubectl("create", "secret", "generic", d.name, *literals, "-n", namespace)
+        fake.kubectl("create", "secret", "generic", d.name, *literals, "-n", namespace or fake.namespace)
     assert set(QUICKSTART_CREDENTIALS.values()) <= set(values), values
     return values
 
@@ -279,9 +343,10 @@ def parse_table(text: str) -> list[dict[str, str]]:
     return rows
 
 
-def table(fake: "KubeFake", resource: str, namespace: str = "default") -> dict[str, dict[str, str]]:
-    """Printer columns of `kubectl get RESOURCE -n NS`, by NAME."""
-    out = fake.kubectl("get", resource, "-n", namespace).stdout
+def table(fake: "Kube", resource: str, namespace: Optional[str] = None) -> dict[str, dict[str, str]]:
+    """Printer columns of `kubectl get RESOURCE -n NS` (default: the scenario's
+    namespace), by NAME."""
+    out = fake.kubectl("get", resource, "-n", namespace or fake.namespace).stdout
     return {row["NAME"]: row for row in parse_table(out)}
 
 

@@ -1,7 +1,9 @@
-"""A mini-kubelet: runs the Deployments stored in the fake API server as local
-processes, so that what the operator (or the chart) renders is proven to work.
+"""A mini-kubelet: runs the Deployments stored in the API server (kube-fake, or a real
+kube-apiserver: `KubeFake` or `RealKube`) as local processes, so that what the
+operator (or the chart) renders is proven to work.
 
-What it does, every `period` (0.3 s), for every Deployment in every namespace:
+What it does, every `period` (0.3 s), for every Deployment in every namespace of the
+scenario (`kube.in_scope`: on a real server shared by several scenarios, its own):
 
 - **Pods.** One pod per Deployment whose `spec.replicas` > 0 (replicas are collapsed
   to one process: the tests talk to it directly, there is no Service proxy). A pod
@@ -23,7 +25,8 @@ What it does, every `period` (0.3 s), for every Deployment in every namespace:
   so that the operator's `Ready` conditions can become True.
 
 The kubelet's API calls carry `User-Agent: sluice-e2e-harness/1`, so that the request
-log tells them from the operator's.
+log tells them from the operator's. It plays the kubelet and the controllers, with the
+admin's identity; the pods it runs get the identity of their ServiceAccount (see pod.py).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from harness import LISTENING, KubeFake, http, spawn
+from harness import LISTENING, Kube, http, spawn
 from pod import Pod, PodError, container_env, rewrite, volume_files
 
 PROBE_TIMEOUT = 1.0
@@ -49,9 +52,9 @@ RESTART_DELAY = 1.0
 class MiniKubelet:
     """See the module docs. `images` maps an image's repository name to a binary."""
 
-    def __init__(self, fake: KubeFake, root: Path, images: dict[str, Path], *, period: float = 0.3,
+    def __init__(self, kube: Kube, root: Path, images: dict[str, Path], *, period: float = 0.3,
                  rust_log: str = "info,kube=warn"):
-        self.fake = fake
+        self.kube = kube
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.images = images
@@ -143,10 +146,10 @@ class MiniKubelet:
                 t.join(timeout=STOP_GRACE_MAX + 10)
 
     def _list(self, path: str) -> list[dict]:
-        status, body = self.fake.api("GET", path)
+        status, body = self.kube.api("GET", path)
         if status != 200:
             raise RuntimeError(f"GET {path} -> {status}: {body}")
-        return body.get("items", [])
+        return [o for o in body.get("items", []) if self.kube.in_scope(o["metadata"]["namespace"])]
 
     def sync(self) -> None:
         deployments = self._list("/apis/apps/v1/deployments")
@@ -301,7 +304,14 @@ class MiniKubelet:
             "RUST_LOG": self.rust_log,
         }
         if spec.get("automountServiceAccountToken") is not False:
-            env["KUBECONFIG"] = str(self.fake.kubeconfig)
+            # The pod's ServiceAccount token, as a kubeconfig (TokenRequest on a real
+            # server; kube-fake's one token there).
+            sa = spec.get("serviceAccountName") or "default"
+            try:
+                kubeconfig = self.kube.service_account_kubeconfig(pod.namespace, sa, pod.dir / "serviceaccount.kubeconfig")
+            except AssertionError as e:
+                raise PodError(f"no token for ServiceAccount {pod.namespace}/{sa}: {e}") from e
+            env["KUBECONFIG"] = str(kubeconfig)
         env.update(container_env(pod, secrets, configmaps))
         return env
 
@@ -372,7 +382,7 @@ class MiniKubelet:
         digest = json.dumps(status, sort_keys=True)
         if self._status_sent.get((ns, name)) == digest:
             return
-        code, body = self.fake.api("PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}/status",
+        code, body = self.kube.api("PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}/status",
                                    {"status": status}, content_type="application/merge-patch+json")
         if code == 200:
             self._status_sent[(ns, name)] = digest

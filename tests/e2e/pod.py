@@ -22,8 +22,10 @@ the files of its volumes, its container's env, and the rewrites of args and env 
       the real address is read from the process's `… on http://ADDR` log line.
   Besides the container's env the process sees only PATH, HOME (the pod dir),
   HOSTNAME (the pod name), NO_COLOR, RUST_LOG and, unless the pod spec sets
-  `automountServiceAccountToken: false`, KUBECONFIG pointing at the fake API server:
-  the stand-in for the mounted service-account token and KUBERNETES_SERVICE_HOST.
+  `automountServiceAccountToken: false`, KUBECONFIG: the stand-in for the mounted
+  service-account token and KUBERNETES_SERVICE_HOST. On a real server it holds a
+  TokenRequest token of the pod's `serviceAccountName` (so the chart's operator pod
+  runs with exactly the chart's RBAC); on kube-fake, the fake's kubeconfig.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ binary) → it reconciles the quickstart → the gateway Deployment it renders i
 too and serves the OpenAI SDK. Then the chart's RBAC is checked against every call
 that operator made. Once with the default values (no leader election), once with
 `operator.leaderElection.enabled=true` (the Lease Role is exercised too).
+
+The same steps run on a real kube-apiserver (tests/kube/test_chart_operator_real.py):
+there the chart's RBAC is enforced (the mini-kubelet gives the operator pod a token of
+the chart's ServiceAccount) and its calls are read from the audit log; the release and
+its namespaces are the scenario's own (`kube.release`, `kube.ns("sluice-system")`).
 """
 
 from __future__ import annotations
@@ -17,29 +22,31 @@ import pytest
 import yaml
 
 import chart
-from conftest import DIAGNOSTICS
-from harness import (QUICKSTART, REPO, KubeFake, LedgerSchema, binary, condition, quickstart_routes_yaml, quickstart_secrets, quickstart_upstreams, start_quickstart_chaos, table,
-                     wait_for)
+from harness import (QUICKSTART, LedgerSchema, binary, condition, quickstart_routes_yaml, quickstart_secrets,
+                     quickstart_upstreams, start_quickstart_chaos, table, wait_for)
 from kubelet import MiniKubelet
+from sluice_testsupport.realkube import refused_by_rbac
+from sluice_testsupport.steps import DIAGNOSTICS
 
 pytestmark = pytest.mark.step
 
-OPERATOR = "sluice-operator"
 GATEWAY = "sluice-gateway-default"
 
 
 @pytest.fixture(scope="module", params=["default-values", "leader-election"])
-def install(request, workdir, artifacts):
-    """Per parameter: a ledger schema, kube-fake with the CRDs, the chart rendered for
-    that ledger, chaos upstreams and a mini-kubelet; the chart is not applied yet."""
+def install(request, workdir, artifacts, new_kube, scenario_prerequisites):
+    """Per parameter: a ledger schema, a cluster with the CRDs (`new_kube`), the chart
+    rendered for that ledger, chaos upstreams and a mini-kubelet; the chart is not
+    applied yet."""
     ledger = LedgerSchema.create()
-    fake = KubeFake.start(workdir / f"kube-{request.param}")
-    fake.kubectl("apply", "-f", str(REPO / "charts" / "sluice" / "crds"))
+    fake = new_kube(f"kube-{request.param}")
     election = request.param == "leader-election"
     values = {"ledger": {"url": ledger.url, "postgres": {"enabled": False}}}
     if election:
         values["operator"] = {"leaderElection": {"enabled": True}}
-    objs = chart.render(values)
+    release_ns = fake.ns(chart.NAMESPACE)
+    objs = chart.render(values, name=fake.release, namespace=release_ns)
+    operator = next(o["metadata"]["name"] for o in objs if o["kind"] == "Deployment")
     artifacts.save(f"{request.param}-rendered.yaml", chart.to_yaml(objs))
     chaos = start_quickstart_chaos(workdir, prefix=f"{request.param}-")
     kubelet = MiniKubelet(fake, workdir / f"node-{request.param}", {
@@ -49,7 +56,7 @@ def install(request, workdir, artifacts):
 
     def diagnostics():
         out = [("mini-kubelet events", "\n".join(kubelet.events[-30:]))]
-        for ns, name in ((chart.NAMESPACE, OPERATOR), ("default", GATEWAY)):
+        for ns, name in ((release_ns, operator), (fake.namespace, GATEWAY)):
             pod = kubelet.current(ns, name)
             if pod:
                 out.append((f"{pod.name} log", "\n".join(pod.log_text().splitlines()[-30:])))
@@ -57,7 +64,8 @@ def install(request, workdir, artifacts):
 
     DIAGNOSTICS.append(diagnostics)
     state = {"param": request.param, "election": election, "values": values, "objs": objs, "chaos": chaos,
-             "kubelet": kubelet, "fake": fake, "ledger": ledger, "artifacts": artifacts}
+             "kubelet": kubelet, "fake": fake, "ledger": ledger, "artifacts": artifacts, "ns": release_ns,
+             "operator": operator}
     try:
         yield state
     finally:
@@ -65,17 +73,17 @@ def install(request, workdir, artifacts):
         kubelet.stop()
         for c in chaos.values():
             c.proc.stop()
-        fake.proc.stop()
+        fake.close()
         ledger.drop()
 
 
 def test_the_chart_operator_pod_runs_with_exactly_the_rendered_args_and_env(install):
-    fake, kubelet, objs = install["fake"], install["kubelet"], install["objs"]
-    fake.kubectl("create", "namespace", chart.NAMESPACE)
+    fake, kubelet, objs, ns, operator = install["fake"], install["kubelet"], install["objs"], install["ns"], install["operator"]
+    fake.create_namespace(chart.NAMESPACE)
     fake.kubectl("apply", "-f", "-", input=chart.to_yaml(objs))
-    pod = kubelet.wait_ready(chart.NAMESPACE, OPERATOR, timeout=60)
+    pod = kubelet.wait_ready(ns, operator, timeout=60)
 
-    rendered = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == OPERATOR)
+    rendered = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == operator)
     c = rendered["spec"]["template"]["spec"]["containers"][0]
     app_version = yaml.safe_load((chart.CHART / "Chart.yaml").read_text())["appVersion"]
     assert c["image"] == f"ghcr.io/sluice-dev/sluice-operator:{app_version}"
@@ -88,13 +96,13 @@ def test_the_chart_operator_pod_runs_with_exactly_the_rendered_args_and_env(inst
         expected = "127.0.0.1:0" if value == "0.0.0.0:8080" else value
         assert pod.env[name] == expected, name
     assert pod.env["SLUICE_LEDGER_URL"] == install["ledger"].url  # secretKeyRef to the chart's Secret
-    assert (pod.env["POD_NAME"], pod.env["POD_NAMESPACE"]) == (pod.name, chart.NAMESPACE)  # fieldRefs
+    assert (pod.env["POD_NAME"], pod.env["POD_NAMESPACE"]) == (pod.name, ns)  # fieldRefs
     assert pod.env["SLUICE_LEADER_ELECTION"] == ("true" if install["election"] else "false")
     chart_values = yaml.safe_load((chart.CHART / "values.yaml").read_text())
     assert json.loads(pod.env["SLUICE_GATEWAY_RESOURCES"]) == chart_values["gateway"]["resources"]
     if install["election"]:
         def leading():
-            lease = fake.get_json("lease", "sluice-operator", "-n", chart.NAMESPACE)
+            lease = fake.get_json("lease", "sluice-operator", "-n", ns)
             return lease and lease["spec"].get("holderIdentity") == pod.name and lease
         wait_for("the operator pod to hold the Lease", leading, timeout=30)
     assert re.search(r"controllers started", pod.log_text()), pod.log_text()[-2000:]
@@ -108,9 +116,9 @@ def test_the_chart_operator_reconciles_the_quickstart_into_a_serving_gateway(ins
     fake.kubectl("apply", "-f", "-", input=quickstart_routes_yaml())
     fake.kubectl("apply", "-f", str(QUICKSTART / "budgets.yaml"))
 
-    gw = kubelet.wait_ready("default", GATEWAY, timeout=60)
+    gw = kubelet.wait_ready(fake.namespace, GATEWAY, timeout=60)
     deploy = fake.get_json("deployment", GATEWAY)
-    operator_pod = kubelet.current(chart.NAMESPACE, OPERATOR)
+    operator_pod = kubelet.current(install["ns"], install["operator"])
     chart_values = yaml.safe_load((chart.CHART / "values.yaml").read_text())
     c = deploy["spec"]["template"]["spec"]["containers"][0]
     assert deploy["spec"]["replicas"] == chart_values["gateway"]["replicas"]
@@ -149,14 +157,21 @@ def test_the_chart_operator_reconciles_the_quickstart_into_a_serving_gateway(ins
 
 
 def test_the_chart_rbac_allows_every_call_its_operator_made(install):
-    fake, kubelet = install["fake"], install["kubelet"]
+    fake, kubelet, ns, operator = install["fake"], install["kubelet"], install["ns"], install["operator"]
     # Uninstall the operator the way a user would; the kubelet stops the pod (SIGTERM),
     # which releases the Lease when elected.
-    fake.kubectl("delete", "deployment", OPERATOR, "-n", chart.NAMESPACE)
-    stopped = kubelet.wait_gone(chart.NAMESPACE, OPERATOR, timeout=30)
+    fake.kubectl("delete", "deployment", operator, "-n", ns)
+    stopped = kubelet.wait_gone(ns, operator, timeout=30)
     assert [p.proc.popen.returncode for p in stopped] == [0], [p.log_text()[-2000:] for p in stopped]
-    records = fake.stop()
-    cmp = chart.compare(records, install["objs"])
+    if fake.real:
+        # The chart's rules were enforced: the audit log has the calls of its ServiceAccount.
+        records = fake.audit_records(f"system:serviceaccount:{ns}:{operator}")
+        forbidden = refused_by_rbac(records)
+        assert not forbidden, f"the real API server's RBAC refused the chart's operator: {forbidden}"
+        cmp = chart.compare(records, install["objs"], users=True)
+    else:
+        records = fake.stop()
+        cmp = chart.compare(records, install["objs"])
     install["artifacts"].save(f"{install['param']}-rbac.md",
                               cmp.report(f"chart operator ({install['param']}) calls vs the chart's RBAC"))
     assert not cmp.missing, "the chart does not allow: " + ", ".join(map(str, cmp.missing))

@@ -1,5 +1,5 @@
 """Support shared by the Python test suites of sluice (tests/python, tests/e2e,
-tests/helm): one copy of each helper.
+tests/helm, tests/kube): one copy of each helper.
 
 - `ci`: `in_ci` and `fail_or_skip` for missing prerequisites (a failure under `CI`);
 - `no_skips_in_ci`: the pytest plugin that turns every skip into a failure when `CI`
@@ -10,7 +10,14 @@ tests/helm): one copy of each helper.
   die with the test process;
 - `net`: HTTP to 127.0.0.1 that never goes through a proxy from the environment;
 - `chaos`: a chaos upstream (`sluice-gateway chaos`) scripted through `/_chaos`;
-- `chart`: the Helm chart rendered offline with Helm's Go SDK.
+- `chart`: the Helm chart rendered offline with Helm's Go SDK;
+- `controlplane`: a real etcd + kube-apiserver (+ kube-controller-manager) for tests,
+  with an audit log of what ServiceAccounts do (tests/kube);
+- `realkube`: one scenario of that control plane with the interface of tests/e2e's
+  `KubeFake` (its namespaces, its release, the audit log read as a request log);
+- `kubeapi`: raw Kubernetes API calls from a kubeconfig (HTTPS, token or client cert);
+- `steps`: the pytest plugin of scenario suites (a failed step fails the later ones;
+  `DIAGNOSTICS` attached to a failed step's report).
 
 The suites find this package through `pythonpath` in their pytest.ini; the one venv
 with every suite's pinned packages is made by `tests/pysupport/venv`.

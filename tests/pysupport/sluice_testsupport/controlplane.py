@@ -4,6 +4,11 @@ ports, with a CA and certificates made for this run, the Node and RBAC authorize
 a service-account token issuer and the default admission plugins, as a real control
 plane runs them. It starts in seconds and removes its directory when stopped.
 
+The apiserver writes an audit log (`audit_events()`): every request a ServiceAccount
+makes, at the `Metadata` level (verb, resource, namespace, name, response code and the
+authorizer's decision), so that a test can tell what a component running with exactly
+its RBAC did, and whether anything was forbidden.
+
 `SLUICE_TEST_KUBECONFIG=path` runs the suites against a cluster of your own instead
 (an admin kubeconfig; the tests make namespaces of their own and delete them).
 """
@@ -37,6 +42,18 @@ from .procs import Proc, spawn
 KUBERNETES_VERSION = "v1.37.2"
 #: How long a start may take on a loaded 2-core machine before it is a failure.
 START_TIMEOUT = 120.0
+#: The audit policy: what the ServiceAccounts (the components under test) do, at the
+#: Metadata level; nothing of the admin (tests, kubectl, the mini-kubelet, the
+#: controller manager) or of the apiserver itself.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+"""
 
 
 def bin_dir() -> Path:
@@ -163,6 +180,8 @@ class ControlPlane:
     own_dir: bool = True
     #: Seconds from the first process started to `/readyz` answering 200.
     start_seconds: float = 0.0
+    #: The apiserver's audit log (JSON lines); None on a cluster of your own.
+    audit_log: Optional[Path] = None
 
     @classmethod
     def start(cls, *, controller_manager: bool = False, logdir: Optional[Path] = None) -> "ControlPlane":
@@ -200,6 +219,9 @@ class ControlPlane:
         self.procs.append(etcd)
         _wait_http(etcd, f"http://127.0.0.1:{client}/health", None)
         self.server = f"https://127.0.0.1:{secure}"
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        self.audit_log = self.dir / "audit.log"
         apiserver = spawn("kube-apiserver", [
             str(bins / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{client}",
@@ -214,6 +236,8 @@ class ControlPlane:
             f"--service-account-key-file={pki.dir / 'sa.key'}",
             f"--service-account-signing-key-file={pki.dir / 'sa.key'}",
             "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
+            f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
+            "--audit-log-mode=blocking", "--audit-log-maxsize=0",
             # Without the controller manager nobody makes the `default` ServiceAccounts
             # the ServiceAccount admission plugin requires of pods.
             *([] if controller_manager else ["--disable-admission-plugins=ServiceAccount"]),
@@ -278,6 +302,23 @@ class ControlPlane:
             else:
                 shutil.copy(cluster["certificate-authority"], ca)
         return write_kubeconfig(path, self.server, ca, user=f"{namespace}-{name}", token=token, namespace=namespace)
+
+    def audit_events(self, offset: int = 0) -> Optional[list[dict]]:
+        """The audit log's events from byte `offset` on (a ServiceAccount's requests, see
+        AUDIT_POLICY), or None on a cluster of your own (no audit log to read)."""
+        if self.audit_log is None:
+            return None
+        import json
+
+        with open(self.audit_log, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+        # A line still being written has no newline yet: leave it for the next read.
+        return [json.loads(line) for line in data.split(b"\n")[:-1] if line.strip()]
+
+    def audit_offset(self) -> int:
+        """Where the audit log ends now (0 without one)."""
+        return self.audit_log.stat().st_size if self.audit_log and self.audit_log.exists() else 0
 
     def logs(self) -> str:
         """The tail of each process's log, for a failure message."""
