@@ -29,6 +29,7 @@ from sluice_testsupport.net import http  # noqa: F401
 from sluice_testsupport.paths import POSTGRES_URL, REPO, TARGET, binary  # noqa: F401
 from sluice_testsupport.poll import wait_for  # noqa: F401
 from sluice_testsupport.procs import LISTENING, Proc, spawn, start, stop_all  # noqa: F401
+from sluice_testsupport.kubeapi import Kubectl
 from sluice_testsupport.realkube import HARNESS_UA, RealKube  # noqa: F401
 
 # HARNESS_UA: the User-Agent of the harness's own API calls (the mini-kubelet's and the
@@ -40,7 +41,7 @@ from sluice_testsupport.realkube import HARNESS_UA, RealKube  # noqa: F401
 
 
 @dataclass
-class KubeFake:
+class KubeFake(Kubectl):
     """`kube-fake` as a process, `kubectl` against it, and raw API calls.
 
     Its counterpart on a real kube-apiserver is `sluice_testsupport.realkube.RealKube`,
@@ -90,22 +91,6 @@ class KubeFake:
 
     # -- kubectl
 
-    def kubectl_env(self) -> dict[str, str]:
-        return dict(os.environ, KUBECONFIG=str(self.kubeconfig), KUBECACHEDIR=str(self.cache))
-
-    def kubectl(self, *args: str, input: Optional[str] = None, check: bool = True,
-                timeout: float = 60.0) -> subprocess.CompletedProcess:
-        cmd = ["kubectl", *args]
-        done = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
-                              env=self.kubectl_env())
-        if check and done.returncode != 0:
-            raise AssertionError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-        return done
-
-    def get_json(self, *args: str) -> Any:
-        """`kubectl get ARGS -o json`, parsed; None when not found."""
-        done = self.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=True)
-        return json.loads(done.stdout) if done.stdout.strip() else None
 
     # -- raw API (the mini-kubelet and a few reads)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
+import subprocess
 import ssl
 import tempfile
 import threading
@@ -105,3 +107,29 @@ class KubeApi:
         except ValueError:
             parsed = raw.decode(errors="replace")
         return resp.status, parsed
+
+
+class Kubectl:
+    """`kubectl` with a harness's kubeconfig and a cache directory of its own, for the
+    harnesses of kube-fake and of the real control plane alike (`kubeconfig` and `cache`
+    are the harness's attributes)."""
+
+    kubeconfig: Path
+    cache: Path
+
+    def kubectl_env(self) -> dict[str, str]:
+        return dict(os.environ, KUBECONFIG=str(self.kubeconfig), KUBECACHEDIR=str(self.cache))
+
+    def kubectl(self, *args: str, input: Optional[str] = None, check: bool = True,
+                timeout: float = 60.0) -> subprocess.CompletedProcess:
+        cmd = ["kubectl", *args]
+        done = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
+                              env=self.kubectl_env())
+        if check and done.returncode != 0:
+            raise AssertionError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        return done
+
+    def get_json(self, *args: str) -> Any:
+        """`kubectl get ARGS -o json`, parsed; None when not found."""
+        done = self.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=True)
+        return json.loads(done.stdout) if done.stdout.strip() else None

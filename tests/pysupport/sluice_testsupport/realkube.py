@@ -16,8 +16,6 @@ What kube-fake's request log was for, the apiserver's audit log does here
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,14 +25,14 @@ from typing import Any, ClassVar, Optional
 import yaml
 
 from .controlplane import ControlPlane
-from .kubeapi import KubeApi
+from .kubeapi import KubeApi, Kubectl
 
 #: User-Agent of the harness's raw API calls (as tests/e2e's HARNESS_UA).
 HARNESS_UA = "sluice-e2e-harness/1"
 
 
 @dataclass
-class RealKube:
+class RealKube(Kubectl):
     cp: ControlPlane
     dir: Path
     prefix: str
@@ -95,22 +93,6 @@ class RealKube:
 
     # -- kubectl and the raw API (admin)
 
-    def kubectl_env(self) -> dict[str, str]:
-        return dict(os.environ, KUBECONFIG=str(self.kubeconfig), KUBECACHEDIR=str(self.cache))
-
-    def kubectl(self, *args: str, input: Optional[str] = None, check: bool = True,
-                timeout: float = 60.0) -> subprocess.CompletedProcess:
-        cmd = ["kubectl", *args]
-        done = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
-                              env=self.kubectl_env())
-        if check and done.returncode != 0:
-            raise AssertionError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-        return done
-
-    def get_json(self, *args: str) -> Any:
-        """`kubectl get ARGS -o json`, parsed; None when not found."""
-        done = self.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=True)
-        return json.loads(done.stdout) if done.stdout.strip() else None
 
     def api(self, method: str, path: str, body: Any = None,
             content_type: str = "application/json") -> tuple[int, Any]:
