@@ -105,14 +105,15 @@ struct Peek {
 }
 
 impl Peek {
-    fn of(body: &[u8], finish_reasons: bool) -> Self {
+    /// `traced`: read what only the trace needs (finish reasons, model) too.
+    fn of(body: &[u8], traced: bool) -> Self {
         let mut de = serde_json::Deserializer::from_slice(body);
-        PeekSeed { finish_reasons }.deserialize(&mut de).and_then(|p| de.end().map(|()| p)).unwrap_or_default()
+        PeekSeed { traced }.deserialize(&mut de).and_then(|p| de.end().map(|()| p)).unwrap_or_default()
     }
 }
 
 struct PeekSeed {
-    finish_reasons: bool,
+    traced: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for PeekSeed {
@@ -140,11 +141,11 @@ impl<'de> Visitor<'de> for PeekSeed {
                     usage_seen = true;
                     peek.usage = map.next_value()?;
                 }
-                Some("choices") if self.finish_reasons => {
+                Some("choices") if self.traced => {
                     let choices: lenient::List<FinishReason<'de>> = map.next_value()?;
                     peek.finish_reasons = choices.0.into_iter().filter_map(|c| c.0.0.map(Cow::into_owned)).collect();
                 }
-                Some("model") if self.finish_reasons => {
+                Some("model") if self.traced => {
                     let model: lenient::Str<'de> = map.next_value()?;
                     peek.model = model.0.map(Cow::into_owned);
                 }

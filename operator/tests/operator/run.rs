@@ -130,17 +130,38 @@ fn forbidden(resource: &str, verb: &str) -> Response {
     resp
 }
 
-#[tokio::test]
-async fn a_start_up_call_refused_for_want_of_rbac_is_retried_not_fatal() {
-    let seen: Seen = Arc::default();
+/// What the fake API server does with one call instead of answering it.
+#[derive(Clone, Copy)]
+enum Instead {
+    /// Refuses it as the authorizer would (`forbidden`), recorded as `refused`.
+    Refuse,
+    /// Never answers it, recorded as `held`.
+    Hold,
+}
+
+/// The operator against the fake API server, which treats a call to `uri` as `instead`
+/// says; returns the channel that stops it and its task.
+fn operator_with(
+    seen: &Seen,
+    uri: &'static str,
+    instead: Instead,
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), sluice_operator::Error>>) {
     let app = Router::new().fallback({
         let seen = seen.clone();
         move |req: Request| {
             let seen = seen.clone();
             async move {
-                if *req.uri() == "/apis/sluice.dev/v1alpha1/modelroutes?&limit=1" {
-                    seen.lock().unwrap().push("refused".into());
-                    return forbidden("modelroutes", "list");
+                if *req.uri() == uri {
+                    match instead {
+                        Instead::Refuse => {
+                            seen.lock().unwrap().push("refused".into());
+                            return forbidden("modelroutes", "list");
+                        }
+                        Instead::Hold => {
+                            seen.lock().unwrap().push("held".into());
+                            std::future::pending::<()>().await;
+                        }
+                    }
                 }
                 fake(seen, req).await
             }
@@ -151,6 +172,13 @@ async fn a_start_up_call_refused_for_want_of_rbac_is_retried_not_fatal() {
     let operator = tokio::spawn(sluice_operator::run_until(client, Config::new("sqlite::memory:"), async move {
         let _ = stopped.await;
     }));
+    (stop, operator)
+}
+
+#[tokio::test]
+async fn a_start_up_call_refused_for_want_of_rbac_is_retried_not_fatal() {
+    let seen: Seen = Arc::default();
+    let (stop, operator) = operator_with(&seen, "/apis/sluice.dev/v1alpha1/modelroutes?&limit=1", Instead::Refuse);
     // Refused, then retried (every 5 s): the operator neither exits nor goes on without it.
     let refusals = || seen.lock().unwrap().iter().filter(|c| *c == "refused").count();
     assert!(
@@ -173,24 +201,7 @@ async fn a_shutdown_before_the_watch_caches_filled_does_not_hang() {
     // The ModelRoute list never answers: that controller's runner waits for its cache,
     // which after the shutdown never fills; the operator still stops, after its grace.
     let seen: Seen = Arc::default();
-    let app = Router::new().fallback({
-        let seen = seen.clone();
-        move |req: Request| {
-            let seen = seen.clone();
-            async move {
-                if *req.uri() == "/apis/sluice.dev/v1alpha1/modelroutes?&limit=500" {
-                    seen.lock().unwrap().push("held".into());
-                    std::future::pending::<()>().await;
-                }
-                fake(seen, req).await
-            }
-        }
-    });
-    let client = kube::Client::new(app, "default");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let operator = tokio::spawn(sluice_operator::run_until(client, Config::new("sqlite::memory:"), async move {
-        let _ = stopped.await;
-    }));
+    let (stop, operator) = operator_with(&seen, "/apis/sluice.dev/v1alpha1/modelroutes?&limit=500", Instead::Hold);
     let held = || seen.lock().unwrap().iter().any(|c| c == "held");
     assert!(eventually(Duration::from_secs(5), async || held()).await, "the controllers never listed ModelRoutes");
     stop.send(()).unwrap();

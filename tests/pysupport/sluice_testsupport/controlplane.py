@@ -15,8 +15,10 @@ its RBAC did, and whether anything was forbidden.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
+import json
 import os
 import shutil
 import socket
@@ -35,6 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from .kubeapi import Kubectl
 from .paths import REPO
 from .procs import Proc, spawn
 
@@ -170,7 +173,7 @@ def write_kubeconfig(path: Path, server: str, ca: Path, *, user: str, token: Opt
 # --- the control plane ------------------------------------------------------------------
 
 @dataclass
-class ControlPlane:
+class ControlPlane(Kubectl):
     """etcd + kube-apiserver (+ kube-controller-manager), or a cluster of your own."""
 
     dir: Path
@@ -267,22 +270,13 @@ class ControlPlane:
 
     # --- use -----------------------------------------------------------------------------
 
-    def env(self, kubeconfig: Optional[Path] = None) -> dict[str, str]:
-        return dict(os.environ, KUBECONFIG=str(kubeconfig or self.kubeconfig),
-                    KUBECACHEDIR=str(self.dir / "kube-cache"))
-
-    def kubectl(self, *args: str, check: bool = True, input: Optional[str] = None,
-                kubeconfig: Optional[Path] = None) -> subprocess.CompletedProcess:
-        """kubectl with this control plane's admin kubeconfig (or `kubeconfig`)."""
-        out = subprocess.run(["kubectl", *args], env=self.env(kubeconfig), input=input,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-        if check and out.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({out.returncode}):\n{out.stderr}{out.stdout}")
-        return out
+    @property
+    def cache(self) -> Path:
+        """kubectl's discovery cache (`Kubectl`), with the run's other files."""
+        return self.dir / "kube-cache"
 
     def kubectl_json(self, *args: str) -> dict:
-        import json
-
+        """`kubectl ARGS` (with the admin kubeconfig), its output parsed as JSON."""
         return json.loads(self.kubectl(*args).stdout)
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
@@ -292,8 +286,6 @@ class ControlPlane:
         ca = self.dir / "pki" / "ca.crt"
         if not ca.exists():  # a cluster of your own: its CA from the admin kubeconfig
             view = self.kubectl_json("config", "view", "--minify", "--raw", "-o", "json")
-            import base64
-
             cluster = view["clusters"][0]["cluster"]
             data = cluster.get("certificate-authority-data")
             ca.parent.mkdir(parents=True, exist_ok=True)
@@ -308,8 +300,6 @@ class ControlPlane:
         AUDIT_POLICY), or None on a cluster of your own (no audit log to read)."""
         if self.audit_log is None:
             return None
-        import json
-
         with open(self.audit_log, "rb") as fh:
             fh.seek(offset)
             data = fh.read()

@@ -121,7 +121,7 @@ class Kubectl:
         return dict(os.environ, KUBECONFIG=str(self.kubeconfig), KUBECACHEDIR=str(self.cache))
 
     def kubectl(self, *args: str, input: Optional[str] = None, check: bool = True,
-                timeout: float = 60.0) -> subprocess.CompletedProcess:
+                timeout: float = 120.0) -> subprocess.CompletedProcess:
         cmd = ["kubectl", *args]
         done = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
                               env=self.kubectl_env())
