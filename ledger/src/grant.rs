@@ -436,7 +436,10 @@ impl Biller {
                     let mut book = lock(&slot.book);
                     let unchanged = book.current().filter(|(_, g)| !g.closed).map(|(id, _)| id) == current;
                     if unchanged && !self.shared.closing.load(Ordering::Relaxed) {
-                        book.took(grant_id, amount, valid_until);
+                        // Its room starts now (not when the take began): until the
+                        // request it was taken for has reserved, the maintenance loop
+                        // must not find it idle and return it.
+                        book.took(grant_id, amount, valid_until, now_ms());
                         if current != Some(grant_id) {
                             self.shared.observer.grants_open(1);
                         }

@@ -26,8 +26,14 @@ pub struct Book {
     window_start_ms: i64,
     /// Estimates per second in the last full window.
     rate_per_s: i64,
-    /// When a request last reserved (ms); idleness is measured from it.
+    /// When a request last reserved (ms).
     last_use_ms: i64,
+    /// When a take last opened the current grant or added to it (ms). Idleness is
+    /// measured from the later of this and `last_use_ms`: a take is made for requests
+    /// (one waiting for room, or the recent rate), so a grant that just got room is not
+    /// idle, even for an account this process has not reserved for in a long time (or
+    /// ever) and before the request it was taken for has reserved.
+    last_take_ms: i64,
 }
 
 /// One grant as this process knows it.
@@ -128,13 +134,18 @@ impl Book {
         self.forget_done(id);
     }
 
-    /// `amount` more was taken into grant `id` (new when it is not known yet), valid
-    /// for new requests until `valid_until_ms`; it becomes the current grant.
-    pub fn took(&mut self, id: i64, amount: i64, valid_until_ms: i64) {
+    /// `amount` more was taken into grant `id` (new when it is not known yet) at
+    /// `now_ms`, valid for new requests until `valid_until_ms`; it becomes the current
+    /// grant. Opening a grant or adding to it restarts the idle clock ([`Book::idle`]);
+    /// a renewal of its validity alone (`amount` 0) does not.
+    pub fn took(&mut self, id: i64, amount: i64, valid_until_ms: i64, now_ms: i64) {
         let g =
             self.grants.entry(id).or_insert(Grant { held: 0, in_flight: 0, pending: 0, valid_until_ms, closed: false });
         g.held += amount;
         g.valid_until_ms = g.valid_until_ms.max(valid_until_ms);
+        if amount > 0 || self.current != Some(id) {
+            self.last_take_ms = self.last_take_ms.max(now_ms);
+        }
         if self.current != Some(id)
             && let Some(old) = self.current.replace(id)
         {
@@ -154,11 +165,12 @@ impl Book {
         self.forget_done(id);
     }
 
-    /// Whether the current grant may be returned at `now_ms`: unused for `idle_ms` and
-    /// nothing in flight or pending.
+    /// Whether the current grant may be returned at `now_ms`: neither reserved from nor
+    /// taken into for `idle_ms`, and nothing in flight or pending.
     pub fn idle(&self, now_ms: i64, idle_ms: i64) -> Option<i64> {
         let (id, g) = self.current()?;
-        (!g.busy() && now_ms - self.last_use_ms >= idle_ms).then_some(id)
+        let used = self.last_use_ms.max(self.last_take_ms);
+        (!g.busy() && now_ms - used >= idle_ms).then_some(id)
     }
 
     /// Whether anything is in flight or pending in any grant.

@@ -157,7 +157,9 @@ proptest! {
                             db.post(id);
                             db.open.entry(id).and_modify(|(a, _)| *a += amount);
                             db.reserved += amount;
-                            book.took(id, amount, now + 30_000);
+                            book.took(id, amount, now + 30_000, now);
+                            // Room a take just added is for requests: not idle yet.
+                            prop_assert!(amount == 0 || book.idle(now, 1).is_none(), "grew and idle at once");
                         }
                         // The grant to grow was expired by a reaper: the book closes it.
                         (Some(_), Some(id)) => book.close(id),
@@ -165,7 +167,8 @@ proptest! {
                             db.next_grant += 1;
                             db.open.insert(db.next_grant, (amount, 0));
                             db.reserved += amount;
-                            book.took(db.next_grant, amount, now + 30_000);
+                            book.took(db.next_grant, amount, now + 30_000, now);
+                            prop_assert!(book.idle(now, 1).is_none(), "opened and idle at once");
                         }
                         (None, _) => {}
                     }
@@ -249,7 +252,7 @@ fn near_a_zero_balance_grants_shrink_to_the_request() {
 #[test]
 fn the_rate_follows_reservations_and_decays() {
     let mut b = Book::default();
-    b.took(1, 1000, 10_000);
+    b.took(1, 1000, 10_000, 0);
     for i in 0..10 {
         assert!(b.reserve(10, 1000 + i).is_ok());
     }
@@ -258,4 +261,36 @@ fn the_rate_follows_reservations_and_decays() {
     assert_eq!(b.rate_per_s(2100), 100, "the last full second");
     assert_eq!(b.rate_per_s(9000), 0, "nothing for a while");
     assert_eq!(b.reserve(10, 10_000).unwrap_err().room, 0, "expired for new requests");
+}
+
+/// The maintenance loop may run between a take and the reservation of the request it
+/// was taken for (a waiter woken late on a loaded machine): a grant that just got room
+/// is not idle then, however long ago (or never) the account last reserved here.
+/// Otherwise it is returned unused and the waiter takes another one (or gives up with
+/// 503 when that keeps happening).
+#[test]
+fn a_grant_is_not_idle_right_after_a_take() {
+    let idle = 5_000;
+    let now = 1_000_000;
+    let mut b = Book::default();
+    b.took(1, 1000, now + 30_000, now);
+    assert_eq!(b.idle(now, idle), None, "opened for a request that has not reserved yet");
+    assert_eq!(b.idle(now + idle - 1, idle), None);
+    assert_eq!(b.idle(now + idle, idle), Some(1), "unused since it was taken");
+
+    // Used, then unused for long; a request needs more than its room and the renewal
+    // grows it: not idle until the request had its chance.
+    assert_eq!(b.reserve(1000, now + 1), Ok(1));
+    b.release(1, 1000);
+    let later = now + 60_000;
+    assert_eq!(b.idle(later, idle), Some(1));
+    b.took(1, 500, later + 30_000, later);
+    assert_eq!(b.idle(later, idle), None, "grown for a waiting request");
+    assert_eq!(b.reserve(1500, later), Ok(1));
+
+    // A renewal of the validity alone does not keep an unused grant.
+    b.release(1, 1500);
+    let much_later = later + 60_000;
+    b.took(1, 0, much_later + 30_000, much_later);
+    assert_eq!(b.idle(much_later, idle), Some(1), "only its validity was renewed");
 }
