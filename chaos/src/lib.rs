@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `openai` | `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models` (also without `/v1`) |
 //! | `azure-openai` | `/openai/deployments/{deployment}/chat/completions?api-version=…` (also without `/openai`; no `api-version`: Azure's 404) |
-//! | `anthropic` | `/v1/messages`, `/messages` (`anthropic-version` header and `max_tokens` required) |
+//! | `anthropic` | `/v1/messages`, `/messages` (`anthropic-version` header and `max_tokens` required); `…/messages/count_tokens` (the same estimate the answers bill) |
 //! | `vertex-anthropic` | `/v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict` (body `anthropic_version: vertex-2023-10-16`, no `model`) |
 //! | `vertex-gemini` | `/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (both Vertex protocols also under `/v1beta1/`, which `google-genai` calls) |
 //! | `gemini` | `/v1beta/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (also `/v1/models/…`, the stable version `google-genai` calls by default) |
@@ -257,6 +257,8 @@ pub fn router(state: ChaosState) -> Router {
         .route("/deployments/{deployment}/chat/completions", post(endpoints::azure))
         .route("/v1/messages", post(native::messages))
         .route("/messages", post(native::messages))
+        .route("/v1/messages/count_tokens", post(native::count_tokens))
+        .route("/messages/count_tokens", post(native::count_tokens))
         .route("/v1/projects/{*rest}", post(native::vertex))
         .route("/v1beta1/projects/{*rest}", post(native::vertex))
         .route("/v1beta/models/{*rest}", post(native::gemini))

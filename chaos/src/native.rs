@@ -91,6 +91,38 @@ pub(crate) async fn messages(State(state): State<ChaosState>, request: Request) 
     inference(state, Ok(call), request).await
 }
 
+/// `POST /v1/messages/count_tokens` and `/messages/count_tokens`: the input tokens
+/// the same request is billed by this fake (its estimate: text bytes / 4). Credentials
+/// and the script's failure apply as to a call; it is not counted as one.
+pub(crate) async fn count_tokens(State(state): State<ChaosState>, request: Request) -> Response {
+    let protocol = Protocol::Anthropic;
+    let (parts, body) = request.into_parts();
+    let plan = match state.plan_for(&parts.headers) {
+        Ok(plan) => plan,
+        Err(e) => return errors::invalid(protocol, &e.to_string()),
+    };
+    let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(body) => body,
+        Err(e) => return errors::invalid(protocol, &e.to_string()),
+    };
+    if let Some(response) = state.refuse_auth(protocol, &parts, &body) {
+        return response;
+    }
+    if !parts.headers.contains_key("anthropic-version") {
+        return errors::invalid(protocol, "anthropic-version: header is required");
+    }
+    if let Some(reply) = plan.failure() {
+        return errors::scripted(protocol, reply);
+    }
+    match crate::inference::InferenceRequest::parse(&body) {
+        Ok(r) if serde_json::from_slice::<Value>(&body).is_ok_and(|v| v["messages"].is_array()) => {
+            json_response(StatusCode::OK, Bytes::from(serde_json::json!({"input_tokens": r.prompt_tokens}).to_string()))
+        }
+        Ok(_) => errors::invalid(protocol, "messages: Field required"),
+        Err(e) => errors::invalid(protocol, &e.to_string()),
+    }
+}
+
 /// `POST /v1/projects/…` or `/v1beta1/projects/…` (Vertex AI, stable and
 /// beta API versions).
 pub(crate) async fn vertex(State(state): State<ChaosState>, request: Request) -> Response {

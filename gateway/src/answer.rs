@@ -17,7 +17,7 @@ use crate::attempt::outcome::Outcome;
 use crate::billing::{Held, settle};
 use crate::config::Route;
 use crate::error::ApiError;
-use crate::headers::{X_SLUICE_ATTEMPTS, X_SLUICE_FAILOVER, X_SLUICE_UPSTREAM};
+use crate::headers::{X_SLUICE_ATTEMPTS, X_SLUICE_DROPPED, X_SLUICE_FAILOVER, X_SLUICE_UPSTREAM};
 use crate::relay::sse::Usage;
 use crate::relay::{self, StreamEnd};
 use crate::request::{ClientRequest, Endpoint};
@@ -90,6 +90,24 @@ fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attem
         if let Ok(v) = HeaderValue::from_str(&labels.join(",")) {
             headers.insert(X_SLUICE_FAILOVER, v);
         }
+    }
+}
+
+/// `x-sluice-dropped`: the hints a Messages request was sent without, when the
+/// candidate that served it was sent a translation (docs/gateway.md).
+fn dropped_header(headers: &mut HeaderMap, req: &ClientRequest, route: &Route, candidate: usize) {
+    let translated = req.endpoint == Endpoint::Messages
+        && route.candidates.get(candidate).is_some_and(|c| {
+            !matches!(
+                c.upstream.cfg.protocol,
+                sluice_crds::snapshot::Protocol::Anthropic | sluice_crds::snapshot::Protocol::VertexAnthropic
+            )
+        });
+    if let Some(chat) = translated.then(|| req.as_chat().ok()).flatten()
+        && !chat.dropped.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&chat.dropped.join(","))
+    {
+        headers.insert(X_SLUICE_DROPPED, v);
     }
 }
 
@@ -218,13 +236,14 @@ pub async fn answer(
         resumed: Vec::new(),
     };
     if !conclude(gw, route, started, end, reservation, trace).await {
-        return unbilled(attempts, &failovers);
+        return unbilled(attempts, &failovers, req.endpoint);
     }
     let mut response = (s.status, s.first).into_response();
     let headers = response.headers_mut();
     headers
         .insert(header::CONTENT_TYPE, s.content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")));
     sluice_headers(headers, name.as_ref(), attempts, &failovers);
+    dropped_header(headers, req, route, candidate);
     response
 }
 
@@ -247,7 +266,11 @@ pub fn stream_answer(
     let status = s.status;
     let (gw2, route2) = (gw.clone(), route.clone());
     let input_bound = req.input_bound;
-    let resumer = (route.cfg.mid_stream == MidStreamAction::Resume).then(|| {
+    let format = relay::sse::Format::of(req.endpoint);
+    // Mid-stream resume continues OpenAI chunks; a Messages stream that breaks ends in
+    // its error event (docs/gateway.md).
+    let resumable = route.cfg.mid_stream == MidStreamAction::Resume && format == relay::sse::Format::OpenAi;
+    let resumer = resumable.then(|| {
         relay::resume::Resumer::new(gw.clone(), route.clone(), req, candidate, started, request_id, trace.clone())
     });
     let on_end = move |end: StreamEnd| {
@@ -282,7 +305,7 @@ pub fn stream_answer(
         async move { matches!(settling.await, Ok(true)) }
     };
     let body = match s.rest {
-        Some(rest) => relay::relay(s.first, rest, req.wants_usage, idle, resumer, on_end),
+        Some(rest) => relay::relay(s.first, rest, format, req.wants_usage, idle, resumer, on_end),
         None => {
             tokio::spawn(async move {
                 on_end(StreamEnd::default()).await;
@@ -296,24 +319,27 @@ pub fn stream_answer(
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     sluice_headers(headers, name.as_ref(), attempts, &failovers);
+    dropped_header(headers, req, &route, candidate);
     response
 }
 
 /// A whole answer whose settlement did not commit within [`SETTLE_WAIT`]: the upstream
 /// did the work and the settlement stays queued, but the client is not told it succeeded.
-fn unbilled(attempts: u32, failovers: &[Outcome]) -> Response {
+fn unbilled(attempts: u32, failovers: &[Outcome], endpoint: Endpoint) -> Response {
     let e = ApiError::LedgerUnavailable(
         "the ledger did not confirm this answer's settlement in time; it stays queued and is billed once the ledger is back".into(),
     );
-    let mut response = e.into_response();
+    let mut response = e.respond(endpoint);
     sluice_headers(response.headers_mut(), None, attempts, failovers);
     response
 }
 
-/// No candidate answered: the error, with the attempts that were made.
+/// No candidate answered: the error, in the shape of the request's API, with the
+/// attempts that were made.
 pub async fn failure(
     gw: &Gateway,
     route: &Arc<Route>,
+    endpoint: Endpoint,
     f: Failed,
     reservation: Option<Held>,
     started: Instant,
@@ -334,7 +360,7 @@ pub async fn failure(
         resumed: Vec::new(),
     };
     conclude(gw, route, started, end, reservation, trace).await;
-    let mut response = f.error.into_response();
+    let mut response = f.error.respond(endpoint);
     sluice_headers(response.headers_mut(), None, f.attempts, &f.failovers);
     response
 }

@@ -16,13 +16,13 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyDataStream, BodyExt, Full};
-use sluice_crds::snapshot::RouteConfig;
+use sluice_crds::snapshot::{Protocol as CrdProtocol, RouteConfig};
 
 use crate::config::source::Secrets;
 use crate::config::{Candidate, UpstreamHandle};
 use crate::egress::{self, UpstreamResponse};
 use crate::headers::{RequestId, X_REQUEST_ID};
-use crate::request::ClientRequest;
+use crate::request::{ClientRequest, Endpoint};
 use crate::route::backoff;
 use crate::route::health::HealthSettings;
 use crate::telemetry::sli::Sli;
@@ -91,8 +91,8 @@ pub struct Limits {
 
 /// What one attempt needs; made by [`AttemptSpec::new`] only.
 pub struct AttemptSpec<'a> {
-    /// The endpoint called.
-    pub endpoint: crate::request::Endpoint,
+    /// The endpoint called (a translated Messages request calls chat).
+    pub endpoint: Endpoint,
     /// The request body for this candidate.
     pub body: Bytes,
     /// Streaming request?
@@ -111,8 +111,27 @@ pub struct AttemptSpec<'a> {
     pub model: &'a str,
     /// For an upstream that is not OpenAI-compatible: what its translation needs.
     pub native: Option<native::NativeInput<'a>>,
+    /// For a Messages request: how it reaches this candidate.
+    pub messages: Option<MessagesVia<'a>>,
+    /// Why the request cannot be sent to this candidate at all (a member its protocol
+    /// cannot express): the attempt answers 400 naming it.
+    pub refused: Option<String>,
     /// The request's span, parent of the attempt's.
     pub trace: &'a RequestTrace,
+}
+
+/// How a Messages request reaches a candidate (docs/design.md §12).
+#[derive(Clone, Copy)]
+pub enum MessagesVia<'a> {
+    /// As Messages, with the client's `anthropic-*` headers (`anthropic`,
+    /// `vertex-anthropic`).
+    Native(&'a [(http::HeaderName, HeaderValue)]),
+    /// As a chat request; the answer re-encoded as Messages. `model` names the answer
+    /// when the upstream does not.
+    Translated {
+        /// The route's model.
+        model: &'a str,
+    },
 }
 
 impl<'a> AttemptSpec<'a> {
@@ -129,6 +148,9 @@ impl<'a> AttemptSpec<'a> {
         request_id: &'a RequestId,
         trace: &'a RequestTrace,
     ) -> Self {
+        if req.endpoint == Endpoint::Messages {
+            return Self::messages(c, route, req, limits, request_id, trace);
+        }
         let native = c.upstream.is_native().then(|| native::NativeInput {
             model: &c.cfg.model,
             default_max_tokens: route.default_max_tokens,
@@ -149,7 +171,49 @@ impl<'a> AttemptSpec<'a> {
             trial: limits.trial,
             model: &c.cfg.model,
             native,
+            messages: None,
+            refused: None,
             trace,
+        }
+    }
+
+    /// A Messages request: sent as it came to a candidate that speaks Messages,
+    /// translated to chat for the others (and refused there when it cannot be).
+    fn messages(
+        c: &'a Candidate,
+        route: &'a RouteConfig,
+        req: &'a ClientRequest,
+        limits: Limits,
+        request_id: &'a RequestId,
+        trace: &'a RequestTrace,
+    ) -> Self {
+        let spec = |body: Bytes| Self {
+            endpoint: Endpoint::Messages,
+            body,
+            stream: req.stream,
+            first_byte: limits.first_byte,
+            budget: limits.budget,
+            retry_on: &route.retry_on,
+            request_id,
+            trial: limits.trial,
+            model: &c.cfg.model,
+            native: None,
+            messages: Some(MessagesVia::Native(&req.anthropic_headers)),
+            refused: None,
+            trace,
+        };
+        match c.upstream.cfg.protocol {
+            // The candidate's model spliced into the client's bytes, nothing else changed.
+            CrdProtocol::Anthropic => spec(req.upstream_body(&c.cfg.model, route.default_max_tokens)),
+            // The envelope (model in the path) is the attempt's to make.
+            CrdProtocol::VertexAnthropic => spec(Bytes::copy_from_slice(req.body())),
+            _ => match req.as_chat() {
+                Ok(chat) => Self {
+                    messages: Some(MessagesVia::Translated { model: &route.model }),
+                    ..Self::new(c, route, &chat.request, limits, request_id, trace)
+                },
+                Err(e) => Self { refused: Some(e.to_string()), messages: None, ..spec(Bytes::new()) },
+            },
         }
     }
 }
@@ -172,9 +236,21 @@ pub async fn run(
     let trace = spec.trace.attempt(&upstream.cfg.name);
     let traceparent = trace.traceparent();
     let exchange = async {
-        match &spec.native {
-            Some(input) => native::exchange(upstream, secrets, &spec, input, traceparent.as_ref()).await,
-            None => openai_exchange(upstream, secrets, &spec, traceparent.as_ref()).await,
+        if let Some(why) = &spec.refused {
+            return Err(native::refused_here(why.clone()));
+        }
+        let answer = match (&spec.messages, &spec.native) {
+            (Some(MessagesVia::Native(headers)), _) => {
+                native::messages_exchange(upstream, secrets, &spec, headers, traceparent.as_ref()).await
+            }
+            (_, Some(input)) => native::exchange(upstream, secrets, &spec, input, traceparent.as_ref()).await,
+            (_, None) => openai_exchange(upstream, secrets, &spec, traceparent.as_ref()).await,
+        }?;
+        match spec.messages {
+            Some(MessagesVia::Translated { model }) => {
+                as_messages(answer, &spec, model).map_err(|e| AttemptError::transport(Outcome::Http5xx, e))
+            }
+            _ => Ok(answer),
         }
     };
     let failure = match tokio::time::timeout(limit, exchange).await {
@@ -194,6 +270,22 @@ pub async fn run(
     record(upstream, books.settings, books.sli, failure.outcome, spec.trial, failure.retry_after, None);
     trace.outcome(failure.outcome, failure.retryable);
     Err(failure)
+}
+
+/// A chat answer as a Messages answer (docs/design.md §12): a whole body converted, a
+/// stream re-encoded as it is relayed.
+/// A whole answer that cannot be converted is malformed (`Err` says why).
+fn as_messages(answer: native::Answer, spec: &AttemptSpec<'_>, model: &str) -> Result<native::Answer, String> {
+    let id = format!("msg_{}", spec.request_id.as_str());
+    if spec.stream {
+        return Ok(native::reencode(answer, sluice_providers::messages::from_chat(&id, model)));
+    }
+    let (body, usage) =
+        sluice_providers::messages::message_of_completion(&answer.first, &id, model).map_err(|e| e.message)?;
+    Ok(native::Answer {
+        usage: Some(native::usage_of(&usage)),
+        ..native::Answer::new(answer.status, answer.content_type, body, None)
+    })
 }
 
 /// A non-2xx answer: retryable when listed in `retryOn`, passed through otherwise.

@@ -28,13 +28,17 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
     let Some(ledger) = &gw.ledger else {
         return Err(ApiError::NotReady("auth is keys but no ledger is configured".into()));
     };
+    // `x-api-key` is how Anthropic's clients send it (docs/design.md §12).
     let key = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
         .map(str::trim)
         .filter(|k| !k.is_empty())
-        .ok_or_else(|| ApiError::InvalidApiKey("missing API key: send Authorization: Bearer sk-sluice-…".into()))?;
+        .ok_or_else(|| {
+            ApiError::InvalidApiKey("missing API key: send Authorization: Bearer sk-sluice-… (or x-api-key)".into())
+        })?;
     match gw.keys.authenticate(ledger, key).await {
         Ok(Some(account)) => Ok(Some(account)),
         Ok(None) => Err(ApiError::InvalidApiKey("incorrect API key provided".into())),

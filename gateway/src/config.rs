@@ -97,7 +97,7 @@ impl EndpointUrls {
     /// The URI of an endpoint.
     pub fn of(&self, endpoint: crate::request::Endpoint) -> &Uri {
         match endpoint {
-            crate::request::Endpoint::Chat => &self.chat,
+            crate::request::Endpoint::Chat | crate::request::Endpoint::Messages => &self.chat,
             crate::request::Endpoint::Completions => &self.completions,
             crate::request::Endpoint::Embeddings => &self.embeddings,
         }

@@ -23,6 +23,9 @@ pub enum ApiError {
     /// No route serves the model.
     #[error("the model {0:?} does not exist or you do not have access to it")]
     ModelNotFound(String),
+    /// The route cannot serve this endpoint (e.g. count_tokens without an `anthropic` candidate).
+    #[error("{0}")]
+    NotServed(String),
     /// Body over the limit.
     #[error("request body is larger than the limit of {0} bytes")]
     RequestTooLarge(usize),
@@ -71,6 +74,7 @@ impl ApiError {
                 (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "insufficient_quota")
             }
             ApiError::ModelNotFound(_) => (StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found"),
+            ApiError::NotServed(_) => (StatusCode::NOT_FOUND, "invalid_request_error", "not_served"),
             ApiError::RequestTooLarge(_) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large")
             }
@@ -106,6 +110,76 @@ impl ApiError {
     pub fn body(&self) -> serde_json::Value {
         let (_, kind, code) = self.parts();
         serde_json::json!({"error": {"message": self.to_string(), "type": kind, "code": code}})
+    }
+}
+
+/// The Messages error `type` of a status (docs/design.md §12).
+fn messages_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// Anthropic's 529, for when every candidate is overloaded or throttling.
+fn overloaded() -> StatusCode {
+    StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+}
+
+impl ApiError {
+    /// The answer in the inbound API's own shape: OpenAI's for the OpenAI endpoints,
+    /// Anthropic's for `/v1/messages` (docs/design.md §12).
+    pub fn respond(self, endpoint: crate::request::Endpoint) -> Response {
+        if endpoint == crate::request::Endpoint::Messages { self.messages_response() } else { self.into_response() }
+    }
+
+    /// The Messages error answer: `{"type":"error","error":{"type","message"}}`. An
+    /// upstream's own Messages error passes unchanged (clients match its wording);
+    /// another upstream's error is re-shaped with its message.
+    fn messages_response(self) -> Response {
+        let (status, message) = match self {
+            ApiError::Upstream(p) => {
+                let Passthrough { status, headers, body } = *p;
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                if v["type"] == "error" && v["error"]["type"].is_string() {
+                    let mut response = (status, body).into_response();
+                    let ct = headers.get(header::CONTENT_TYPE).cloned();
+                    response
+                        .headers_mut()
+                        .insert(header::CONTENT_TYPE, ct.unwrap_or(HeaderValue::from_static("application/json")));
+                    return response;
+                }
+                let message = v["error"]["message"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(1000).collect());
+                (status, message)
+            }
+            ApiError::RateLimited { ref message, retry_after } => {
+                let body = sluice_providers::messages::error_body("overloaded_error", message);
+                let mut response = (overloaded(), axum::Json(body)).into_response();
+                // Claude Code stops retrying past 60 s.
+                let secs = retry_after.as_secs_f64().ceil().clamp(1.0, 60.0) as u64;
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                return response;
+            }
+            other => (other.status(), other.to_string()),
+        };
+        let body = sluice_providers::messages::error_body(messages_type(status), &message);
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::PAYMENT_REQUIRED {
+            // A budget refusal does not pass by retrying.
+            response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+        }
+        response
     }
 }
 

@@ -11,6 +11,8 @@ pub const X_SLUICE_UPSTREAM: HeaderName = HeaderName::from_static("x-sluice-upst
 pub const X_SLUICE_ATTEMPTS: HeaderName = HeaderName::from_static("x-sluice-attempts");
 /// `x-sluice-failover`: why each failed attempt failed over.
 pub const X_SLUICE_FAILOVER: HeaderName = HeaderName::from_static("x-sluice-failover");
+/// The hints a translated Messages request was sent without (docs/gateway.md).
+pub const X_SLUICE_DROPPED: HeaderName = HeaderName::from_static("x-sluice-dropped");
 
 /// Longest client-chosen request id kept; a longer one is replaced.
 const MAX_CLIENT_ID: usize = 128;

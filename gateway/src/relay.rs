@@ -26,7 +26,7 @@ pub mod resume;
 pub mod sse;
 
 pub use idle::IdleWatch;
-use sse::{Event, FinishReason, Splitter, Usage};
+use sse::{Event, FinishReason, Format, Splitter, Usage};
 
 /// How a relayed stream ended.
 #[derive(Debug, Clone)]
@@ -68,8 +68,6 @@ impl Default for StreamEnd {
     }
 }
 
-const DONE: &[u8] = b"data: [DONE]\n\n";
-
 /// Starts relaying; returns the client body stream. `on_end` runs exactly once, when the
 /// upstream stream is finished or abandoned, even if the client went away; the future it
 /// returns is awaited before the last event is sent, and says whether the answer was
@@ -79,6 +77,7 @@ const DONE: &[u8] = b"data: [DONE]\n\n";
 pub fn relay<F, Fut>(
     first: Bytes,
     rest: BodyStream,
+    format: Format,
     wants_usage: bool,
     idle: IdleWatch,
     resumer: Option<resume::Resumer>,
@@ -91,12 +90,12 @@ where
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
         let (end, last) = match resumer {
-            None => pump(first, rest, wants_usage, idle, &tx).await,
+            None => pump(first, rest, format, wants_usage, idle, &tx).await,
             Some(r) => resume::pump(first, rest, wants_usage, idle, r, &tx).await,
         };
         let billed = on_end(end).await;
         let last = match last {
-            Some(_) if !billed => Some(unbilled()),
+            Some(_) if !billed => Some(unbilled(format)),
             last => last,
         };
         if let Some(last) = last {
@@ -111,12 +110,13 @@ where
 async fn pump(
     first: Bytes,
     mut rest: BodyStream,
+    format: Format,
     wants_usage: bool,
     idle: IdleWatch,
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
 ) -> (StreamEnd, Option<Bytes>) {
     let mut end = StreamEnd::default();
-    let mut splitter = Splitter::default();
+    let mut splitter = Splitter::new(format);
     let mut finished = false;
     let mut model_read = false;
     let mut chunk = Some(first);
@@ -124,10 +124,10 @@ async fn pump(
         if let Some(bytes) = chunk.take() {
             for event in splitter.push(&bytes) {
                 let out = match event {
-                    Event::Done => return (end, Some(Bytes::from_static(DONE))),
+                    Event::Done => return (end, Some(format.done())),
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
                         if !std::mem::replace(&mut model_read, true) {
-                            end.model = sse::model_of(&raw);
+                            end.model = splitter.model_of(&raw);
                         }
                         if f.is_some() {
                             finished = true;
@@ -156,7 +156,7 @@ async fn pump(
             // Finished and usage known: nothing more is owed, so do not wait for the
             // upstream's `[DONE]` (or its silence).
             if finished && end.usage.is_some() {
-                return (end, Some(Bytes::from_static(DONE)));
+                return (end, Some(format.done()));
             }
         }
         // A client that left is noticed at once, not at the next upstream chunk: a
@@ -176,28 +176,29 @@ async fn pump(
                 chunk = Some(bytes);
             }
             // Ended without `[DONE]` but with a finish reason: complete.
-            Ok(None) if finished => return (end, Some(Bytes::from_static(DONE))),
-            Ok(None) => return broken(end, Outcome::Reset, "the upstream closed the stream before it finished"),
-            Ok(Some(Err(e))) => return broken(end, Outcome::Reset, &format!("the upstream stream broke: {e}")),
+            Ok(None) if finished => return (end, Some(format.done())),
+            Ok(None) => {
+                return broken(end, format, Outcome::Reset, "the upstream closed the stream before it finished");
+            }
+            Ok(Some(Err(e))) => {
+                return broken(end, format, Outcome::Reset, &format!("the upstream stream broke: {e}"));
+            }
             Err(_) => {
                 let reason = format!("the upstream sent nothing for {}ms", limit.as_millis());
-                return broken(end, Outcome::IdleTimeout, &reason);
+                return broken(end, format, Outcome::IdleTimeout, &reason);
             }
         }
     }
 }
 
 /// The last event of a stream whose settlement did not commit in time.
-fn unbilled() -> Bytes {
+fn unbilled(format: Format) -> Bytes {
     let message = "the ledger did not confirm this answer's settlement in time; it stays queued and is billed once the ledger is back";
-    let event = serde_json::json!({"error": {"message": message, "type": "api_error", "code": "ledger_unavailable"}});
-    Bytes::from(format!("data: {event}\n\n"))
+    format.error("api_error", "ledger_unavailable", message)
 }
 
-fn broken(mut end: StreamEnd, outcome: Outcome, reason: &str) -> (StreamEnd, Option<Bytes>) {
+fn broken(mut end: StreamEnd, format: Format, outcome: Outcome, reason: &str) -> (StreamEnd, Option<Bytes>) {
     end.outcome = outcome;
-    let event =
-        serde_json::json!({"error": {"message": reason, "type": "api_error", "code": "upstream_stream_broken"}});
     tracing::warn!(reason, outcome = outcome.as_str(), "stream broke after bytes reached the client");
-    (end, Some(Bytes::from(format!("data: {event}\n\n"))))
+    (end, Some(format.error("api_error", "upstream_stream_broken", reason)))
 }

@@ -2,12 +2,19 @@
 //! then sent to each candidate as the client's own bytes with only the members the
 //! gateway owns spliced in (`model`, `max_tokens`, `stream_options`). No JSON tree is
 //! built or re-serialised, so a large prompt costs a copy, not a parse and a print.
+//!
+//! A Messages request (`/v1/messages`) is read the same way and sent so to the
+//! candidates that speak Messages; for the others it is translated once, on the first
+//! such candidate, into the chat request they are sent ([`ClientRequest::as_chat`]).
 
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use sluice_providers::TranslateError;
 
 use crate::error::ApiError;
 use members::{Body, Kind};
@@ -23,15 +30,28 @@ pub enum Endpoint {
     Completions,
     /// `/v1/embeddings`.
     Embeddings,
+    /// `/v1/messages` (Anthropic Messages, docs/design.md §12).
+    Messages,
 }
 
 impl Endpoint {
-    /// Path after the upstream base URL.
+    /// Path after the upstream base URL (a Messages request reaches an OpenAI-compatible
+    /// upstream as a chat request).
     pub fn upstream_path(self) -> &'static str {
         match self {
-            Endpoint::Chat => "/chat/completions",
+            Endpoint::Chat | Endpoint::Messages => "/chat/completions",
             Endpoint::Completions => "/completions",
             Endpoint::Embeddings => "/embeddings",
+        }
+    }
+
+    /// The inbound API, as metrics and traces name it.
+    pub fn api(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "chat",
+            Endpoint::Completions => "completions",
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Messages => "messages",
         }
     }
 }
@@ -64,12 +84,53 @@ pub struct ClientRequest {
     /// Where the `stream_options` value sits in `raw` and, when it does not already ask
     /// for usage, the same object with `include_usage: true`.
     stream_options: Option<(Range<usize>, Option<String>)>,
+    /// A Messages request's `anthropic-*` headers, forwarded to Messages candidates.
+    pub anthropic_headers: Vec<(HeaderName, HeaderValue)>,
+    /// A Messages request as a chat request, made on first use.
+    chat: OnceLock<Result<Arc<AsChat>, TranslateError>>,
+}
+
+/// A Messages request translated to chat.
+#[derive(Debug)]
+pub struct AsChat {
+    /// The chat request.
+    pub request: ClientRequest,
+    /// The hints left out (docs/gateway.md).
+    pub dropped: Vec<&'static str>,
 }
 
 impl ClientRequest {
     /// The body as the client sent it (a translated request is built from it).
     pub fn body(&self) -> &[u8] {
         &self.raw
+    }
+
+    /// Keeps the client's `anthropic-*` headers (a Messages request forwards them).
+    pub fn with_headers(mut self, headers: &HeaderMap) -> Self {
+        if self.endpoint == Endpoint::Messages {
+            self.anthropic_headers = headers
+                .iter()
+                .filter(|(name, _)| name.as_str().starts_with("anthropic-"))
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect();
+        }
+        self
+    }
+
+    /// A Messages request as the chat request a candidate that does not speak Messages
+    /// is sent, with the hints left out (docs/gateway.md); why not, when a member has
+    /// no chat equivalent. Made once, on the first such candidate.
+    pub fn as_chat(&self) -> Result<&AsChat, TranslateError> {
+        if self.endpoint != Endpoint::Messages {
+            return Err(TranslateError::invalid("endpoint", "only a Messages request is translated to chat"));
+        }
+        let chat = self.chat.get_or_init(|| {
+            let t = sluice_providers::messages::to_chat(&self.raw)?;
+            let request = ClientRequest::parse(Endpoint::Chat, &Bytes::from(t.body))
+                .map_err(|e| TranslateError::invalid("messages", e.to_string()))?;
+            Ok(Arc::new(AsChat { request, dropped: t.dropped }))
+        });
+        chat.as_ref().map(Arc::as_ref).map_err(Clone::clone)
     }
 }
 
@@ -105,14 +166,16 @@ impl ClientRequest {
             None => return Err(invalid("you must provide a 'model' parameter")),
         };
         let required = match endpoint {
-            Endpoint::Chat => ("messages", m.messages, "an array of messages"),
+            Endpoint::Chat | Endpoint::Messages => ("messages", m.messages, "an array of messages"),
             Endpoint::Completions => ("prompt", m.prompt, "a string or an array"),
             Endpoint::Embeddings => ("input", m.input, "a string or an array"),
         };
         match (endpoint, required.1) {
             (_, None) => return Err(invalid(format!("you must provide a '{}' parameter", required.0))),
-            (Endpoint::Chat, Some(Kind::Array { empty: true })) => return Err(invalid("'messages' must not be empty")),
-            (Endpoint::Chat, Some(Kind::Array { .. }))
+            (Endpoint::Chat | Endpoint::Messages, Some(Kind::Array { empty: true })) => {
+                return Err(invalid("'messages' must not be empty"));
+            }
+            (Endpoint::Chat | Endpoint::Messages, Some(Kind::Array { .. }))
             | (Endpoint::Completions | Endpoint::Embeddings, Some(Kind::String | Kind::Array { .. })) => {}
             _ => return Err(invalid(format!("'{}' must be {}", required.0, required.2))),
         }
@@ -133,6 +196,9 @@ impl ClientRequest {
                     _ => return Err(invalid(format!("'{field}' must be a positive integer"))),
                 },
             }
+        }
+        if endpoint == Endpoint::Messages && max_tokens.is_none() {
+            return Err(invalid("'max_tokens' is required: a positive integer"));
         }
         let max_tokens_null = m.max_tokens.filter(|r| r.get() == "null").map(span);
         let (wants_usage, stream_options) = match (value(m.stream_options), m.stream_options) {
@@ -166,6 +232,8 @@ impl ClientRequest {
             open,
             max_tokens_null,
             stream_options,
+            anthropic_headers: Vec::new(),
+            chat: OnceLock::new(),
         })
     }
 
@@ -182,7 +250,9 @@ impl ClientRequest {
     pub fn upstream_body(&self, model: &str, route_default_max_tokens: u32) -> Bytes {
         let mut added = String::new();
         let mut max_tokens = None;
-        if self.endpoint != Endpoint::Embeddings && self.max_tokens.is_none() {
+        // A Messages request has its `max_tokens`, and a Messages upstream no stream options.
+        let messages = self.endpoint == Endpoint::Messages;
+        if !matches!(self.endpoint, Endpoint::Embeddings | Endpoint::Messages) && self.max_tokens.is_none() {
             // The reservation assumed this bound, so the upstream must honour it too.
             match &self.max_tokens_null {
                 Some(at) => max_tokens = Some((at.clone(), route_default_max_tokens.to_string())),
@@ -192,7 +262,7 @@ impl ClientRequest {
         // Usage is needed for billing; the extra chunk is stripped again if the client
         // did not ask for it (docs/design.md §4.4).
         let mut options = None;
-        if self.stream {
+        if self.stream && !messages {
             match &self.stream_options {
                 None => added.push_str("\"stream_options\":{\"include_usage\":true},"),
                 Some((at, Some(rewritten))) => options = Some((at.clone(), rewritten.as_str())),

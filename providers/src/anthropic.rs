@@ -24,7 +24,7 @@ use crate::{
 pub(crate) use stream::Stream;
 
 const DEFAULT_VERSION: &str = "2023-06-01";
-const VERTEX_VERSION: &str = "vertex-2023-10-16";
+pub(crate) const VERTEX_VERSION: &str = "vertex-2023-10-16";
 
 pub(crate) fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Result<NativeRequest, TranslateError> {
     let mut body = request::body(target, req)?;
@@ -217,6 +217,13 @@ fn finish_reason(stop: &str) -> FinishReason {
 /// present replaces, a field absent keeps) and returns it.
 fn usage(u: &Value, acc: &mut Usage) -> Usage {
     usage_of(&UsageIn::of(u), acc)
+}
+
+impl UsageIn {
+    /// The counts in OpenAI's accounting, `acc` updated as [`usage_of`] does.
+    pub(crate) fn to_usage(self, acc: &mut Usage) -> Usage {
+        usage_of(&self, acc)
+    }
 }
 
 /// [`usage`] of counts already read.

@@ -46,6 +46,8 @@ const ANTHROPIC_FIELDS: &[&str] = &[
     "container",
     "mcp_servers",
     "context_management",
+    "output_config",
+    "cache_control",
 ];
 
 /// Google's JSON parser takes both lowerCamel and snake_case names.

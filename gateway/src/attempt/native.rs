@@ -55,7 +55,8 @@ pub fn protocol(p: CrdProtocol) -> Protocol {
     }
 }
 
-fn target<'a>(cfg: &'a UpstreamConfig, input: &NativeInput<'a>) -> Target<'a> {
+/// The translation layer's target for a candidate.
+pub(crate) fn target<'a>(cfg: &'a UpstreamConfig, input: &NativeInput<'a>) -> Target<'a> {
     Target {
         protocol: protocol(cfg.protocol),
         model: input.model,
@@ -69,7 +70,7 @@ fn target<'a>(cfg: &'a UpstreamConfig, input: &NativeInput<'a>) -> Target<'a> {
 
 /// A client error found before anything was sent (the request cannot be expressed in
 /// the target's protocol): answered as a 400 naming the field, never failed over.
-fn refused_here(message: String) -> AttemptError {
+pub(super) fn refused_here(message: String) -> AttemptError {
     let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error", "code": "invalid_request", "param": null}});
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -128,7 +129,7 @@ impl NativeUris {
     const MAX: usize = 64;
 
     /// The URI of `path` at `base_url`; why not, if it does not parse.
-    fn get(&self, base_url: &str, path: &str) -> Result<Uri, String> {
+    pub(crate) fn get(&self, base_url: &str, path: &str) -> Result<Uri, String> {
         if let Ok(known) = self.0.read()
             && let Some((_, uri)) = known.iter().find(|(p, _)| p == path)
         {
@@ -176,7 +177,7 @@ impl Answer {
 }
 
 /// The gateway's form of a translated answer's usage.
-fn usage_of(u: &providers::Usage) -> Usage {
+pub(super) fn usage_of(u: &providers::Usage) -> Usage {
     Usage {
         prompt_tokens: u.prompt_tokens,
         completion_tokens: u.completion_tokens,
@@ -211,12 +212,79 @@ pub(super) async fn exchange(
         .native_uris
         .get(&cfg.base_url, &native.path)
         .map_err(|e| AttemptError::transport(Outcome::Connect, e))?;
-    let (now_secs, now_ms) = unix_now();
+    let (now_secs, _) = unix_now();
     let opts = AnswerOpts { id: answer_id(spec.request_id.as_str()), created: now_secs };
+    let response = send(upstream, secrets, spec, &target, &native, &uri, traceparent, false).await?;
+    let status = response.status();
+    let json = Some(HeaderValue::from_static("application/json"));
+    if !spec.stream {
+        let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
+        let completion = providers::parse(&target, &body, &opts).map_err(|e| failed(e, spec.retry_on))?;
+        let usage = Some(usage_of(&completion.usage));
+        return Ok(Answer { usage, ..Answer::new(status, json, completion.body, None) });
+    }
+    commit(status, body_stream(response), providers::transcoder(&target, opts), spec.retry_on).await
+}
 
-    // An expired credential is refreshed once and the same candidate asked again.
+/// The exchange of a Messages request with a candidate that speaks Messages
+/// (`anthropic`, `vertex-anthropic`): the client's body in the candidate's envelope
+/// and its `anthropic-*` headers; the answer — events, a whole message or an error
+/// body — passed on as it came.
+pub(super) async fn messages_exchange(
+    upstream: &UpstreamHandle,
+    secrets: &Secrets,
+    spec: &AttemptSpec<'_>,
+    headers: &[(http::HeaderName, HeaderValue)],
+    traceparent: Option<&HeaderValue>,
+) -> Result<Answer, AttemptError> {
+    let cfg = &upstream.cfg;
+    let input = NativeInput { model: spec.model, default_max_tokens: 0, client_body: &[] };
+    let target = target(cfg, &input);
+    let native = providers::messages::native(&target, &spec.body, headers, spec.stream, false)
+        .map_err(|e| refused_here(e.to_string()))?;
+    let uri = upstream
+        .native_uris
+        .get(&cfg.base_url, &native.path)
+        .map_err(|e| AttemptError::transport(Outcome::Connect, e))?;
+    let response = send(upstream, secrets, spec, &target, &native, &uri, traceparent, true).await?;
+    let status = response.status();
+    if !spec.stream {
+        let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
+        let usage = providers::messages::usage_of_message(&body).map(|u| usage_of(&u));
+        return Ok(Answer {
+            usage,
+            ..Answer::new(status, Some(HeaderValue::from_static("application/json")), body, None)
+        });
+    }
+    commit(status, body_stream(response), providers::messages::relay(), spec.retry_on).await
+}
+
+/// A response body as a stream of bytes.
+fn body_stream(response: egress::UpstreamResponse) -> BodyStream {
+    Box::pin(
+        BodyDataStream::new(response.into_body()).map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))),
+    )
+}
+
+/// Sends a native request and returns its 2xx response; a credential the upstream
+/// says expired is refreshed once and the same candidate asked again. Any other answer
+/// is the attempt's failure; with `raw_errors`, a non-retryable one is passed to the
+/// client with the upstream's own body (a client of the same protocol matches its
+/// wording), else as the OpenAI error.
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    upstream: &UpstreamHandle,
+    secrets: &Secrets,
+    spec: &AttemptSpec<'_>,
+    target: &Target<'_>,
+    native: &providers::NativeRequest,
+    uri: &Uri,
+    traceparent: Option<&HeaderValue>,
+    raw_errors: bool,
+) -> Result<egress::UpstreamResponse, AttemptError> {
+    let cfg = &upstream.cfg;
     let mut refreshed = false;
-    let response = loop {
+    loop {
         let mut request = http::Request::new(Full::new(native.body.clone()));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = uri.clone();
@@ -237,18 +305,18 @@ pub(super) async fn exchange(
             headers.insert(name, value);
         } else if let Some(creds) = &upstream.credentials {
             creds
-                .authorize(&Method::POST, &uri, headers, &native.body, SystemTime::now())
+                .authorize(&Method::POST, uri, headers, &native.body, SystemTime::now())
                 .await
                 .map_err(|e| AttemptError::transport(Outcome::Connect, format!("credentials: {e}")))?;
         }
         let response = upstream.client.request(request).await.map_err(|e| classify(&e))?;
         if response.status().is_success() {
-            break response;
+            return Ok(response);
         }
         let status = response.status().as_u16();
         let head = response.headers().clone();
         let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-        let error = providers::classify(&target, status, &head, &body, now_ms);
+        let error = providers::classify(target, status, &head, &body, unix_now().1);
         if error.kind == ErrorKind::AuthExpired
             && !refreshed
             && let Some(creds) = &upstream.credentials
@@ -258,37 +326,49 @@ pub(super) async fn exchange(
             refreshed = true;
             continue;
         }
-        return Err(failed(error, spec.retry_on));
-    };
-    let status = response.status();
-    let json = Some(HeaderValue::from_static("application/json"));
-    if !spec.stream {
-        let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
-        let completion = providers::parse(&target, &body, &opts).map_err(|e| failed(e, spec.retry_on))?;
-        let usage = Some(usage_of(&completion.usage));
-        return Ok(Answer { usage, ..Answer::new(status, json, completion.body, None) });
+        let mut failure = failed(error, spec.retry_on);
+        if raw_errors && let Some(p) = &mut failure.passthrough {
+            p.body = body;
+        }
+        return Err(failure);
     }
-    let body: BodyStream = Box::pin(
-        BodyDataStream::new(response.into_body()).map(|r| r.map_err(|e| StreamError::Transport(egress::describe(&e)))),
-    );
-    let mut stream =
-        Transcoded { body, transcoder: providers::transcoder(&target, opts), ready: VecDeque::new(), ended: false };
-    // Collect events until the first content (or the end of an answer without any).
+}
+
+/// Reads a transcoded stream until its first content (or the end of an answer without
+/// any): an error before it is the attempt's failure, so the walk fails over.
+async fn commit(
+    status: StatusCode,
+    body: BodyStream,
+    transcoder: Box<dyn Transcoder + Send>,
+    retry_on: &[u16],
+) -> Result<Answer, AttemptError> {
+    let mut stream = Transcoded { body, transcoder, ready: VecDeque::new(), ended: false };
+    let sse = || Some(HeaderValue::from_static("text/event-stream"));
     let mut first = BytesMut::new();
     loop {
-        let Some(item) = stream.next_out(spec.retry_on).await? else {
-            return Ok(Answer::new(status, Some(HeaderValue::from_static("text/event-stream")), first.freeze(), None));
+        let Some(item) = stream.next_out(retry_on).await? else {
+            return Ok(Answer::new(status, sse(), first.freeze(), None));
         };
         first.extend_from_slice(&item.bytes);
         if item.content {
-            return Ok(Answer::new(
-                status,
-                Some(HeaderValue::from_static("text/event-stream")),
-                first.freeze(),
-                Some(Box::pin(stream)),
-            ));
+            return Ok(Answer::new(status, sse(), first.freeze(), Some(Box::pin(stream))));
         }
     }
+}
+
+/// A committed stream of OpenAI chunks (an OpenAI-compatible upstream's, or a native
+/// one's transcoded) re-encoded by `transcoder` (into the Messages events); the bytes
+/// already read are fed first.
+pub(super) fn reencode(answer: Answer, mut transcoder: Box<dyn Transcoder + Send>) -> Answer {
+    let outs = transcoder.feed(&answer.first);
+    let mut stream = Transcoded {
+        body: answer.rest.unwrap_or_else(|| Box::pin(futures::stream::empty())),
+        transcoder,
+        ready: VecDeque::new(),
+        ended: false,
+    };
+    stream.push(outs);
+    Answer { first: Bytes::new(), rest: Some(Box::pin(stream)), ..answer }
 }
 
 fn broken(e: &hyper::Error) -> AttemptError {

@@ -20,8 +20,9 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::sse::Format;
 use super::sse::{Event, Splitter, Usage};
-use super::{DONE, IdleWatch, StreamEnd, broken};
+use super::{IdleWatch, StreamEnd, broken};
 use crate::attempt::outcome::Outcome;
 use crate::attempt::{self, BodyStream, Committed, StreamError};
 use crate::config::Route;
@@ -290,7 +291,7 @@ pub(super) async fn pump(
                                         first_break.clone().unwrap_or((Outcome::Reset, String::new()));
                                     end_attempt(&mut end, &mut cur, Outcome::Ok, &resumer, &mut earlier);
                                     tracing::warn!(route = %resumer.route.cfg.name, upstream = %upstream_name, "the replay differs from what the client has; the stream ends");
-                                    return broken(end, outcome, &reason);
+                                    return broken(end, Format::OpenAi, outcome, &reason);
                                 }
                             }
                         }
@@ -361,7 +362,7 @@ pub(super) async fn pump(
         } else {
             resumer.next(&delivered, reason, &upstream_name).await
         };
-        let Some(c) = next else { return broken(end, first_detail.0, &first_detail.1) };
+        let Some(c) = next else { return broken(end, Format::OpenAi, first_detail.0, &first_detail.1) };
         upstream_name = c.attempt.upstream().cfg.name.clone();
         cur = Current {
             attempt: Some((c.candidate, c.attempt)),
@@ -410,5 +411,5 @@ fn end_attempt(end: &mut StreamEnd, cur: &mut Current, outcome: Outcome, resumer
 fn done(mut end: StreamEnd, mut cur: Current, resumer: &Resumer, mut earlier: Usage) -> (StreamEnd, Option<Bytes>) {
     end_attempt(&mut end, &mut cur, Outcome::Ok, resumer, &mut earlier);
     end.healed = !end.resumed.is_empty();
-    (end, Some(Bytes::from_static(DONE)))
+    (end, Some(Format::OpenAi.done()))
 }

@@ -131,22 +131,85 @@ pub enum Event {
     Malformed(String),
 }
 
+/// The event format of a relayed stream: the inbound API's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// OpenAI chunks, ending in `data: [DONE]`.
+    #[default]
+    OpenAi,
+    /// Anthropic Messages events, ending in `message_stop`.
+    Messages,
+}
+
+impl Format {
+    /// The stream format of an endpoint.
+    pub fn of(endpoint: crate::request::Endpoint) -> Self {
+        match endpoint {
+            crate::request::Endpoint::Messages => Format::Messages,
+            _ => Format::OpenAi,
+        }
+    }
+
+    /// The last event of a complete stream.
+    pub fn done(self) -> Bytes {
+        match self {
+            Format::OpenAi => Bytes::from_static(b"data: [DONE]\n\n"),
+            Format::Messages => Bytes::from_static(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+        }
+    }
+
+    /// An error event ending a stream: OpenAI's `data: {"error"}` (with `code`) or a
+    /// Messages `event: error` (`kind` as its type).
+    pub fn error(self, kind: &str, code: &str, message: &str) -> Bytes {
+        match self {
+            Format::OpenAi => {
+                let event = serde_json::json!({"error": {"message": message, "type": kind, "code": code}});
+                Bytes::from(format!("data: {event}\n\n"))
+            }
+            Format::Messages => sluice_providers::messages::error_event(kind, message),
+        }
+    }
+}
+
 /// Splits a byte stream into SSE events.
 #[derive(Default)]
 pub struct Splitter {
     buf: BytesMut,
+    format: Format,
+    /// A Messages stream's usage so far (its counts are cumulative, spread over
+    /// `message_start` and `message_delta`).
+    usage: MessagesUsage,
 }
 
 impl Splitter {
+    /// A splitter of `format` events.
+    pub fn new(format: Format) -> Self {
+        Self { format, ..Self::default() }
+    }
+
     /// Feeds bytes; returns the events they complete.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<Event> {
         self.buf.extend_from_slice(chunk);
         let mut events = Vec::new();
         while let Some((end, sep)) = find_boundary(&self.buf) {
             let raw = self.buf.split_to(end + sep).freeze();
-            events.push(classify(raw));
+            events.push(match self.format {
+                Format::OpenAi => classify(raw),
+                Format::Messages => self.usage.classify(raw),
+            });
         }
         events
+    }
+
+    /// The model a stream's first event names.
+    pub fn model_of(&self, raw: &[u8]) -> Option<String> {
+        match self.format {
+            Format::OpenAi => model_of(raw),
+            Format::Messages => {
+                let v: serde_json::Value = serde_json::from_str(data_of(raw)?.trim()).ok()?;
+                v["message"]["model"].as_str().map(str::to_owned)
+            }
+        }
     }
 
     /// Bytes of an unfinished event.
@@ -194,6 +257,100 @@ pub fn model_of(raw: &[u8]) -> Option<String> {
     let data = data_of(raw)?;
     let peek: ModelPeek<'_> = serde_json::from_str(data.trim()).ok()?;
     peek.model.map(std::borrow::Cow::into_owned)
+}
+
+/// A Messages usage object: counts present replace the ones before.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+struct MessagesCounts {
+    input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+/// The members of a Messages event the gateway reads.
+#[derive(Deserialize)]
+struct MessagesPeek {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    message: Option<MessageStartPeek>,
+    #[serde(default)]
+    usage: Option<MessagesCounts>,
+    #[serde(default)]
+    delta: Option<StopPeek>,
+}
+
+#[derive(Deserialize)]
+struct MessageStartPeek {
+    #[serde(default)]
+    usage: Option<MessagesCounts>,
+}
+
+#[derive(Deserialize)]
+struct StopPeek {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+/// A Messages stream's usage, accumulated over its events.
+#[derive(Default)]
+struct MessagesUsage(MessagesCounts);
+
+impl MessagesUsage {
+    fn add(&mut self, c: MessagesCounts) {
+        let u = &mut self.0;
+        u.input_tokens = c.input_tokens.or(u.input_tokens);
+        u.cache_read_input_tokens = c.cache_read_input_tokens.or(u.cache_read_input_tokens);
+        u.cache_creation_input_tokens = c.cache_creation_input_tokens.or(u.cache_creation_input_tokens);
+        u.output_tokens = c.output_tokens.or(u.output_tokens);
+    }
+
+    /// In OpenAI's accounting: input includes cache reads and writes.
+    fn usage(&self) -> Usage {
+        let c = self.0;
+        let (read, write) = (c.cache_read_input_tokens.unwrap_or(0), c.cache_creation_input_tokens.unwrap_or(0));
+        Usage {
+            prompt_tokens: c.input_tokens.unwrap_or(0) + read + write,
+            completion_tokens: c.output_tokens.unwrap_or(0),
+            prompt_tokens_details: PromptDetails { cached_tokens: read, cache_write_tokens: write },
+        }
+    }
+
+    fn classify(&mut self, raw: Bytes) -> Event {
+        let Some(data) = data_of(&raw) else {
+            return Event::Other(raw);
+        };
+        let peek = match serde_json::from_str::<MessagesPeek>(data.trim()) {
+            Ok(p) => p,
+            Err(e) => return Event::Malformed(e.to_string()),
+        };
+        let chunk = |usage, finished, content| Event::Chunk { raw, usage, finished, usage_only: false, content };
+        match peek.kind.as_str() {
+            "message_stop" => Event::Done,
+            "message_start" => {
+                if let Some(u) = peek.message.and_then(|m| m.usage) {
+                    self.add(u);
+                }
+                chunk(None, None, false)
+            }
+            "message_delta" => {
+                if let Some(u) = peek.usage {
+                    self.add(u);
+                }
+                let finished = peek.delta.and_then(|d| d.stop_reason).map(|r| match r.as_str() {
+                    "end_turn" | "stop_sequence" | "pause_turn" => FinishReason::Stop,
+                    "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+                    "tool_use" => FinishReason::ToolCalls,
+                    "refusal" => FinishReason::ContentFilter,
+                    _ => FinishReason::Other,
+                });
+                chunk(Some(self.usage()), finished, false)
+            }
+            "content_block_delta" => chunk(None, None, true),
+            _ => chunk(None, None, false),
+        }
+    }
 }
 
 fn classify(raw: Bytes) -> Event {
@@ -257,6 +414,35 @@ mod tests {
         let events =
             s.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}],\"usage\":null}\n\n");
         assert!(matches!(events[0], Event::Chunk { finished: None, usage: None, usage_only: false, .. }));
+    }
+
+    #[test]
+    fn a_messages_stream_reads_usage_finish_and_its_end() {
+        let mut s = Splitter::new(Format::Messages);
+        let events = s.push(
+            b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-x\",\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":10,\"output_tokens\":1}}}\n\n\
+              event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n\
+              event: ping\ndata: {\"type\":\"ping\"}\n\n\
+              event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":7}}\n\n\
+              event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        assert!(matches!(events[0], Event::Chunk { content: false, usage: None, .. }));
+        assert!(matches!(events[1], Event::Chunk { content: true, .. }));
+        assert!(matches!(events[2], Event::Chunk { content: false, finished: None, .. }));
+        let want = Usage {
+            prompt_tokens: 13,
+            completion_tokens: 7,
+            prompt_tokens_details: PromptDetails { cached_tokens: 10, cache_write_tokens: 0 },
+        };
+        assert!(
+            matches!(&events[3], Event::Chunk { finished: Some(FinishReason::ToolCalls), usage: Some(u), .. } if *u == want),
+            "{:?}",
+            events[3]
+        );
+        assert_eq!(events[4], Event::Done);
+        let start =
+            b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-x\"}}\n\n";
+        assert_eq!(s.model_of(start).as_deref(), Some("claude-x"));
     }
 
     #[test]

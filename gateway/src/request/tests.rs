@@ -176,7 +176,7 @@ proptest! {
         }
         map.insert("model".into(), Value::String(model));
         match endpoint {
-            Endpoint::Chat => map.insert("messages".into(), json!([{"role": "user", "content": "hi"}])),
+            Endpoint::Chat | Endpoint::Messages => map.insert("messages".into(), json!([{"role": "user", "content": "hi"}])),
             Endpoint::Completions => map.insert("prompt".into(), json!("hi")),
             Endpoint::Embeddings => map.insert("input".into(), json!(["a", "b"])),
         };

@@ -1,10 +1,10 @@
-//! One OpenAI request from start to end: authenticate, parse, reserve, dispatch over
+//! One inference request (any inbound API) from start to end: authenticate, parse, reserve, dispatch over
 //! the route's candidates, then answer (which counts the request and settles).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
 
@@ -17,20 +17,21 @@ use crate::route::{self, DispatchCtx};
 use crate::server::Gateway;
 use crate::telemetry::traces::RequestTrace;
 
-/// Handles one OpenAI request end to end.
+/// Handles one request end to end.
 pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
     let request_id = RequestId::of(&headers);
     let response = match serve(&gw, endpoint, &headers, body, &request_id).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => e.respond(endpoint),
     };
     with_request_id(response, &request_id)
 }
 
 /// Answers an error found before [`handle`] could run (e.g. a body over the limit),
-/// with the request id echoed or made like every other answer.
-pub fn refuse(headers: &HeaderMap, error: ApiError) -> Response {
-    with_request_id(error.into_response(), &RequestId::of(headers))
+/// in the endpoint's error shape, with the request id echoed or made like every
+/// other answer.
+pub fn refuse(headers: &HeaderMap, endpoint: Endpoint, error: ApiError) -> Response {
+    with_request_id(error.respond(endpoint), &RequestId::of(headers))
 }
 
 fn with_request_id(mut response: Response, request_id: &RequestId) -> Response {
@@ -50,7 +51,7 @@ async fn serve(
     if body.len() > gw.max_body {
         return Err(ApiError::RequestTooLarge(gw.max_body));
     }
-    let req = ClientRequest::parse(endpoint, &body)?;
+    let req = ClientRequest::parse(endpoint, &body)?.with_headers(headers);
     let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
     let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
     let trace = RequestTrace::start(gw.traces.as_ref(), headers, endpoint, &req.model, &route, &body);
@@ -86,6 +87,6 @@ async fn serve(
     match dispatched {
         Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, reservation, started, trace)),
         Ok(d) => Ok(answer::answer(gw, &route, &req, d, reservation, started, trace).await),
-        Err(f) => Ok(answer::failure(gw, &route, f, reservation, started, trace).await),
+        Err(f) => Ok(answer::failure(gw, &route, endpoint, f, reservation, started, trace).await),
     }
 }

@@ -1,4 +1,5 @@
-//! The HTTP surface (docs/design.md §3): OpenAI endpoints, models, health, readiness,
+//! The HTTP surface (docs/design.md §3, §12): the OpenAI and Anthropic Messages
+//! endpoints, models, health, readiness,
 //! metrics, and the status page (§10) when there is a ledger to read.
 
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -64,6 +67,7 @@ async fn read_body(gw: &Gateway, req: Request) -> Result<(HeaderMap, Bytes), Api
     }
 }
 
+/// An inference endpoint: the body read whole, then [`handle::handle`].
 async fn openai(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response {
     // Kept for the answer when the body cannot be read (x-request-id is echoed on every answer).
     let mut ids = HeaderMap::new();
@@ -72,7 +76,7 @@ async fn openai(gw: Arc<Gateway>, endpoint: Endpoint, req: Request) -> Response 
     }
     match read_body(&gw, req).await {
         Ok((headers, body)) => handle::handle(gw, endpoint, headers, body).await,
-        Err(e) => handle::refuse(&ids, e),
+        Err(e) => handle::refuse(&ids, endpoint, e),
     }
 }
 
@@ -88,10 +92,25 @@ async fn embeddings(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
     openai(gw, Endpoint::Embeddings, req).await
 }
 
+async fn messages(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    openai(gw, Endpoint::Messages, req).await
+}
+
+async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    let mut ids = HeaderMap::new();
+    if let Some(id) = req.headers().get(X_REQUEST_ID) {
+        ids.insert(X_REQUEST_ID, id.clone());
+    }
+    match read_body(&gw, req).await {
+        Ok((headers, body)) => crate::server::count_tokens::count_tokens(gw, headers, body).await,
+        Err(e) => handle::refuse(&ids, Endpoint::Messages, e),
+    }
+}
+
 async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     // Like the OpenAI API, the model list needs a key when keys are in use.
     if let Err(e) = crate::billing::authenticate(&gw, &headers).await {
-        return handle::refuse(&headers, e);
+        return handle::refuse(&headers, Endpoint::Chat, e);
     }
     let Some(runtime) = gw.current.get() else {
         return ApiError::NotReady("no configuration is loaded yet".into()).into_response();
@@ -141,7 +160,8 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
 
 async fn method_not_allowed(req: Request) -> Response {
     let message = format!("{} is not allowed on {}", req.method(), req.uri().path());
-    handle::refuse(req.headers(), ApiError::MethodNotAllowed(message))
+    let endpoint = if req.uri().path().starts_with("/v1/messages") { Endpoint::Messages } else { Endpoint::Chat };
+    handle::refuse(req.headers(), endpoint, ApiError::MethodNotAllowed(message))
 }
 
 async fn not_found(req: Request) -> Response {

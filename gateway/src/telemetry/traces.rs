@@ -68,7 +68,7 @@ impl Tracing {
 /// The GenAI operation name of an endpoint.
 pub fn operation(endpoint: Endpoint) -> &'static str {
     match endpoint {
-        Endpoint::Chat => "chat",
+        Endpoint::Chat | Endpoint::Messages => "chat",
         Endpoint::Completions => "text_completion",
         Endpoint::Embeddings => "embeddings",
     }

@@ -1,0 +1,172 @@
+//! The Anthropic Messages API as an inbound API (docs/design.md §12): what the gateway
+//! needs to serve `POST /v1/messages` on every candidate, without I/O.
+//!
+//! - **Native** (`anthropic`, `vertex-anthropic`): [`native`] sends the client's body
+//!   as it came — every member, `cache_control` and thinking signature byte-exact —
+//!   with only the envelope changed (the model; on Vertex the `anthropic_version`
+//!   member, the path, and what Vertex refuses, by the rules of docs/gateway.md), and
+//!   [`relay`] passes the answer's events on unchanged while reading what the gateway
+//!   needs (content, errors, the end).
+//! - **Translated** (every other protocol): [`to_chat`] turns the request into an OpenAI
+//!   chat request, which the candidate's own translation then takes as any chat
+//!   request; the answer comes back as OpenAI chunks, which [`from_chat`] turns into
+//!   the Messages events (and [`message_of_completion`] a whole answer). What has no
+//!   equivalent is refused naming the member, never dropped, except the members
+//!   docs/gateway.md lists as hints (thinking, `cache_control`, …).
+
+mod chat;
+mod encode;
+mod envelope;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+pub use chat::{Translated, to_chat};
+pub use encode::{from_chat, message_of_completion};
+pub use envelope::{ANTHROPIC_VERSION, native};
+
+use crate::lenient::{self, Lenient};
+use crate::sse::{SseEvents, SseTranscoder};
+use crate::{ErrorKind, Out, Transcoder, UpstreamError, Usage};
+
+/// `event: {name}\ndata: {data}\n\n`, the framing of every Messages event.
+pub fn event(name: &str, data: &str) -> Bytes {
+    let mut out = Vec::with_capacity(name.len() + data.len() + 16);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data.as_bytes());
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// An `error` event: `{"type":"error","error":{"type":T,"message":M}}`.
+pub fn error_event(kind: &str, message: &str) -> Bytes {
+    event("error", &error_body(kind, message).to_string())
+}
+
+/// The Messages error object.
+pub fn error_body(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+/// The Messages error `type` of an error kind (docs/design.md §12).
+pub fn error_type(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::RateLimited => "rate_limit_error",
+        ErrorKind::Overloaded | ErrorKind::Unavailable => "overloaded_error",
+        ErrorKind::Timeout => "timeout_error",
+        ErrorKind::Auth | ErrorKind::AuthExpired => "authentication_error",
+        ErrorKind::NotFound => "not_found_error",
+        ErrorKind::Server => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// The usage of a whole Messages answer (`usage` at its top level), in OpenAI's
+/// accounting; `None` when the body has none.
+pub fn usage_of_message(body: &[u8]) -> Option<Usage> {
+    #[derive(Default)]
+    struct Top(Option<crate::anthropic::UsageIn>);
+    impl<'de> Lenient<'de> for Top {
+        fn from_map<A: serde::de::MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+            let mut t = Self::default();
+            lenient::members(map, |key, map| {
+                match key {
+                    "usage" => t.0 = Some(map.next_value()?),
+                    _ => lenient::skip(map)?,
+                }
+                Ok(())
+            })?;
+            Ok(t)
+        }
+    }
+    impl<'de> serde::Deserialize<'de> for Top {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            lenient::deserialize(d)
+        }
+    }
+    let top: Top = serde_json::from_slice(body).ok()?;
+    top.0.map(|u| u.to_usage(&mut Usage::default()))
+}
+
+/// The transcoder of a native Messages stream: every event passes unchanged (its data
+/// byte for byte, re-framed as `event:`/`data:`), marked as content from the first
+/// `content_block_delta`; an `error` event ends it in an error (which fails over while
+/// no content was sent) and `message_stop` ends it.
+pub fn relay() -> Box<dyn Transcoder + Send> {
+    Box::new(SseTranscoder::new(Relay::default()))
+}
+
+#[derive(Default)]
+struct Relay {
+    content: bool,
+    done: bool,
+}
+
+/// The `type` of an event's data, read without building a tree.
+fn type_of(data: &str) -> Option<String> {
+    #[derive(Default)]
+    struct Kind(Option<String>);
+    impl<'de> Lenient<'de> for Kind {
+        fn from_map<A: serde::de::MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+            let mut k = Self::default();
+            lenient::members(map, |key, map| {
+                match key {
+                    "type" => k.0 = map.next_value::<lenient::Str<'de>>()?.as_deref().map(str::to_owned),
+                    _ => lenient::skip(map)?,
+                }
+                Ok(())
+            })?;
+            Ok(k)
+        }
+    }
+    impl<'de> serde::Deserialize<'de> for Kind {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            lenient::deserialize(d)
+        }
+    }
+    serde_json::from_str::<Kind>(data).ok().and_then(|k| k.0)
+}
+
+impl SseEvents for Relay {
+    fn event(&mut self, data: &str, out: &mut Vec<Out>) {
+        if self.done {
+            return;
+        }
+        let Some(kind) = type_of(data) else {
+            self.done = true;
+            let error = UpstreamError::malformed(200, "a stream event is not a JSON object with a type");
+            out.push(Out::Error { error, before_content: !self.content });
+            return;
+        };
+        match kind.as_str() {
+            "error" => {
+                self.done = true;
+                let error = crate::anthropic::classify(200, &http::HeaderMap::new(), data.as_bytes(), 0);
+                out.push(Out::Error { error, before_content: !self.content });
+            }
+            "message_stop" => {
+                self.done = true;
+                out.push(Out::Event { bytes: event(&kind, data), content: false });
+                out.push(Out::Done);
+            }
+            _ => {
+                let content = kind == "content_block_delta";
+                self.content |= content;
+                out.push(Out::Event { bytes: event(&kind, data), content });
+            }
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<Out>) {
+        if !self.done {
+            self.done = true;
+            let error = UpstreamError::malformed(200, "the stream ended before message_stop");
+            out.push(Out::Error { error, before_content: !self.content });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

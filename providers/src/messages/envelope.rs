@@ -1,0 +1,208 @@
+//! The native request of a Messages call: the client's body for `anthropic` (only the
+//! model changed) and for `vertex-anthropic` (the model in the path, the
+//! `anthropic_version` member, and what Vertex refuses: docs/gateway.md, "Messages on
+//! Vertex AI").
+
+use std::borrow::Cow;
+use std::fmt;
+
+use http::{HeaderName, HeaderValue};
+use serde::de::{self, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::anthropic::{VERTEX_VERSION, model_segment, vertex_prefix};
+use crate::{NativeRequest, Protocol, Target, TranslateError};
+
+/// The `anthropic-version` sent when neither the client nor the Upstream names one.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Betas Vertex AI accepts in `anthropic-beta`; others are left out of the header
+/// there (Vertex refuses a request naming a beta it does not know).
+const VERTEX_BETAS: &[&str] = &[
+    "interleaved-thinking-2025-05-14",
+    "context-1m-2025-08-07",
+    "fine-grained-tool-streaming-2025-05-14",
+    "token-efficient-tools-2025-02-19",
+];
+
+/// Members Vertex AI refuses, left out there: each is a hint to the model or to
+/// Anthropic's own service, never a part of the conversation.
+const VERTEX_DROPS: &[&str] = &["context_management", "output_config"];
+
+/// A JSON object's members in their order, each value as the client wrote it.
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    out.push((key, map.next_value::<&'de RawValue>()?));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Members<'_> {
+    fn get(&self, name: &str) -> Option<&RawValue> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
+    }
+
+    /// The object, members in order, values as they came.
+    fn write(&self, extra: &[(&str, String)]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.0.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum::<usize>() + 64);
+        out.push(b'{');
+        let mut first = true;
+        let members =
+            self.0.iter().map(|(k, v)| (k.as_ref(), v.get())).chain(extra.iter().map(|(k, v)| (*k, v.as_str())));
+        for (k, v) in members {
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            out.extend_from_slice(serde_json::Value::String(k.to_owned()).to_string().as_bytes());
+            out.push(b':');
+            out.extend_from_slice(v.as_bytes());
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+fn invalid_body(e: impl fmt::Display) -> TranslateError {
+    TranslateError::invalid("body", e.to_string())
+}
+
+/// The native request for a Messages body sent to an `anthropic` or `vertex-anthropic`
+/// target (`count_tokens`: to `POST /v1/messages/count_tokens`, `anthropic` only).
+/// `headers` are the client's `anthropic-*` headers, forwarded as they came (on
+/// Vertex: only the betas it accepts). For `anthropic` the body is sent as given: the
+/// caller has spliced the candidate's model into the client's bytes.
+pub fn native(
+    target: &Target<'_>,
+    body: &[u8],
+    headers: &[(HeaderName, HeaderValue)],
+    stream: bool,
+    count_tokens: bool,
+) -> Result<NativeRequest, TranslateError> {
+    match target.protocol {
+        Protocol::Anthropic => {
+            let mut out: Vec<(HeaderName, HeaderValue)> =
+                headers.iter().filter(|(n, _)| n.as_str() != "anthropic-version").cloned().collect();
+            let version = headers
+                .iter()
+                .find(|(n, _)| n.as_str() == "anthropic-version")
+                .map(|(_, v)| v.clone())
+                .or_else(|| target.anthropic_version.and_then(|v| HeaderValue::from_str(v).ok()))
+                .unwrap_or_else(|| HeaderValue::from_static(ANTHROPIC_VERSION));
+            out.push((HeaderName::from_static("anthropic-version"), version));
+            let path = if count_tokens { "/messages/count_tokens" } else { "/messages" };
+            Ok(NativeRequest { path: path.to_owned(), body: bytes::Bytes::copy_from_slice(body), headers: out })
+        }
+        Protocol::VertexAnthropic => vertex(target, body, headers, stream, count_tokens),
+        other => Err(TranslateError::unsupported(
+            "protocol",
+            format!("{} does not speak the Messages API natively", other.as_str()),
+        )),
+    }
+}
+
+fn vertex(
+    target: &Target<'_>,
+    body: &[u8],
+    headers: &[(HeaderName, HeaderValue)],
+    stream: bool,
+    count_tokens: bool,
+) -> Result<NativeRequest, TranslateError> {
+    if count_tokens {
+        return Err(TranslateError::unsupported("count_tokens", "served by `anthropic` candidates only"));
+    }
+    let members: Members<'_> = serde_json::from_slice(body).map_err(invalid_body)?;
+    let mut kept = Members(
+        members
+            .0
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(k.as_ref(), "model" | "anthropic_version") && !VERTEX_DROPS.contains(&k.as_ref())
+            })
+            .cloned()
+            .collect(),
+    );
+    let mut extra = vec![("anthropic_version", format!("\"{VERTEX_VERSION}\""))];
+    // A system message inside `messages` (Claude Code sends one) is refused by Vertex:
+    // its blocks join the top-level `system`, after the ones there.
+    if let Some(messages) = members.get("messages") {
+        let (system, rest) = split_system(messages)?;
+        if !system.is_empty() {
+            kept.0.retain(|(k, _)| !matches!(k.as_ref(), "messages" | "system"));
+            let mut blocks = match members.get("system") {
+                None => Vec::new(),
+                Some(s) => system_blocks(s, "system")?,
+            };
+            blocks.extend(system);
+            extra.push(("system", format!("[{}]", blocks.join(","))));
+            extra.push(("messages", format!("[{}]", rest.join(","))));
+        }
+    }
+    let mut out = Vec::new();
+    for (name, value) in headers {
+        match name.as_str() {
+            "anthropic-version" => {}
+            "anthropic-beta" => {
+                let betas: Vec<&str> = value
+                    .to_str()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|b| VERTEX_BETAS.contains(b))
+                    .collect();
+                if let (false, Ok(v)) = (betas.is_empty(), HeaderValue::from_str(&betas.join(","))) {
+                    out.push((name.clone(), v));
+                }
+            }
+            _ => out.push((name.clone(), value.clone())),
+        }
+    }
+    let verb = if stream { "streamRawPredict" } else { "rawPredict" };
+    let path = format!("{}/publishers/anthropic/models/{}:{verb}", vertex_prefix(target)?, model_segment(target.model));
+    Ok(NativeRequest { path, body: bytes::Bytes::from(kept.write(&extra)), headers: out })
+}
+
+/// The raw messages of a `messages` array: the content blocks of its `system` entries
+/// and the other entries, each as it came.
+fn split_system(messages: &RawValue) -> Result<(Vec<String>, Vec<String>), TranslateError> {
+    let list: Vec<&RawValue> = serde_json::from_str(messages.get()).map_err(invalid_body)?;
+    let (mut system, mut rest) = (Vec::new(), Vec::new());
+    for (i, m) in list.into_iter().enumerate() {
+        let members: Members<'_> = serde_json::from_str(m.get()).map_err(invalid_body)?;
+        let role = members.get("role").map(RawValue::get);
+        if role == Some("\"system\"") {
+            let content = members
+                .get("content")
+                .ok_or_else(|| TranslateError::invalid(format!("messages[{i}].content"), "required"))?;
+            system.extend(system_blocks(content, &format!("messages[{i}].content"))?);
+        } else {
+            rest.push(m.get().to_owned());
+        }
+    }
+    Ok((system, rest))
+}
+
+/// A system value (a string or text blocks) as raw text blocks.
+fn system_blocks(value: &RawValue, field: &str) -> Result<Vec<String>, TranslateError> {
+    let text = value.get().trim_start();
+    if text.starts_with('"') {
+        return Ok(vec![format!("{{\"type\":\"text\",\"text\":{}}}", value.get())]);
+    }
+    let blocks: Vec<&RawValue> =
+        serde_json::from_str(text).map_err(|_| TranslateError::invalid(field, "must be a string or content blocks"))?;
+    Ok(blocks.into_iter().map(|b| b.get().to_owned()).collect())
+}

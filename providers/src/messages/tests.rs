@@ -1,0 +1,265 @@
+use http::{HeaderName, HeaderValue};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{Protocol, Target, TranslateError};
+
+fn events(outs: &[Out]) -> Vec<(String, Value)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Out::Event { bytes, .. } => {
+                let text = std::str::from_utf8(bytes).unwrap_or_default();
+                let (name, data) = text.strip_prefix("event: ")?.split_once("\ndata: ")?;
+                Some((name.to_owned(), serde_json::from_str(data.trim_end()).unwrap_or(Value::Null)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Feeds `input` split at `at`, then ends it.
+fn run(mut t: Box<dyn Transcoder + Send>, input: &[u8], at: usize) -> Vec<Out> {
+    let mut outs = t.feed(&input[..at]);
+    outs.extend(t.feed(&input[at..]));
+    outs.extend(t.finish());
+    outs
+}
+
+const NATIVE_STREAM: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude\",\"usage\":{\"input_tokens\":3}}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n\
+event: ping\ndata: {\"type\": \"ping\"}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQB\\u00e9+/=\"}}\n\n\
+event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+#[test]
+fn a_native_stream_passes_byte_for_byte_at_every_split() {
+    for at in 0..=NATIVE_STREAM.len() {
+        let outs = run(relay(), NATIVE_STREAM.as_bytes(), at);
+        let bytes: Vec<u8> = outs
+            .iter()
+            .filter_map(|o| match o {
+                Out::Event { bytes, .. } => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(String::from_utf8_lossy(&bytes), NATIVE_STREAM, "split at {at}");
+        let content: Vec<bool> = outs
+            .iter()
+            .filter_map(|o| if let Out::Event { content, .. } = o { Some(*content) } else { None })
+            .collect();
+        assert_eq!(content, [false, false, false, true, false], "content from the first block delta");
+        assert_eq!(outs.last(), Some(&Out::Done));
+    }
+}
+
+#[test]
+fn a_native_error_before_content_may_fail_over_and_a_cut_stream_is_an_error() {
+    let input = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n\
+        event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let outs = run(relay(), input.as_bytes(), 10);
+    match outs.last() {
+        Some(Out::Error { error, before_content: true }) => assert_eq!(error.kind, crate::ErrorKind::Overloaded),
+        other => panic!("{other:?}"),
+    }
+    let cut = &NATIVE_STREAM[..NATIVE_STREAM.find("event: message_stop").unwrap_or(0)];
+    let outs = run(relay(), cut.as_bytes(), 0);
+    assert!(matches!(outs.last(), Some(Out::Error { before_content: false, .. })), "{outs:?}");
+}
+
+fn header(name: &'static str, value: &'static str) -> (HeaderName, HeaderValue) {
+    (HeaderName::from_static(name), HeaderValue::from_static(value))
+}
+
+#[test]
+fn anthropic_gets_the_body_as_given_and_every_anthropic_header() {
+    let target = Target::new(Protocol::Anthropic, "claude-x", 1024);
+    let body = br#"{"model":"claude-x","max_tokens":5,"messages":[],"future_member":{"a":1}}"#;
+    let headers = [header("anthropic-beta", "new-beta-2099-01-01"), header("anthropic-future", "1")];
+    let n = native(&target, body, &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(n.path, "/messages");
+    assert_eq!(&n.body[..], &body[..]);
+    let names: Vec<(&str, &str)> = n.headers.iter().map(|(k, v)| (k.as_str(), v.to_str().unwrap_or(""))).collect();
+    assert_eq!(
+        names,
+        [("anthropic-beta", "new-beta-2099-01-01"), ("anthropic-future", "1"), ("anthropic-version", "2023-06-01")]
+    );
+    let own = [header("anthropic-version", "2024-01-01")];
+    let n = native(&target, body, &own, false, true).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(n.path, "/messages/count_tokens");
+    assert_eq!(n.headers[0].1, "2024-01-01", "the client's version wins");
+}
+
+#[test]
+fn vertex_gets_its_envelope_and_loses_only_what_it_refuses() {
+    let target = Target {
+        gcp_project: Some("p"),
+        gcp_location: Some("us-east5"),
+        ..Target::new(Protocol::VertexAnthropic, "claude-x@2025", 1024)
+    };
+    let body = br#"{"model":"m","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],
+        "context_management":{"edits":[]},"output_config":{"effort":"high"},"stream":true,
+        "messages":[{"role":"user","content":"hi"},{"role":"system","content":[{"type":"text","text":"b","cache_control":{"type":"ephemeral","ttl":"1h"}}]},
+        {"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"Sig\u00e9/+="}]}]}"#;
+    let headers = [
+        header("anthropic-version", "2023-06-01"),
+        header("anthropic-beta", "claude-code-20250219, interleaved-thinking-2025-05-14"),
+    ];
+    let n = native(&target, body, &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(n.path, "/projects/p/locations/us-east5/publishers/anthropic/models/claude-x@2025:streamRawPredict");
+    let text = String::from_utf8_lossy(&n.body);
+    assert!(text.contains(r#""signature":"Sig\u00e9/+=""#), "byte-exact: {text}");
+    let v: Value = serde_json::from_slice(&n.body).unwrap_or_default();
+    assert_eq!(v["anthropic_version"], "vertex-2023-10-16");
+    assert!(v.get("model").is_none() && v.get("context_management").is_none() && v.get("output_config").is_none());
+    assert_eq!(v["system"][1], json!({"type":"text","text":"b","cache_control":{"type":"ephemeral","ttl":"1h"}}));
+    assert_eq!(v["system"][0]["cache_control"], json!({"type":"ephemeral"}));
+    assert_eq!(v["messages"].as_array().map(Vec::len), Some(2), "the system entry left messages");
+    let names: Vec<(&str, &str)> = n.headers.iter().map(|(k, v)| (k.as_str(), v.to_str().unwrap_or(""))).collect();
+    assert_eq!(names, [("anthropic-beta", "interleaved-thinking-2025-05-14")]);
+    assert!(native(&target, body, &headers, false, true).is_err(), "count_tokens is anthropic's");
+}
+
+fn chat(body: Value) -> Result<(Value, Vec<&'static str>), TranslateError> {
+    let t = to_chat(body.to_string().as_bytes())?;
+    Ok((serde_json::from_slice(&t.body).unwrap_or_default(), t.dropped))
+}
+
+#[test]
+fn a_conversation_with_tools_translates_to_chat() {
+    let (c, dropped) = chat(json!({
+        "model": "m", "max_tokens": 100, "stream": true, "stop_sequences": ["X"], "metadata": {"user_id": "u1"},
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "two"}],
+        "thinking": {"type": "adaptive"},
+        "tools": [{"name": "Read", "description": "read a file", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+        "messages": [
+            {"role": "user", "content": "read a"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "s"},
+                {"type": "text", "text": "ok"},
+                {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "A"}]},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}}]},
+        ],
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dropped, ["cache_control", "thinking"]);
+    assert_eq!(c["max_tokens"], 100);
+    assert_eq!(c["stop"], json!(["X"]));
+    assert_eq!(c["user"], "u1");
+    assert_eq!(c["tool_choice"], "required");
+    assert_eq!(c["parallel_tool_calls"], false);
+    assert_eq!(
+        c["tools"][0]["function"],
+        json!({"name": "Read", "description": "read a file", "parameters": {"type": "object"}})
+    );
+    let m = &c["messages"];
+    assert_eq!(m[0], json!({"role": "system", "content": "be brief\n\ntwo"}));
+    assert_eq!(m[1], json!({"role": "user", "content": "read a"}));
+    assert_eq!(m[2]["content"], "ok");
+    assert_eq!(m[2]["tool_calls"][0]["function"], json!({"name": "Read", "arguments": "{\"path\":\"a\"}"}));
+    assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "A"}));
+    assert_eq!(m[4]["content"][0]["image_url"]["url"], "data:image/png;base64,AAA");
+}
+
+#[test]
+fn what_has_no_equivalent_is_refused_by_name() {
+    let base = |extra: Value| {
+        let mut b = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]});
+        if let (Value::Object(b), Value::Object(e)) = (&mut b, extra) {
+            b.extend(e);
+        }
+        b
+    };
+    let field = |body: Value| chat(body).err().map(|e| e.field().to_owned());
+    assert_eq!(field(base(json!({"top_k": 5}))).as_deref(), Some("top_k"));
+    assert_eq!(field(base(json!({"mcp_servers": []}))).as_deref(), Some("mcp_servers"));
+    assert_eq!(
+        field(base(json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}))).as_deref(),
+        Some("tools[0]")
+    );
+    let doc = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "x"}, {"type": "document", "source": {"type": "text", "data": "d"}}]}]});
+    assert_eq!(field(doc).as_deref(), Some("messages[0].content[1]"));
+}
+
+const CHAT_STREAM: &str = "data: {\"id\":\"c\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n\
+data: {\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+data: {\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"Read\",\"arguments\":\"\"}}]}}]}\n\n\
+data: {\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"p\\\":1}\"}}]}}]}\n\n\
+data: {\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n\
+data: {\"model\":\"gpt-x\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":4,\"prompt_tokens_details\":{\"cached_tokens\":6}}}\n\n\
+data: [DONE]\n\n";
+
+#[test]
+fn a_chat_stream_becomes_the_messages_events_at_every_split() {
+    for at in 0..=CHAT_STREAM.len() {
+        let outs = run(from_chat("msg_r1", "route-model"), CHAT_STREAM.as_bytes(), at);
+        let names: Vec<String> = events(&outs).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ],
+            "split at {at}"
+        );
+        assert_eq!(outs.last(), Some(&Out::Done));
+    }
+    let ev = events(&run(from_chat("msg_r1", "route-model"), CHAT_STREAM.as_bytes(), 0));
+    assert_eq!(ev[0].1["message"]["id"], "msg_r1");
+    assert_eq!(ev[0].1["message"]["model"], "gpt-x");
+    for (name, data) in &ev {
+        assert_eq!(data["type"], name.as_str(), "the event name is the data's type");
+    }
+    assert_eq!(ev[2].1["delta"], json!({"type": "text_delta", "text": "Hi"}));
+    assert_eq!(ev[4].1["content_block"], json!({"type": "tool_use", "id": "call_1", "name": "Read", "input": {}}));
+    assert_eq!(
+        ev[5].1,
+        json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"p\":1}"}})
+    );
+    assert_eq!(ev[7].1["delta"]["stop_reason"], "tool_use");
+    assert_eq!(
+        ev[7].1["usage"],
+        json!({"input_tokens": 4, "cache_read_input_tokens": 6, "cache_creation_input_tokens": 0, "output_tokens": 4})
+    );
+}
+
+#[test]
+fn a_chat_stream_cut_before_its_finish_is_an_error() {
+    let cut = &CHAT_STREAM
+        [..CHAT_STREAM.find("data: {\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},").unwrap_or(0)];
+    let outs = run(from_chat("m", "m"), cut.as_bytes(), 0);
+    assert!(matches!(outs.last(), Some(Out::Error { before_content: false, .. })), "{outs:?}");
+}
+
+#[test]
+fn a_whole_chat_answer_becomes_a_message() {
+    let body = json!({"id": "c", "model": "gpt-x", "choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": "Hello"}}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 2}});
+    let (message, usage) =
+        message_of_completion(body.to_string().as_bytes(), "msg_1", "m").unwrap_or_else(|e| panic!("{e}"));
+    let v: Value = serde_json::from_slice(&message).unwrap_or_default();
+    assert_eq!(v["content"], json!([{"type": "text", "text": "Hello"}]));
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert_eq!(v["usage"]["input_tokens"], 7);
+    assert_eq!(usage, Usage::from_inclusive(7, 2, 0));
+    assert_eq!(usage_of_message(&message), Some(usage), "a message's usage reads back the same");
+}
+
+#[test]
+fn a_native_message_usage_counts_cache_reads_and_writes_as_input() {
+    let body = br#"{"id":"msg","usage":{"input_tokens":3,"cache_read_input_tokens":10,"cache_creation_input_tokens":5,"output_tokens":2}}"#;
+    assert_eq!(usage_of_message(body), Some(Usage::from_exclusive(3, 2, 10, 5)));
+    assert_eq!(usage_of_message(b"{\"id\":\"x\"}"), None);
+}
