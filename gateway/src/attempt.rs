@@ -156,13 +156,26 @@ impl<'a> AttemptSpec<'a> {
             default_max_tokens: route.default_max_tokens,
             client_body: req.body(),
         });
+        let body =
+            if native.is_some() { Bytes::new() } else { req.upstream_body(&c.cfg.model, route.default_max_tokens) };
+        Self { native, ..Self::plain(c, route, req, limits, request_id, trace, req.endpoint, body) }
+    }
+
+    /// A spec with no translation: `body` sent to `endpoint` as it is.
+    #[allow(clippy::too_many_arguments)]
+    fn plain(
+        c: &'a Candidate,
+        route: &'a RouteConfig,
+        req: &'a ClientRequest,
+        limits: Limits,
+        request_id: &'a RequestId,
+        trace: &'a RequestTrace,
+        endpoint: Endpoint,
+        body: Bytes,
+    ) -> Self {
         Self {
-            endpoint: req.endpoint,
-            body: if native.is_some() {
-                Bytes::new()
-            } else {
-                req.upstream_body(&c.cfg.model, route.default_max_tokens)
-            },
+            endpoint,
+            body,
             stream: req.stream,
             first_byte: limits.first_byte,
             budget: limits.budget,
@@ -170,7 +183,7 @@ impl<'a> AttemptSpec<'a> {
             request_id,
             trial: limits.trial,
             model: &c.cfg.model,
-            native,
+            native: None,
             messages: None,
             refused: None,
             trace,
@@ -188,19 +201,8 @@ impl<'a> AttemptSpec<'a> {
         trace: &'a RequestTrace,
     ) -> Self {
         let spec = |body: Bytes| Self {
-            endpoint: Endpoint::Messages,
-            body,
-            stream: req.stream,
-            first_byte: limits.first_byte,
-            budget: limits.budget,
-            retry_on: &route.retry_on,
-            request_id,
-            trial: limits.trial,
-            model: &c.cfg.model,
-            native: None,
             messages: Some(MessagesVia::Native(&req.anthropic_headers)),
-            refused: None,
-            trace,
+            ..Self::plain(c, route, req, limits, request_id, trace, Endpoint::Messages, body)
         };
         match c.upstream.cfg.protocol {
             // The candidate's model spliced into the client's bytes, nothing else changed.
