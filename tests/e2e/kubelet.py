@@ -101,6 +101,14 @@ class MiniKubelet:
             pods = self.pods.get((namespace, deployment), [])
             return pods[-1] if pods else None
 
+    def serving(self, namespace: str, deployment: str) -> Optional[Pod]:
+        """The newest pod of a Deployment that is ready and not being stopped: where a
+        Service would send a request now (during a roll, the old pod until the new one
+        is ready), if any."""
+        with self.lock:
+            pods = [p for p in self.pods.get((namespace, deployment), []) if p.ready and not p.stopped]
+        return next((p for p in reversed(pods) if p.running()), None)
+
     def wait_ready(self, namespace: str, deployment: str, timeout: float = 60.0) -> Pod:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self._thread and self._thread.is_alive():

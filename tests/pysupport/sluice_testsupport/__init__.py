@@ -16,6 +16,7 @@ tests/helm, tests/kube): one copy of each helper.
 - `realkube`: one scenario of that control plane with the interface of tests/e2e's
   `KubeFake` (its namespaces, its release, the audit log read as a request log);
 - `kubeapi`: raw Kubernetes API calls from a kubeconfig (HTTPS, token or client cert);
+- `tcpproxy`: a TCP proxy whose connections a test can cut (a watch broken mid-stream);
 - `steps`: the pytest plugin of scenario suites (a failed step fails the later ones;
   `DIAGNOSTICS` attached to a failed step's report).
 

@@ -310,6 +310,48 @@ class ControlPlane(Kubectl):
         """Where the audit log ends now (0 without one)."""
         return self.audit_log.stat().st_size if self.audit_log and self.audit_log.exists() else 0
 
+    # --- faults (tests/kube/test_operator_faults_real.py) --------------------------------
+
+    def _proc(self, name: str) -> Proc:
+        found = [p for p in self.procs if p.name == name]
+        assert found, f"no {name} in this control plane (a cluster of your own has none to stop)"
+        return found[0]
+
+    def _respawn(self, old: Proc) -> Proc:
+        """`old` started again with the same argv (ports, data dir, certificates), its
+        output appended to the same log."""
+        new = spawn(old.name, old.argv, old.log.parent)
+        self.procs[self.procs.index(old)] = new
+        return new
+
+    def restart_apiserver(self, *, kill: bool = False) -> float:
+        """Stops kube-apiserver (SIGTERM, or SIGKILL with `kill`: a crash) and starts it
+        again on the same port with the same etcd, certificates and audit log; returns
+        once `/readyz` answers 200, with the seconds it was away."""
+        old = self._proc("kube-apiserver")
+        t0 = time.monotonic()
+        if kill:
+            old.popen.kill()
+            old.popen.wait(timeout=10)
+        else:
+            old.stop(timeout=30)
+        new = self._respawn(old)
+        _wait_http(new, f"{self.server}/readyz", self.dir / "pki" / "ca.crt")
+        return time.monotonic() - t0
+
+    def stop_etcd(self) -> None:
+        """Stops etcd (SIGTERM); the apiserver keeps running without it."""
+        self._proc("etcd").stop(timeout=30)
+
+    def start_etcd(self) -> None:
+        """Starts the stopped etcd again on its ports and data dir; returns once its
+        `/health` answers 200."""
+        old = self._proc("etcd")
+        assert not old.alive(), "etcd is running"
+        new = self._respawn(old)
+        client = next(a.split("=", 1)[1] for a in old.argv if a.startswith("--listen-client-urls="))
+        _wait_http(new, f"{client}/health", None)
+
     def logs(self) -> str:
         """The tail of each process's log, for a failure message."""
         return "\n".join(f"--- {p.name} ---\n{p.log_text()[-3000:]}" for p in self.procs)
