@@ -27,7 +27,7 @@ pub use envelope::{ANTHROPIC_VERSION, native};
 
 use crate::lenient::{self, Lenient};
 use crate::sse::{SseEvents, SseTranscoder};
-use crate::{ErrorKind, Out, Transcoder, UpstreamError, Usage};
+use crate::{Out, Transcoder, UpstreamError, Usage};
 
 /// `event: {name}\ndata: {data}\n\n`, the framing of every Messages event.
 pub fn event(name: &str, data: &str) -> Bytes {
@@ -48,19 +48,6 @@ pub fn error_event(kind: &str, message: &str) -> Bytes {
 /// The Messages error object.
 pub fn error_body(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
-}
-
-/// The Messages error `type` of an error kind (docs/design.md §12).
-pub fn error_type(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::RateLimited => "rate_limit_error",
-        ErrorKind::Overloaded | ErrorKind::Unavailable => "overloaded_error",
-        ErrorKind::Timeout => "timeout_error",
-        ErrorKind::Auth | ErrorKind::AuthExpired => "authentication_error",
-        ErrorKind::NotFound => "not_found_error",
-        ErrorKind::Server => "api_error",
-        _ => "invalid_request_error",
-    }
 }
 
 /// The usage of a whole Messages answer (`usage` at its top level), in OpenAI's
