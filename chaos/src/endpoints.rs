@@ -228,7 +228,8 @@ fn client_error(message: &str, code: &str) -> Response {
     json_response(StatusCode::BAD_REQUEST, wire::error_body(message, kind, code))
 }
 
-fn unix_now() -> u64 {
+/// Now, in Unix seconds.
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 

@@ -11,6 +11,7 @@
 //! | protocol | paths |
 //! |---|---|
 //! | `openai` | `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models` (also without `/v1`) |
+//! | `openai` (Responses API) | `/v1/responses`, `/responses`: a `response` object, or `event:`-named SSE with `sequence_number` (`response.created` … `response.completed`/`response.incomplete`); unknown members (`max_tokens` too) refused with `unknown_parameter` |
 //! | `azure-openai` | `/openai/deployments/{deployment}/chat/completions?api-version=…` (also without `/openai`; no `api-version`: Azure's 404) |
 //! | `anthropic` | `/v1/messages`, `/messages` (`anthropic-version` header and `max_tokens` required); `…/messages/count_tokens` (the same estimate the answers bill) |
 //! | `vertex-anthropic` | `/v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict` (body `anthropic_version: vertex-2023-10-16`, no `model`) |
@@ -27,19 +28,19 @@
 //! |---|---|
 //! | `x-chaos-status` | answer with this status; ≥ 400 gives the protocol's error body (Anthropic `{"type":"error",…}`, 529 `overloaded_error`; Google `{"error":{"code","message","status"}}`; Bedrock `x-amzn-errortype` + `{"message"}`; OpenAI/Azure `{"error":{…}}`) |
 //! | `x-chaos-error-code` | the error's name: OpenAI `error.code` (e.g. `context_length_exceeded`), Anthropic `error.type`, Google `status`, Bedrock exception (e.g. `ThrottlingException` with status 400); also names the in-stream error |
-//! | `x-chaos-first-byte-ms` | delay before headers; for streams, `200` (and Anthropic's `message_start`, Bedrock's `messageStart`) at once, then the delay before the first content event |
+//! | `x-chaos-first-byte-ms` | delay before headers; for streams, `200` (and Anthropic's `message_start`, Bedrock's `messageStart`, Responses' `response.created` … `response.content_part.added`) at once, then the delay before the first content event |
 //! | `x-chaos-headers-first-byte-ms` | delay before headers, streams included |
 //! | `x-chaos-chunks` / `x-chaos-chunk-ms` | content chunks (default 5) and the gap between them |
 //! | `x-chaos-hang` | never answer; `x-chaos-hang-after-chunks: N` stalls after N chunks |
 //! | `x-chaos-reset-after-chunks` | 0: TCP reset before headers; N: reset after N chunks |
 //! | `x-chaos-retry-after` / `x-chaos-retry-after-ms` | `Retry-After` / `retry-after-ms` on errors (Google: a `RetryInfo` detail) |
 //! | `x-chaos-malformed-chunk` | the Nth event (Bedrock: frame) of a stream is not JSON |
-//! | `x-chaos-no-done` | end streams without their end marker (`[DONE]`, `message_stop`, Bedrock `metadata`, Gemini's last chunk) |
+//! | `x-chaos-no-done` | end streams without their end marker (`[DONE]`, `message_stop`, Bedrock `metadata`, Gemini's last chunk, `response.completed`) |
 //! | `x-chaos-fail-rate` | this fraction of requests fails with the status (or 503) |
-//! | `x-chaos-error-after-chunks` | after N content chunks (0: before any), the in-stream error: OpenAI `data: {"error"}`, Anthropic `event: error` (`overloaded_error`), Gemini an error object (`UNAVAILABLE`), Bedrock an exception frame (`serviceUnavailableException`) |
-//! | `x-chaos-tool-call` | when the request declares this tool, call it: Anthropic `tool_use` with `input_json_delta` pieces, Gemini `functionCall`, Bedrock `toolUse`; `{"query": …}` arguments, one piece per chunk (0 chunks: no arguments) |
+//! | `x-chaos-error-after-chunks` | after N content chunks (0: before any), the in-stream error: OpenAI `data: {"error"}`, Responses `response.failed` (`error.code` `server_error`), Anthropic `event: error` (`overloaded_error`), Gemini an error object (`UNAVAILABLE`), Bedrock an exception frame (`serviceUnavailableException`) |
+//! | `x-chaos-tool-call` | when the request declares this tool, call it: Anthropic `tool_use` with `input_json_delta` pieces, Responses `function_call` with `response.function_call_arguments.delta` pieces, Gemini `functionCall`, Bedrock `toolUse`; `{"query": …}` arguments, one piece per chunk (0 chunks: no arguments) |
 //! | `x-chaos-refuse-prefill` | refuse a trailing assistant message (Anthropic, Bedrock) with the protocol's 400; without it such a turn is continued where it stops (the words it holds are skipped) |
-//! | `x-chaos-cache-read-tokens` / `x-chaos-cache-write-tokens` | prompt-cache usage: Anthropic `cache_read_input_tokens` / `cache_creation_input_tokens`, Bedrock `cacheRead/WriteInputTokens`, Gemini `cachedContentTokenCount` |
+//! | `x-chaos-cache-read-tokens` / `x-chaos-cache-write-tokens` | prompt-cache usage: Anthropic `cache_read_input_tokens` / `cache_creation_input_tokens`, Responses `input_tokens_details.cached_tokens` (read only), Bedrock `cacheRead/WriteInputTokens`, Gemini `cachedContentTokenCount` |
 //!
 //! `GET /models` ignores the script (a probe cannot see a model outage) and is
 //! counted apart from inference requests. `POST /_chaos/expire-tokens`
@@ -255,6 +256,8 @@ pub fn router(state: ChaosState) -> Router {
         .route("/models", get(endpoints::models))
         .route("/openai/deployments/{deployment}/chat/completions", post(endpoints::azure))
         .route("/deployments/{deployment}/chat/completions", post(endpoints::azure))
+        .route("/v1/responses", post(native::responses))
+        .route("/responses", post(native::responses))
         .route("/v1/messages", post(native::messages))
         .route("/messages", post(native::messages))
         .route("/v1/messages/count_tokens", post(native::count_tokens))

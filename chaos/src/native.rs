@@ -1,5 +1,6 @@
 //! The native protocols of the chaos upstream: Anthropic, Claude and Gemini
-//! on Vertex AI, Gemini, Bedrock Converse (docs/design.md §6, §9).
+//! on Vertex AI, Gemini, Bedrock Converse (docs/design.md §6, §9), and
+//! OpenAI's Responses API (`/v1/responses`, counted under `openai`).
 //!
 //! Every call goes the way of the OpenAI path, with the protocol's own
 //! shapes: count → plan → read the body → check auth → check the body →
@@ -14,6 +15,7 @@ mod bedrock;
 pub(crate) mod errors;
 mod google;
 mod request;
+mod responses;
 mod stream;
 
 use std::sync::Arc;
@@ -68,6 +70,10 @@ pub(crate) struct Answer {
     pub(crate) tool: Option<String>,
     pub(crate) finish: Finish,
     pub(crate) usage: NativeUsage,
+    /// When the answer was made, in Unix seconds (Responses `created_at`).
+    pub(crate) created: u64,
+    /// The request's settings the answer repeats (Responses API).
+    pub(crate) echo: serde_json::Map<String, Value>,
     /// Gemini streams: SSE (`alt=sse`) or a JSON array.
     pub(crate) sse: bool,
     /// Native name of the in-stream error (the script's `error_code`).
@@ -87,7 +93,14 @@ impl Answer {
 
 /// `POST /v1/messages` and `/messages`.
 pub(crate) async fn messages(State(state): State<ChaosState>, request: Request) -> Response {
-    let call = Call { protocol: Protocol::Anthropic, model: None, stream: false };
+    let call = Call::new(Protocol::Anthropic, None, false);
+    inference(state, Ok(call), request).await
+}
+
+/// `POST /v1/responses` and `/responses`: OpenAI's Responses API, counted
+/// under `openai` and checked with its key, as the chat path is.
+pub(crate) async fn responses(State(state): State<ChaosState>, request: Request) -> Response {
+    let call = Call { family: Family::Responses, ..Call::new(Protocol::OpenAi, None, false) };
     inference(state, Ok(call), request).await
 }
 
@@ -96,20 +109,21 @@ pub(crate) async fn messages(State(state): State<ChaosState>, request: Request) 
 /// and the script's failure apply as to a call; it is not counted as one.
 pub(crate) async fn count_tokens(State(state): State<ChaosState>, request: Request) -> Response {
     let protocol = Protocol::Anthropic;
+    let family = protocol.family();
     let (parts, body) = request.into_parts();
     let plan = match state.plan_for(&parts.headers) {
         Ok(plan) => plan,
-        Err(e) => return errors::invalid(protocol, &e.to_string()),
+        Err(e) => return errors::invalid(family, &e.to_string()),
     };
     let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(body) => body,
-        Err(e) => return errors::invalid(protocol, &e.to_string()),
+        Err(e) => return errors::invalid(family, &e.to_string()),
     };
     if let Some(response) = state.refuse_auth(protocol, &parts, &body) {
         return response;
     }
     if !parts.headers.contains_key("anthropic-version") {
-        return errors::invalid(protocol, "anthropic-version: header is required");
+        return errors::invalid(family, "anthropic-version: header is required");
     }
     if let Some(reply) = plan.failure() {
         return errors::scripted(protocol, reply);
@@ -118,8 +132,8 @@ pub(crate) async fn count_tokens(State(state): State<ChaosState>, request: Reque
         Ok(r) if serde_json::from_slice::<Value>(&body).is_ok_and(|v| v["messages"].is_array()) => {
             json_response(StatusCode::OK, Bytes::from(serde_json::json!({"input_tokens": r.prompt_tokens}).to_string()))
         }
-        Ok(_) => errors::invalid(protocol, "messages: Field required"),
-        Err(e) => errors::invalid(protocol, &e.to_string()),
+        Ok(_) => errors::invalid(family, "messages: Field required"),
+        Err(e) => errors::invalid(family, &e.to_string()),
     }
 }
 
@@ -153,7 +167,7 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
     let Ok(call) = call else {
         return no_operation(request.uri().path());
     };
-    let protocol = call.protocol;
+    let (protocol, family) = (call.protocol, call.family);
     let counters = Arc::clone(&state.inner.counters);
     let (seq, in_flight) = counters.begin(protocol);
     let (parts, body) = request.into_parts();
@@ -165,27 +179,27 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
 
     let plan = match state.plan_for(&parts.headers) {
         Ok(plan) => plan,
-        Err(e) => return refuse(errors::invalid(protocol, &e.to_string())),
+        Err(e) => return refuse(errors::invalid(family, &e.to_string())),
     };
     let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(body) => body,
         Err(e) => {
-            return refuse(errors::invalid(protocol, &format!("cannot read request body: {e}")));
+            return refuse(errors::invalid(family, &format!("cannot read request body: {e}")));
         }
     };
     if let Some(response) = state.refuse_auth(protocol, &parts, &body) {
         return refuse(response);
     }
     if protocol == Protocol::Anthropic && !parts.headers.contains_key("anthropic-version") {
-        return refuse(errors::invalid(protocol, "anthropic-version: header is required"));
+        return refuse(errors::invalid(family, "anthropic-version: header is required"));
     }
     let req = match NativeRequest::parse(&call, &body) {
         Ok(req) => req,
-        Err(invalid) => return refuse(errors::invalid(protocol, &invalid.0)),
+        Err(invalid) => return refuse(errors::refuse(family, &invalid)),
     };
     if plan.refuse_prefill && req.prefill.is_some() {
         return refuse(errors::invalid(
-            protocol,
+            family,
             "This model does not support assistant message prefill. The conversation must end with a user message.",
         ));
     }
@@ -213,7 +227,7 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
     let ctx = BodyCtx { counters: Arc::clone(&counters), conn, _in_flight: in_flight };
     let sse = protocol::query_param(parts.uri.query(), "alt").as_deref() == Some("sse");
     let answer = answer(&plan, &call, seq, &req, sse);
-    respond(&plan, protocol.family(), answer, streaming, ctx)
+    respond(&plan, family, answer, streaming, ctx)
 }
 
 /// The answer's content and usage.
@@ -231,7 +245,7 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
         let word = wire::word(i);
         if i == from && from > 0 { format!(" {word}") } else { word.to_owned() }
     });
-    let pieces: Vec<String> = match (&tool, call.protocol.family()) {
+    let pieces: Vec<String> = match (&tool, call.family) {
         (None, _) => words.collect(),
         (Some(_), _) if chunks == 0 => Vec::new(),
         // Gemini sends a function call whole, in one chunk.
@@ -252,8 +266,9 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
         (Some(_), false) => Finish::Tool,
         (None, false) => Finish::Stop,
     };
-    let prefix = match call.protocol.family() {
+    let prefix = match call.family {
         Family::Anthropic => "msg_chaos_",
+        Family::Responses => "resp_chaos_",
         Family::Bedrock | Family::Gemini | Family::OpenAi => "chaos-",
     };
     Answer {
@@ -269,6 +284,8 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
             cache_read: plan.cache_read,
             cache_write: plan.cache_write,
         },
+        created: super::endpoints::unix_now(),
+        echo: req.echo.clone(),
         sse,
         error_name: plan.error_code.clone(),
     }
@@ -323,6 +340,7 @@ fn respond(plan: &Arc<Plan>, family: Family, answer: Answer, streaming: bool, ct
     let full = match family {
         Family::Anthropic => anthropic::body(&answer),
         Family::Gemini => google::body(&answer),
+        Family::Responses => responses::body(&answer),
         Family::Bedrock | Family::OpenAi => bedrock::body(&answer),
     };
     let cut = match (plan.reset_after, plan.hang_after) {

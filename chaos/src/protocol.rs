@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Protocol {
-    /// OpenAI's API: `/v1/chat/completions`, completions, embeddings.
+    /// OpenAI's API: `/v1/chat/completions`, completions, embeddings, and
+    /// the Responses API (`/v1/responses`).
     #[serde(rename = "openai")]
     OpenAi,
     /// `/openai/deployments/{deployment}/chat/completions?api-version=…`.
@@ -58,7 +59,8 @@ impl Protocol {
         self as usize
     }
 
-    /// The native wire family that renders answers for this protocol.
+    /// The native wire family that renders answers for this protocol (its
+    /// chat paths; `/v1/responses` is [`Family::Responses`] on `openai`).
     pub(crate) fn family(self) -> Family {
         match self {
             Protocol::OpenAi | Protocol::AzureOpenAi => Family::OpenAi,
@@ -73,6 +75,9 @@ impl Protocol {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Family {
     OpenAi,
+    /// OpenAI's Responses API: a second body format of the `openai` protocol,
+    /// chosen by its path.
+    Responses,
     Anthropic,
     Gemini,
     Bedrock,
@@ -81,12 +86,22 @@ pub(crate) enum Family {
 /// One native inference call, as named by its path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Call {
+    /// The protocol counted and whose credentials are checked.
     pub(crate) protocol: Protocol,
+    /// The body format: the protocol's, or [`Family::Responses`] on `/v1/responses`.
+    pub(crate) family: Family,
     /// The model from the path (Vertex, Gemini, Bedrock; percent-decoded) or
-    /// `None` when the body names it (Anthropic).
+    /// `None` when the body names it (Anthropic, Responses).
     pub(crate) model: Option<String>,
     /// The path selects streaming (`:streamRawPredict`, `converse-stream`, …).
     pub(crate) stream: bool,
+}
+
+impl Call {
+    /// A call in `protocol`'s own body format.
+    pub(crate) fn new(protocol: Protocol, model: Option<String>, stream: bool) -> Self {
+        Self { protocol, family: protocol.family(), model, stream }
+    }
 }
 
 /// Why a path names no call: the provider's own "no such operation".
@@ -145,7 +160,7 @@ fn named(protocol: Protocol, model: &str, stream: bool) -> Result<Call, NoCall> 
     if model.is_empty() {
         return Err(NoCall);
     }
-    Ok(Call { protocol, model: Some(model.to_owned()), stream })
+    Ok(Call::new(protocol, Some(model.to_owned()), stream))
 }
 
 /// Decodes `%XX` escapes; `None` for a bad escape or non-UTF-8 result.

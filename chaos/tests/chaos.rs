@@ -1,6 +1,7 @@
 //! The chaos upstream over real sockets (127.0.0.1:0), driven by reqwest as
 //! a gateway would drive a provider. This file holds the shared client; the
-//! OpenAI protocol is in `chaos/openai.rs`, wire faults in `chaos/faults.rs`,
+//! OpenAI protocol is in `chaos/openai.rs` (its Responses API in
+//! `chaos/responses.rs`), wire faults in `chaos/faults.rs`,
 //! the control endpoint in `chaos/control.rs`, the native protocols in
 //! `chaos/<protocol>.rs`.
 #![expect(clippy::unwrap_used, reason = "helpers outside #[test] fns panic on failure, like the tests")]
@@ -30,6 +31,8 @@ mod gemini;
 mod native;
 #[path = "chaos/openai.rs"]
 mod openai;
+#[path = "chaos/responses.rs"]
+mod responses;
 
 const CHAT: &str = "/v1/chat/completions";
 const MS: fn(u64) -> Duration = Duration::from_millis;

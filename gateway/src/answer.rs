@@ -31,6 +31,8 @@ const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How a request ended: everything its bookkeeping needs.
 pub struct Ending {
+    /// The inbound API asked.
+    pub api: Endpoint,
     /// The status answered.
     pub status: StatusCode,
     /// Whether the answer was bad for the SLO; `None` when it does not count (client errors).
@@ -62,8 +64,7 @@ pub fn conclude(
     trace: RequestTrace,
 ) -> impl Future<Output = bool> + Send + 'static {
     trace.end(route, end.status.as_u16(), end.candidate, end.usage.as_ref());
-    route.metrics.count(&gw.metrics, end.status.as_u16());
-    route.metrics.duration.observe(started.elapsed().as_secs_f64());
+    route.metrics.answered(&gw.metrics, end.api, end.status.as_u16(), started.elapsed().as_secs_f64());
     if let Some(bad) = end.slo_bad {
         gw.sli.request(&route.cfg.key, bad, end.latency_ms, u64::from(end.attempts.saturating_sub(1)));
     }
@@ -93,16 +94,11 @@ fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attem
     }
 }
 
-/// `x-sluice-dropped`: the hints a Messages request was sent without, when the
-/// candidate that served it was sent a translation (docs/gateway.md).
+/// `x-sluice-dropped`: the hints a Messages or Responses request was sent without,
+/// when the candidate that served it was sent a translation (docs/gateway.md).
 fn dropped_header(headers: &mut HeaderMap, req: &ClientRequest, route: &Route, candidate: usize) {
-    let translated = req.endpoint == Endpoint::Messages
-        && route.candidates.get(candidate).is_some_and(|c| {
-            !matches!(
-                c.upstream.cfg.protocol,
-                sluice_crds::snapshot::Protocol::Anthropic | sluice_crds::snapshot::Protocol::VertexAnthropic
-            )
-        });
+    let translated = req.endpoint.is_inbound_format()
+        && route.candidates.get(candidate).is_some_and(|c| !req.endpoint.native_on(c.upstream.cfg.protocol));
     if let Some(chat) = translated.then(|| req.as_chat().ok()).flatten()
         && !chat.dropped.is_empty()
         && let Ok(v) = HeaderValue::from_str(&chat.dropped.join(","))
@@ -227,6 +223,7 @@ pub async fn answer(
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
     let latency_ms = started.elapsed().as_millis() as u64;
     let end = Ending {
+        api: req.endpoint,
         status: s.status,
         slo_bad: Some(false),
         latency_ms,
@@ -265,10 +262,10 @@ pub fn stream_answer(
     let first_byte_ms = started.elapsed().as_millis() as u64;
     let status = s.status;
     let (gw2, route2) = (gw.clone(), route.clone());
-    let input_bound = req.input_bound;
+    let (input_bound, api) = (req.input_bound, req.endpoint);
     let format = relay::sse::Format::of(req.endpoint);
-    // Mid-stream resume continues OpenAI chunks; a Messages stream that breaks ends in
-    // its error event (docs/gateway.md).
+    // Mid-stream resume continues OpenAI chunks; a Messages or Responses stream that
+    // breaks ends in its error event (docs/gateway.md).
     let resumable = route.cfg.mid_stream == MidStreamAction::Resume && format == relay::sse::Format::OpenAi;
     let resumer = resumable.then(|| {
         relay::resume::Resumer::new(gw.clone(), route.clone(), req, candidate, started, request_id, trace.clone())
@@ -289,6 +286,7 @@ pub fn stream_answer(
         let bad = outcome != Outcome::Ok && !end.healed;
         let resumed = end.resumed.iter().map(|r| (r.candidate, r.usage)).collect();
         let end = Ending {
+            api,
             status,
             slo_bad: Some(bad),
             latency_ms: first_byte_ms,
@@ -351,6 +349,7 @@ pub async fn failure(
     let counts = !status.is_client_error() || matches!(f.error, ApiError::RateLimited { .. });
     let latency_ms = started.elapsed().as_millis() as u64;
     let end = Ending {
+        api: endpoint,
         status,
         slo_bad: counts.then(|| f.error.is_bad()),
         latency_ms,

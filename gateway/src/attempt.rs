@@ -111,8 +111,8 @@ pub struct AttemptSpec<'a> {
     pub model: &'a str,
     /// For an upstream that is not OpenAI-compatible: what its translation needs.
     pub native: Option<native::NativeInput<'a>>,
-    /// For a Messages request: how it reaches this candidate.
-    pub messages: Option<MessagesVia<'a>>,
+    /// For a Messages or Responses request: how it reaches this candidate.
+    pub via: Option<Via<'a>>,
     /// Why the request cannot be sent to this candidate at all (a member its protocol
     /// cannot express): the attempt answers 400 naming it.
     pub refused: Option<String>,
@@ -120,16 +120,17 @@ pub struct AttemptSpec<'a> {
     pub trace: &'a RequestTrace,
 }
 
-/// How a Messages request reaches a candidate (docs/design.md §12).
+/// How a Messages or Responses request reaches a candidate (docs/design.md §12).
 #[derive(Clone, Copy)]
-pub enum MessagesVia<'a> {
-    /// As Messages, with the client's `anthropic-*` headers (`anthropic`,
-    /// `vertex-anthropic`).
+pub enum Via<'a> {
+    /// In its own API: Messages with the client's `anthropic-*` headers (`anthropic`,
+    /// `vertex-anthropic`), Responses as it came (`openai`, `azure-openai`).
     Native(&'a [(http::HeaderName, HeaderValue)]),
-    /// As a chat request; the answer re-encoded as Messages. `model` names the answer
-    /// when the upstream does not.
+    /// As a chat request; the answer re-encoded into the inbound API's format.
     Translated {
-        /// The route's model.
+        /// The inbound API.
+        api: Endpoint,
+        /// The route's model: names the answer when the upstream does not.
         model: &'a str,
     },
 }
@@ -148,8 +149,8 @@ impl<'a> AttemptSpec<'a> {
         request_id: &'a RequestId,
         trace: &'a RequestTrace,
     ) -> Self {
-        if req.endpoint == Endpoint::Messages {
-            return Self::messages(c, route, req, limits, request_id, trace);
+        if req.endpoint.is_inbound_format() {
+            return Self::inbound(c, route, req, limits, request_id, trace);
         }
         let native = c.upstream.is_native().then(|| native::NativeInput {
             model: &c.cfg.model,
@@ -184,15 +185,15 @@ impl<'a> AttemptSpec<'a> {
             trial: limits.trial,
             model: &c.cfg.model,
             native: None,
-            messages: None,
+            via: None,
             refused: None,
             trace,
         }
     }
 
-    /// A Messages request: sent as it came to a candidate that speaks Messages,
-    /// translated to chat for the others (and refused there when it cannot be).
-    fn messages(
+    /// A Messages or Responses request: sent as it came to a candidate that speaks its
+    /// API, translated to chat for the others (and refused there when it cannot be).
+    fn inbound(
         c: &'a Candidate,
         route: &'a RouteConfig,
         req: &'a ClientRequest,
@@ -201,21 +202,25 @@ impl<'a> AttemptSpec<'a> {
         trace: &'a RequestTrace,
     ) -> Self {
         let spec = |body: Bytes| Self {
-            messages: Some(MessagesVia::Native(&req.anthropic_headers)),
-            ..Self::plain(c, route, req, limits, request_id, trace, Endpoint::Messages, body)
+            via: Some(Via::Native(&req.anthropic_headers)),
+            ..Self::plain(c, route, req, limits, request_id, trace, req.endpoint, body)
         };
-        match c.upstream.cfg.protocol {
-            // The candidate's model spliced into the client's bytes, nothing else changed.
-            CrdProtocol::Anthropic => spec(req.upstream_body(&c.cfg.model, route.default_max_tokens)),
-            // The envelope (model in the path) is the attempt's to make.
-            CrdProtocol::VertexAnthropic => spec(Bytes::copy_from_slice(req.body())),
-            _ => match req.as_chat() {
+        let protocol = c.upstream.cfg.protocol;
+        if !req.endpoint.native_on(protocol) {
+            return match req.as_chat() {
                 Ok(chat) => Self {
-                    messages: Some(MessagesVia::Translated { model: &route.model }),
+                    via: Some(Via::Translated { api: req.endpoint, model: &route.model }),
                     ..Self::new(c, route, &chat.request, limits, request_id, trace)
                 },
-                Err(e) => Self { refused: Some(e.to_string()), messages: None, ..spec(Bytes::new()) },
-            },
+                Err(e) => Self { refused: Some(e.to_string()), via: None, ..spec(Bytes::new()) },
+            };
+        }
+        match protocol {
+            // The envelope (model in the path) is the attempt's to make.
+            CrdProtocol::VertexAnthropic => spec(Bytes::copy_from_slice(req.body())),
+            // The candidate's model (and the output limit the reservation assumed)
+            // spliced into the client's bytes, nothing else changed.
+            _ => spec(req.upstream_body(&c.cfg.model, route.default_max_tokens)),
         }
     }
 }
@@ -241,16 +246,16 @@ pub async fn run(
         if let Some(why) = &spec.refused {
             return Err(native::refused_here(why.clone()));
         }
-        let answer = match (&spec.messages, &spec.native) {
-            (Some(MessagesVia::Native(headers)), _) => {
+        let answer = match (&spec.via, &spec.native) {
+            (Some(Via::Native(headers)), _) if spec.endpoint == Endpoint::Messages => {
                 native::messages_exchange(upstream, secrets, &spec, headers, traceparent.as_ref()).await
             }
             (_, Some(input)) => native::exchange(upstream, secrets, &spec, input, traceparent.as_ref()).await,
             (_, None) => openai_exchange(upstream, secrets, &spec, traceparent.as_ref()).await,
         }?;
-        match spec.messages {
-            Some(MessagesVia::Translated { model }) => {
-                as_messages(answer, &spec, model).map_err(|e| AttemptError::transport(Outcome::Http5xx, e))
+        match spec.via {
+            Some(Via::Translated { api, model }) => {
+                reencode(answer, &spec, api, model).map_err(|e| AttemptError::transport(Outcome::Http5xx, e))
             }
             _ => Ok(answer),
         }
@@ -274,16 +279,34 @@ pub async fn run(
     Err(failure)
 }
 
-/// A chat answer as a Messages answer (docs/design.md §12): a whole body converted, a
-/// stream re-encoded as it is relayed.
+/// A chat answer as an answer of the inbound API `api` (docs/design.md §12): a whole
+/// body converted, a stream re-encoded as it is relayed.
 /// A whole answer that cannot be converted is malformed (`Err` says why).
-fn as_messages(answer: native::Answer, spec: &AttemptSpec<'_>, model: &str) -> Result<native::Answer, String> {
-    let id = format!("msg_{}", spec.request_id.as_str());
-    if spec.stream {
-        return Ok(native::reencode(answer, sluice_providers::messages::from_chat(&id, model)));
+fn reencode(
+    answer: native::Answer,
+    spec: &AttemptSpec<'_>,
+    api: Endpoint,
+    model: &str,
+) -> Result<native::Answer, String> {
+    use sluice_providers::{messages, responses};
+    let (body, usage) = if api == Endpoint::Responses {
+        let ids = responses::ResponseIds {
+            id: format!("resp_{}", spec.request_id.as_str()),
+            model: model.to_owned(),
+            created: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        };
+        if spec.stream {
+            return Ok(native::reencode(answer, responses::from_chat(ids)));
+        }
+        responses::response_of_completion(&answer.first, &ids)
+    } else {
+        let id = format!("msg_{}", spec.request_id.as_str());
+        if spec.stream {
+            return Ok(native::reencode(answer, messages::from_chat(&id, model)));
+        }
+        messages::message_of_completion(&answer.first, &id, model)
     }
-    let (body, usage) =
-        sluice_providers::messages::message_of_completion(&answer.first, &id, model).map_err(|e| e.message)?;
+    .map_err(|e| e.message)?;
     Ok(native::Answer {
         usage: Some(native::usage_of(&usage)),
         ..native::Answer::new(answer.status, answer.content_type, body, None)
@@ -359,6 +382,9 @@ async fn openai_exchange(
         return Err(refusal(response, spec.retry_on).await);
     }
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    if spec.endpoint == Endpoint::Responses {
+        return native::responses_answer(status, response, spec).await;
+    }
     if spec.stream {
         let mut body: BodyStream = Box::pin(
             BodyDataStream::new(response.into_body())

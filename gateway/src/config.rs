@@ -64,8 +64,12 @@ pub struct AzureUrls {
 impl AzureUrls {
     /// The URI of `endpoint` at the deployment named `deployment`.
     pub fn uri(&self, endpoint: crate::request::Endpoint, deployment: &str) -> Result<Uri, http::uri::InvalidUri> {
-        let deployment = sluice_providers::encode_segment(deployment);
         let version = sluice_providers::encode_segment(&self.api_version);
+        if endpoint == crate::request::Endpoint::Responses {
+            // Azure's Responses API takes the deployment as the body's `model`.
+            return format!("{}/responses?api-version={version}", self.base).parse();
+        }
+        let deployment = sluice_providers::encode_segment(deployment);
         format!("{}/deployments/{deployment}{}?api-version={version}", self.base, endpoint.upstream_path()).parse()
     }
 }
@@ -81,6 +85,8 @@ pub struct EndpointUrls {
     pub completions: Uri,
     /// Embeddings.
     pub embeddings: Uri,
+    /// Responses.
+    pub responses: Uri,
 }
 
 impl EndpointUrls {
@@ -91,6 +97,7 @@ impl EndpointUrls {
             chat: uri(&format!("{base}{}", Endpoint::Chat.upstream_path()))?,
             completions: uri(&format!("{base}{}", Endpoint::Completions.upstream_path()))?,
             embeddings: uri(&format!("{base}{}", Endpoint::Embeddings.upstream_path()))?,
+            responses: uri(&format!("{base}{}", Endpoint::Responses.upstream_path()))?,
         })
     }
 
@@ -100,6 +107,7 @@ impl EndpointUrls {
             crate::request::Endpoint::Chat | crate::request::Endpoint::Messages => &self.chat,
             crate::request::Endpoint::Completions => &self.completions,
             crate::request::Endpoint::Embeddings => &self.embeddings,
+            crate::request::Endpoint::Responses => &self.responses,
         }
     }
 }

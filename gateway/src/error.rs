@@ -14,6 +14,15 @@ pub enum ApiError {
     /// Bad JSON, missing or invalid fields.
     #[error("{0}")]
     InvalidRequest(String),
+    /// A member the gateway does not serve (e.g. `previous_response_id`: no response
+    /// store); `param` names it.
+    #[error("{message}")]
+    UnsupportedParameter {
+        /// The member.
+        param: &'static str,
+        /// Why.
+        message: String,
+    },
     /// Missing or unknown API key.
     #[error("{0}")]
     InvalidApiKey(String),
@@ -69,6 +78,9 @@ impl ApiError {
     pub fn parts(&self) -> (StatusCode, &'static str, &'static str) {
         match self {
             ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_request"),
+            ApiError::UnsupportedParameter { .. } => {
+                (StatusCode::BAD_REQUEST, "invalid_request_error", "unsupported_parameter")
+            }
             ApiError::InvalidApiKey(_) => (StatusCode::UNAUTHORIZED, "authentication_error", "invalid_api_key"),
             ApiError::InsufficientQuota(_) => {
                 (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "insufficient_quota")
@@ -109,7 +121,11 @@ impl ApiError {
     /// The OpenAI-shaped JSON body.
     pub fn body(&self) -> serde_json::Value {
         let (_, kind, code) = self.parts();
-        serde_json::json!({"error": {"message": self.to_string(), "type": kind, "code": code}})
+        let mut body = serde_json::json!({"error": {"message": self.to_string(), "type": kind, "code": code}});
+        if let ApiError::UnsupportedParameter { param, .. } = self {
+            body["error"]["param"] = serde_json::json!(param);
+        }
+        body
     }
 }
 

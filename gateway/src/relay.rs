@@ -125,6 +125,11 @@ async fn pump(
             for event in splitter.push(&bytes) {
                 let out = match event {
                     Event::Done => return (end, Some(format.done())),
+                    Event::Last { raw, usage, finished } => {
+                        end.usage = usage.or(end.usage);
+                        end.finish_reason = Some(finished);
+                        return (end, Some(raw));
+                    }
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
                         if !std::mem::replace(&mut model_read, true) {
                             end.model = splitter.model_of(&raw);

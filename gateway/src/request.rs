@@ -32,9 +32,20 @@ pub enum Endpoint {
     Embeddings,
     /// `/v1/messages` (Anthropic Messages, docs/design.md §12).
     Messages,
+    /// `/v1/responses` (OpenAI Responses, docs/design.md §12).
+    Responses,
 }
 
 impl Endpoint {
+    /// Every endpoint, in [`Self::index`] order.
+    pub const ALL: [Endpoint; 5] =
+        [Endpoint::Chat, Endpoint::Completions, Endpoint::Embeddings, Endpoint::Messages, Endpoint::Responses];
+
+    /// The position in [`Self::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// Path after the upstream base URL (a Messages request reaches an OpenAI-compatible
     /// upstream as a chat request).
     pub fn upstream_path(self) -> &'static str {
@@ -42,6 +53,45 @@ impl Endpoint {
             Endpoint::Chat | Endpoint::Messages => "/chat/completions",
             Endpoint::Completions => "/completions",
             Endpoint::Embeddings => "/embeddings",
+            Endpoint::Responses => "/responses",
+        }
+    }
+
+    /// The member that carries the conversation (or input).
+    pub fn required_member(self) -> &'static str {
+        match self {
+            Endpoint::Chat | Endpoint::Messages => "messages",
+            Endpoint::Completions => "prompt",
+            Endpoint::Embeddings | Endpoint::Responses => "input",
+        }
+    }
+
+    /// An inbound API of its own format (Messages, Responses): sent natively to the
+    /// candidates that speak it, translated through chat for the others.
+    pub fn is_inbound_format(self) -> bool {
+        matches!(self, Endpoint::Messages | Endpoint::Responses)
+    }
+
+    /// Whether a candidate of `protocol` speaks this inbound API itself (docs/design.md
+    /// §12): Messages on `anthropic` and `vertex-anthropic`, Responses on `openai` and
+    /// `azure-openai`. The others are sent a translation through chat.
+    pub fn native_on(self, protocol: sluice_crds::snapshot::Protocol) -> bool {
+        use sluice_crds::snapshot::Protocol as P;
+        match self {
+            Endpoint::Messages => matches!(protocol, P::Anthropic | P::VertexAnthropic),
+            Endpoint::Responses => matches!(protocol, P::Openai | P::AzureOpenai),
+            Endpoint::Chat | Endpoint::Completions | Endpoint::Embeddings => false,
+        }
+    }
+
+    /// The member that bounds the output, which the gateway splices in when the client
+    /// did not set it (the reservation assumed the route's default); `None` where the
+    /// API requires it (Messages) or has none (embeddings).
+    fn output_limit(self) -> Option<&'static str> {
+        match self {
+            Endpoint::Chat | Endpoint::Completions => Some("max_tokens"),
+            Endpoint::Responses => Some("max_output_tokens"),
+            Endpoint::Messages | Endpoint::Embeddings => None,
         }
     }
 
@@ -52,6 +102,7 @@ impl Endpoint {
             Endpoint::Completions => "completions",
             Endpoint::Embeddings => "embeddings",
             Endpoint::Messages => "messages",
+            Endpoint::Responses => "responses",
         }
     }
 }
@@ -86,11 +137,11 @@ pub struct ClientRequest {
     stream_options: Option<(Range<usize>, Option<String>)>,
     /// A Messages request's `anthropic-*` headers, forwarded to Messages candidates.
     pub anthropic_headers: Vec<(HeaderName, HeaderValue)>,
-    /// A Messages request as a chat request, made on first use.
+    /// A Messages or Responses request as a chat request, made on first use.
     chat: OnceLock<Result<Arc<AsChat>, TranslateError>>,
 }
 
-/// A Messages request translated to chat.
+/// A Messages or Responses request translated to chat.
 #[derive(Debug)]
 pub struct AsChat {
     /// The chat request.
@@ -117,17 +168,19 @@ impl ClientRequest {
         self
     }
 
-    /// A Messages request as the chat request a candidate that does not speak Messages
-    /// is sent, with the hints left out (docs/gateway.md); why not, when a member has
-    /// no chat equivalent. Made once, on the first such candidate.
+    /// A Messages or Responses request as the chat request a candidate that does not
+    /// speak its API is sent, with the hints left out (docs/gateway.md); why not, when
+    /// a member has no chat equivalent. Made once, on the first such candidate.
     pub fn as_chat(&self) -> Result<&AsChat, TranslateError> {
-        if self.endpoint != Endpoint::Messages {
-            return Err(TranslateError::invalid("endpoint", "only a Messages request is translated to chat"));
-        }
+        let translate = match self.endpoint {
+            Endpoint::Messages => sluice_providers::messages::to_chat,
+            Endpoint::Responses => sluice_providers::responses::to_chat,
+            _ => return Err(TranslateError::invalid("endpoint", "only Messages and Responses are translated to chat")),
+        };
         let chat = self.chat.get_or_init(|| {
-            let t = sluice_providers::messages::to_chat(&self.raw)?;
+            let t = translate(&self.raw)?;
             let request = ClientRequest::parse(Endpoint::Chat, &Bytes::from(t.body))
-                .map_err(|e| TranslateError::invalid("messages", e.to_string()))?;
+                .map_err(|e| TranslateError::invalid(self.endpoint.required_member(), e.to_string()))?;
             Ok(Arc::new(AsChat { request, dropped: t.dropped }))
         });
         chat.as_ref().map(Arc::as_ref).map_err(Clone::clone)
@@ -136,6 +189,34 @@ impl ClientRequest {
 
 fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::InvalidRequest(message.into())
+}
+
+/// A Responses request that needs a response store is refused naming the member:
+/// sluice keeps none (docs/gateway.md), so every request carries its whole conversation.
+fn stateless(m: &members::Members<'_>) -> Result<(), ApiError> {
+    let set = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get() != "null");
+    for (field, raw) in [("previous_response_id", m.previous_response_id), ("conversation", m.conversation)] {
+        if set(raw) {
+            let message = format!(
+                "'{field}' is not supported: sluice does not store responses; send the whole conversation in 'input'"
+            );
+            return Err(ApiError::UnsupportedParameter { param: field, message });
+        }
+    }
+    for (field, raw, why) in [
+        ("store", m.store, "sluice does not store responses; send 'store': false"),
+        ("background", m.background, "sluice answers in the foreground only"),
+    ] {
+        match value(raw) {
+            None | Some(Value::Null | Value::Bool(false)) => {}
+            Some(Value::Bool(true)) => {
+                let message = format!("'{field}': true is not supported: {why}");
+                return Err(ApiError::UnsupportedParameter { param: field, message });
+            }
+            Some(_) => return Err(invalid(format!("'{field}' must be a boolean"))),
+        }
+    }
+    Ok(())
 }
 
 /// A raw member's value as a `Value` (members the gateway reads are small).
@@ -166,17 +247,21 @@ impl ClientRequest {
             None => return Err(invalid("you must provide a 'model' parameter")),
         };
         let required = match endpoint {
-            Endpoint::Chat | Endpoint::Messages => ("messages", m.messages, "an array of messages"),
-            Endpoint::Completions => ("prompt", m.prompt, "a string or an array"),
-            Endpoint::Embeddings => ("input", m.input, "a string or an array"),
+            Endpoint::Chat | Endpoint::Messages => (m.messages, "an array of messages"),
+            Endpoint::Completions => (m.prompt, "a string or an array"),
+            Endpoint::Embeddings | Endpoint::Responses => (m.input, "a string or an array"),
         };
+        let required = (endpoint.required_member(), required.0, required.1);
         match (endpoint, required.1) {
             (_, None) => return Err(invalid(format!("you must provide a '{}' parameter", required.0))),
             (Endpoint::Chat | Endpoint::Messages, Some(Kind::Array { empty: true })) => {
                 return Err(invalid("'messages' must not be empty"));
             }
             (Endpoint::Chat | Endpoint::Messages, Some(Kind::Array { .. }))
-            | (Endpoint::Completions | Endpoint::Embeddings, Some(Kind::String | Kind::Array { .. })) => {}
+            | (
+                Endpoint::Completions | Endpoint::Embeddings | Endpoint::Responses,
+                Some(Kind::String | Kind::Array { .. }),
+            ) => {}
             _ => return Err(invalid(format!("'{}' must be {}", required.0, required.2))),
         }
         let stream = match value(m.stream) {
@@ -187,8 +272,15 @@ impl ClientRequest {
         if stream && endpoint == Endpoint::Embeddings {
             return Err(invalid("'stream' is not supported for embeddings"));
         }
+        if endpoint == Endpoint::Responses {
+            stateless(&m)?;
+        }
+        let limits = match endpoint {
+            Endpoint::Responses => [("max_output_tokens", m.max_output_tokens), ("", None)],
+            _ => [("max_tokens", m.max_tokens), ("max_completion_tokens", m.max_completion_tokens)],
+        };
         let mut max_tokens = None;
-        for (field, raw) in [("max_tokens", m.max_tokens), ("max_completion_tokens", m.max_completion_tokens)] {
+        for (field, raw) in limits {
             match value(raw) {
                 None | Some(Value::Null) => {}
                 Some(v) => match v.as_u64() {
@@ -200,7 +292,8 @@ impl ClientRequest {
         if endpoint == Endpoint::Messages && max_tokens.is_none() {
             return Err(invalid("'max_tokens' is required: a positive integer"));
         }
-        let max_tokens_null = m.max_tokens.filter(|r| r.get() == "null").map(span);
+        let limit_raw = if endpoint == Endpoint::Responses { m.max_output_tokens } else { m.max_tokens };
+        let max_tokens_null = limit_raw.filter(|r| r.get() == "null").map(span);
         let (wants_usage, stream_options) = match (value(m.stream_options), m.stream_options) {
             (None, _) | (_, None) => (false, None),
             (Some(Value::Null), Some(raw)) => (false, Some((span(raw), Some(r#"{"include_usage":true}"#.to_string())))),
@@ -250,19 +343,20 @@ impl ClientRequest {
     pub fn upstream_body(&self, model: &str, route_default_max_tokens: u32) -> Bytes {
         let mut added = String::new();
         let mut max_tokens = None;
-        // A Messages request has its `max_tokens`, and a Messages upstream no stream options.
-        let messages = self.endpoint == Endpoint::Messages;
-        if !matches!(self.endpoint, Endpoint::Embeddings | Endpoint::Messages) && self.max_tokens.is_none() {
+        if let Some(member) = self.endpoint.output_limit()
+            && self.max_tokens.is_none()
+        {
             // The reservation assumed this bound, so the upstream must honour it too.
             match &self.max_tokens_null {
                 Some(at) => max_tokens = Some((at.clone(), route_default_max_tokens.to_string())),
-                None => added.push_str(&format!("\"max_tokens\":{route_default_max_tokens},")),
+                None => added.push_str(&format!("\"{member}\":{route_default_max_tokens},")),
             }
         }
         // Usage is needed for billing; the extra chunk is stripped again if the client
-        // did not ask for it (docs/design.md §4.4).
+        // did not ask for it (docs/design.md §4.4). Messages and Responses streams
+        // always carry their usage.
         let mut options = None;
-        if self.stream && !messages {
+        if self.stream && !self.endpoint.is_inbound_format() {
             match &self.stream_options {
                 None => added.push_str("\"stream_options\":{\"include_usage\":true},"),
                 Some((at, Some(rewritten))) => options = Some((at.clone(), rewritten.as_str())),

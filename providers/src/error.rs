@@ -128,6 +128,14 @@ pub struct UpstreamError {
 }
 
 impl UpstreamError {
+    /// The error object of an OpenAI chunk stream's `{"error": …}` event (its `code`,
+    /// when a status, tells the kind).
+    pub fn of_chunk_error(e: &serde_json::Value) -> Self {
+        let message = e["message"].as_str().unwrap_or("the upstream sent an error").to_owned();
+        let kind = ErrorKind::from_status(e["code"].as_u64().and_then(|c| u16::try_from(c).ok()).unwrap_or(500));
+        Self::new(kind, 200, message, None)
+    }
+
     /// An error of `kind`; `code` (e.g. the provider's own error name) is used when
     /// OpenAI has no code for the kind.
     pub fn new(kind: ErrorKind, status: u16, message: impl Into<String>, code: Option<&str>) -> Self {

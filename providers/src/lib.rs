@@ -38,6 +38,7 @@ pub mod lenient;
 pub mod messages;
 mod openai;
 mod request;
+pub mod responses;
 pub mod retry;
 pub mod sse;
 mod usage;
@@ -150,6 +151,16 @@ pub struct AnswerOpts {
     pub id: String,
     /// Unix seconds, for `created`.
     pub created: u64,
+}
+
+/// An inbound request (Messages, Responses) translated into an OpenAI chat request for
+/// a candidate that does not speak its API: the chat body and the members left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translated {
+    /// The OpenAI chat request (JSON).
+    pub body: Vec<u8>,
+    /// Hints left out (`thinking`, `cache_control`, …), each named once.
+    pub dropped: Vec<&'static str>,
 }
 
 /// Incrementally turns a native 2xx stream body into OpenAI SSE events.

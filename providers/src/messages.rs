@@ -21,7 +21,7 @@ mod envelope;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-pub use chat::{Translated, to_chat};
+pub use chat::to_chat;
 pub use encode::{from_chat, message_of_completion};
 pub use envelope::{ANTHROPIC_VERSION, native};
 
@@ -91,37 +91,12 @@ struct Relay {
     done: bool,
 }
 
-/// The `type` of an event's data, read without building a tree.
-fn type_of(data: &str) -> Option<String> {
-    #[derive(Default)]
-    struct Kind(Option<String>);
-    impl<'de> Lenient<'de> for Kind {
-        fn from_map<A: serde::de::MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
-            let mut k = Self::default();
-            lenient::members(map, |key, map| {
-                match key {
-                    "type" => k.0 = map.next_value::<lenient::Str<'de>>()?.as_deref().map(str::to_owned),
-                    _ => lenient::skip(map)?,
-                }
-                Ok(())
-            })?;
-            Ok(k)
-        }
-    }
-    impl<'de> serde::Deserialize<'de> for Kind {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            lenient::deserialize(d)
-        }
-    }
-    serde_json::from_str::<Kind>(data).ok().and_then(|k| k.0)
-}
-
 impl SseEvents for Relay {
     fn event(&mut self, data: &str, out: &mut Vec<Out>) {
         if self.done {
             return;
         }
-        let Some(kind) = type_of(data) else {
+        let Some(kind) = crate::sse::type_of(data) else {
             self.done = true;
             let error = UpstreamError::malformed(200, "a stream event is not a JSON object with a type");
             out.push(Out::Error { error, before_content: !self.content });

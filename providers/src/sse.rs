@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::lenient::{self, Lenient};
 use crate::{ChunkWriter, Out, Transcoder, UpstreamError};
 
 /// One SSE event: its `event:` name (if any) and its `data:` lines joined by `\n`.
@@ -148,6 +149,32 @@ impl<E: SseEvents> Transcoder for SseTranscoder<E> {
         self.events.end(&mut out);
         out
     }
+}
+
+/// The `type` member of an event's data (Messages and Responses events name
+/// themselves so), read without building a tree.
+pub fn type_of(data: &str) -> Option<String> {
+    #[derive(Default)]
+    struct Kind(Option<String>);
+    impl<'de> Lenient<'de> for Kind {
+        fn from_map<A: serde::de::MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+            let mut k = Self::default();
+            lenient::members(map, |key, map| {
+                match key {
+                    "type" => k.0 = map.next_value::<lenient::Str<'de>>()?.as_deref().map(str::to_owned),
+                    _ => lenient::skip(map)?,
+                }
+                Ok(())
+            })?;
+            Ok(k)
+        }
+    }
+    impl<'de> serde::Deserialize<'de> for Kind {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            lenient::deserialize(d)
+        }
+    }
+    serde_json::from_str::<Kind>(data).ok().and_then(|k| k.0)
 }
 
 #[cfg(test)]

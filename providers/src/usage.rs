@@ -39,6 +39,19 @@ impl Usage {
         serde_json::to_value(self.openai()).unwrap_or_default()
     }
 
+    /// From an OpenAI chat `usage` object as JSON (cache writes, when an upstream
+    /// reports them, under `prompt_tokens_details.cache_write_tokens`).
+    pub fn of_openai_json(u: &Value) -> Self {
+        let n = |v: &Value| v.as_u64().unwrap_or(0);
+        let details = &u["prompt_tokens_details"];
+        Self {
+            prompt_tokens: n(&u["prompt_tokens"]),
+            completion_tokens: n(&u["completion_tokens"]),
+            cached_tokens: n(&details["cached_tokens"]),
+            cache_write_tokens: n(&details["cache_write_tokens"]),
+        }
+    }
+
     /// [`Self::to_openai`] as a type, to serialise without a `Value`.
     pub(crate) fn openai(&self) -> OpenAiUsage {
         OpenAiUsage {

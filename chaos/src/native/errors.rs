@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
+use super::request::Invalid;
 use super::{anthropic, bedrock as aws, google};
 use crate::plan::{ErrorReply, json_response};
 use crate::protocol::{Family, Protocol};
@@ -58,6 +59,15 @@ pub(crate) fn openai(code: u16, message: &str, kind: &str, err_code: &str) -> Re
     json_response(status(code), wire::error_body(message, kind, err_code))
 }
 
+/// OpenAI's 400 with `error.param` and a `code` (`null` when not given), as
+/// the Responses API refuses a request.
+fn openai_param(message: &str, param: Option<&str>, err_code: Option<&str>) -> Response {
+    let v = serde_json::json!({"error": {
+        "message": message, "type": "invalid_request_error", "param": param, "code": err_code,
+    }});
+    json_response(StatusCode::BAD_REQUEST, Bytes::from(v.to_string()))
+}
+
 /// The scripted failure (`x-chaos-status` ≥ 400) in the protocol's shape.
 /// `x-chaos-error-code`, when set, names the native error (Anthropic
 /// `error.type`, Google `status`, Bedrock exception).
@@ -93,13 +103,22 @@ pub(crate) fn scripted(protocol: Protocol, reply: &ErrorReply) -> Response {
     }
 }
 
-/// A request the provider refuses with a 400, in its shape.
-pub(crate) fn invalid(protocol: Protocol, message: &str) -> Response {
-    match protocol.family() {
+/// A request the provider refuses with a 400, in the family's shape.
+pub(crate) fn invalid(family: Family, message: &str) -> Response {
+    match family {
         Family::OpenAi => openai(400, message, "invalid_request_error", "invalid_request"),
+        Family::Responses => openai_param(message, None, None),
         Family::Anthropic => anthropic(400, "invalid_request_error", message),
         Family::Gemini => google(400, message, Vec::new(), None),
         Family::Bedrock => bedrock(400, "ValidationException", message),
+    }
+}
+
+/// A body the provider refuses, naming the offending member where OpenAI does.
+pub(crate) fn refuse(family: Family, invalid: &Invalid) -> Response {
+    match (family, &invalid.param) {
+        (Family::Responses, Some((param, code))) => openai_param(&invalid.message, Some(param), Some(code)),
+        _ => self::invalid(family, &invalid.message),
     }
 }
 
@@ -107,7 +126,7 @@ pub(crate) fn invalid(protocol: Protocol, message: &str) -> Response {
 /// `error_code` or a default meaning "overloaded") and message.
 pub(crate) fn stream_error(family: Family, name: Option<&str>) -> (String, &'static str) {
     match family {
-        Family::OpenAi => {
+        Family::OpenAi | Family::Responses => {
             let name = name.unwrap_or("server_error");
             (name.to_owned(), "The server had an error while processing your request.")
         }

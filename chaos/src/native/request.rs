@@ -1,10 +1,13 @@
 //! Reading a native request body and refusing it where the real provider
 //! would: missing required fields, fields the API does not know (such as
 //! `stream_options` sent to a non-OpenAI target), the wrong version tag.
+//! The Responses API's request is read in `request/responses.rs`.
+
+mod responses;
 
 use serde_json::{Map, Value};
 
-use crate::protocol::{Call, Protocol};
+use crate::protocol::{Call, Family, Protocol};
 
 /// `anthropic_version` that Claude on Vertex AI documents for the body (a
 /// dated API version is accepted too).
@@ -22,11 +25,30 @@ pub(crate) struct NativeRequest {
     pub(crate) tools: Vec<String>,
     /// The text of a trailing assistant message (Anthropic): a turn to continue.
     pub(crate) prefill: Option<String>,
+    /// The request's settings that the answer repeats (Responses API); empty
+    /// for the other protocols.
+    pub(crate) echo: Map<String, Value>,
 }
 
 /// A request the provider refuses with a 400, in its words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Invalid(pub(crate) String);
+pub(crate) struct Invalid {
+    pub(crate) message: String,
+    /// The offending member and OpenAI's `error.code` for it (Responses API).
+    pub(crate) param: Option<(String, &'static str)>,
+}
+
+impl Invalid {
+    /// A refusal that names no member.
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into(), param: None }
+    }
+
+    /// OpenAI's refusal of one member: `error.param` and `error.code`.
+    pub(crate) fn param(message: impl Into<String>, param: impl Into<String>, code: &'static str) -> Self {
+        Self { message: message.into(), param: Some((param.into(), code)) }
+    }
+}
 
 const ANTHROPIC_FIELDS: &[&str] = &[
     "model",
@@ -81,22 +103,22 @@ const BEDROCK_FIELDS: &[&str] = &[
 ];
 
 impl NativeRequest {
-    /// Parses and checks `body` for `call` (not for the OpenAI protocols).
+    /// Parses and checks `body` for `call` (not for OpenAI's chat family).
     pub(crate) fn parse(call: &Call, body: &[u8]) -> Result<Self, Invalid> {
         let map: Map<String, Value> = serde_json::from_slice(body).map_err(|e| {
-            Invalid(match call.protocol {
-                Protocol::Gemini | Protocol::VertexGemini => {
-                    format!("Invalid JSON payload received. {e}")
-                }
-                Protocol::Bedrock => format!("Malformed input request: {e}, please reformat your input and try again."),
-                _ => format!("There was an error parsing the body: {e}"),
+            Invalid::new(match call.family {
+                Family::Gemini => format!("Invalid JSON payload received. {e}"),
+                Family::Bedrock => format!("Malformed input request: {e}, please reformat your input and try again."),
+                Family::Responses => responses::UNPARSED.to_owned(),
+                Family::Anthropic | Family::OpenAi => format!("There was an error parsing the body: {e}"),
             })
         })?;
-        match call.protocol {
-            Protocol::Anthropic | Protocol::VertexAnthropic => anthropic(call, &map),
-            Protocol::Gemini | Protocol::VertexGemini => gemini(call, &map),
-            Protocol::Bedrock => bedrock(call, &map),
-            Protocol::OpenAi | Protocol::AzureOpenAi => Err(Invalid("not a native protocol".to_owned())),
+        match call.family {
+            Family::Anthropic => anthropic(call, &map),
+            Family::Gemini => gemini(call, &map),
+            Family::Bedrock => bedrock(call, &map),
+            Family::Responses => responses::parse(&map),
+            Family::OpenAi => Err(Invalid::new("not a native protocol")),
         }
     }
 }
@@ -106,7 +128,7 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
     for key in map.keys() {
         let known = ANTHROPIC_FIELDS.contains(&key.as_str()) || (vertex && key == "anthropic_version");
         if !known || (vertex && key == "model") {
-            return Err(Invalid(format!("{key}: Extra inputs are not permitted")));
+            return Err(Invalid::new(format!("{key}: Extra inputs are not permitted")));
         }
     }
     if vertex {
@@ -115,32 +137,32 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
             // current Vertex SDK sends).
             Some(v) if v == VERTEX_ANTHROPIC_VERSION || is_dated_version(v) => {}
             Some(other) => {
-                return Err(Invalid(format!(
+                return Err(Invalid::new(format!(
                     "anthropic_version: Input should be '{VERTEX_ANTHROPIC_VERSION}', got {other:?}"
                 )));
             }
-            None => return Err(Invalid("anthropic_version: Field required".to_owned())),
+            None => return Err(Invalid::new("anthropic_version: Field required")),
         }
     }
     let model = match (&call.model, map.get("model")) {
         (Some(m), _) => m.clone(),
         (None, Some(Value::String(m))) => m.clone(),
-        (None, _) => return Err(Invalid("model: Field required".to_owned())),
+        (None, _) => return Err(Invalid::new("model: Field required")),
     };
     if !map.get("messages").is_some_and(Value::is_array) {
-        return Err(Invalid("messages: Field required".to_owned()));
+        return Err(Invalid::new("messages: Field required"));
     }
     let Some(max_tokens) = map.get("max_tokens") else {
-        return Err(Invalid("max_tokens: Field required".to_owned()));
+        return Err(Invalid::new("max_tokens: Field required"));
     };
     let max_tokens = max_tokens
         .as_u64()
         .filter(|n| *n >= 1)
-        .ok_or_else(|| Invalid("max_tokens: Input should be greater than or equal to 1".to_owned()))?;
+        .ok_or_else(|| Invalid::new("max_tokens: Input should be greater than or equal to 1"))?;
     let stream = map.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if vertex && stream != call.stream {
         let method = if call.stream { "streamRawPredict" } else { "rawPredict" };
-        return Err(Invalid(format!("stream: must be {} for {method}", call.stream)));
+        return Err(Invalid::new(format!("stream: must be {} for {method}", call.stream)));
     }
     let tools = names(map.get("tools"), &["name"]);
     Ok(NativeRequest {
@@ -150,6 +172,7 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
         prompt_tokens: tokens(&[map.get("system"), map.get("messages"), map.get("tools")]),
         tools,
         prefill: prefill(map.get("messages")),
+        echo: Map::new(),
     })
 }
 
@@ -169,12 +192,14 @@ fn prefill(messages: Option<&Value>) -> Option<String> {
 fn gemini(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
     for key in map.keys() {
         if !GEMINI_FIELDS.contains(&key.as_str()) {
-            return Err(Invalid(format!("Invalid JSON payload received. Unknown name \"{key}\": Cannot find field.")));
+            return Err(Invalid::new(format!(
+                "Invalid JSON payload received. Unknown name \"{key}\": Cannot find field."
+            )));
         }
     }
     let contents = map.get("contents").and_then(Value::as_array);
     if contents.is_none_or(|c| c.is_empty()) {
-        return Err(Invalid("* GenerateContentRequest.contents: contents is not specified\n".to_owned()));
+        return Err(Invalid::new("* GenerateContentRequest.contents: contents is not specified\n"));
     }
     let config = map.get("generationConfig").or_else(|| map.get("generation_config"));
     let max_tokens =
@@ -192,20 +217,21 @@ fn gemini(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invali
         prompt_tokens: tokens(&[system, map.get("contents"), map.get("tools")]),
         tools,
         prefill: None,
+        echo: Map::new(),
     })
 }
 
 fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
     for key in map.keys() {
         if !BEDROCK_FIELDS.contains(&key.as_str()) {
-            return Err(Invalid(format!(
+            return Err(Invalid::new(format!(
                 "Malformed input request: extraneous key [{key}] is not permitted, please reformat your input and try again."
             )));
         }
     }
     if !map.get("messages").is_some_and(Value::is_array) {
-        return Err(Invalid(
-            "1 validation error detected: Value null at 'messages' failed to satisfy constraint: Member must not be null".to_owned(),
+        return Err(Invalid::new(
+            "1 validation error detected: Value null at 'messages' failed to satisfy constraint: Member must not be null",
         ));
     }
     let max_tokens = map.get("inferenceConfig").and_then(|c| c.get("maxTokens")).and_then(Value::as_u64);
@@ -225,6 +251,7 @@ fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inval
         prompt_tokens: tokens(&[map.get("system"), map.get("messages"), map.get("toolConfig")]),
         tools,
         prefill: prefill(map.get("messages")),
+        echo: Map::new(),
     })
 }
 
@@ -267,7 +294,7 @@ mod tests {
     use super::*;
 
     fn call(protocol: Protocol, model: Option<&str>, stream: bool) -> Call {
-        Call { protocol, model: model.map(str::to_owned), stream }
+        Call::new(protocol, model.map(str::to_owned), stream)
     }
 
     #[test]
@@ -278,11 +305,11 @@ mod tests {
         let r = NativeRequest::parse(&anthropic, ok).unwrap();
         assert_eq!((r.model.as_str(), r.max_tokens, r.tools.len()), ("c", Some(5), 1));
         let err = NativeRequest::parse(&anthropic, br#"{"model":"c","messages":[]}"#).unwrap_err();
-        assert_eq!(err.0, "max_tokens: Field required");
+        assert_eq!(err.message, "max_tokens: Field required");
         let err =
             NativeRequest::parse(&anthropic, br#"{"model":"c","max_tokens":1,"messages":[],"stream_options":{}}"#)
                 .unwrap_err();
-        assert_eq!(err.0, "stream_options: Extra inputs are not permitted");
+        assert_eq!(err.message, "stream_options: Extra inputs are not permitted");
 
         let vertex = call(Protocol::VertexAnthropic, Some("claude@1"), true);
         let err = NativeRequest::parse(
@@ -290,7 +317,7 @@ mod tests {
             br#"{"anthropic_version":"vertex-2023-10-16","model":"x","max_tokens":1,"messages":[],"stream":true}"#,
         )
         .unwrap_err();
-        assert_eq!(err.0, "model: Extra inputs are not permitted");
+        assert_eq!(err.message, "model: Extra inputs are not permitted");
         let r = NativeRequest::parse(
             &vertex,
             br#"{"anthropic_version":"vertex-2023-10-16","max_tokens":1,"messages":[],"stream":true}"#,
@@ -304,7 +331,7 @@ mod tests {
 
         let gemini = call(Protocol::Gemini, Some("g"), false);
         let err = NativeRequest::parse(&gemini, br#"{"contents":[{}],"max_tokens":3}"#).unwrap_err();
-        assert!(err.0.contains("Unknown name \"max_tokens\""), "{}", err.0);
+        assert!(err.message.contains("Unknown name \"max_tokens\""), "{}", err.message);
         let r = NativeRequest::parse(
             &gemini,
             br#"{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":3},
@@ -315,7 +342,7 @@ mod tests {
 
         let bedrock = call(Protocol::Bedrock, Some("b"), false);
         let err = NativeRequest::parse(&bedrock, br#"{"messages":[],"model":"b"}"#).unwrap_err();
-        assert!(err.0.contains("extraneous key [model]"), "{}", err.0);
+        assert!(err.message.contains("extraneous key [model]"), "{}", err.message);
         let r = NativeRequest::parse(
             &bedrock,
             br#"{"messages":[],"inferenceConfig":{"maxTokens":9},"toolConfig":{"tools":[{"toolSpec":{"name":"t"}}]}}"#,

@@ -1,6 +1,7 @@
 //! A native stream unfolding over time, with the same faults as the OpenAI
 //! one: the protocol's opening events at once (Anthropic `message_start`,
-//! Bedrock `messageStart`: real providers send them before any content),
+//! Bedrock `messageStart`, Responses `response.created` … `content_part.added`:
+//! real providers send them before any content),
 //! the first-byte delay before the first content event, content with its
 //! cadence, then the closing events. A hang, a reset or an in-stream error
 //! event cuts in after N content chunks; `malformed_chunk` replaces the Nth
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use bytes::Bytes;
 
-use super::{Answer, anthropic, bedrock, errors, google};
+use super::{Answer, anthropic, bedrock, errors, google, responses};
 use crate::plan::Plan;
 use crate::protocol::Family;
 use crate::stream::{BodyCtx, ResetError, sleep};
@@ -33,11 +34,15 @@ struct State {
     events: u32,
 }
 
-/// An event waiting to be sent; rendered late for Gemini, whose framing
-/// depends on the event's position.
+/// An event waiting to be sent; closing events are rendered late, as
+/// Gemini's framing and Responses' `sequence_number` depend on their position.
 enum Pending {
     Ready(Bytes),
-    Closing(usize),
+    /// The closing event at `index`, of those starting after `first` events.
+    Closing {
+        first: u32,
+        index: usize,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -66,9 +71,9 @@ impl State {
         let pieces = u32::try_from(self.s.answer.pieces.len()).unwrap_or(u32::MAX);
         loop {
             if let Some(pending) = self.pending.pop_front() {
-                return Some(Ok(self.emit(|s, n| match pending {
+                return Some(Ok(self.emit(|s, _| match pending {
                     Pending::Ready(bytes) => bytes,
-                    Pending::Closing(i) => closing(s, n).into_iter().nth(i).unwrap_or_default(),
+                    Pending::Closing { first, index } => closing(s, first).into_iter().nth(index).unwrap_or_default(),
                 })));
             }
             match self.step {
@@ -76,6 +81,7 @@ impl State {
                     let events = match self.s.family {
                         Family::Anthropic => anthropic::preamble(&self.s.answer),
                         Family::Bedrock => bedrock::preamble(&self.s.answer),
+                        Family::Responses => responses::preamble(&self.s.answer, self.events),
                         Family::Gemini | Family::OpenAi => Vec::new(),
                     };
                     self.pending.extend(events.into_iter().map(Pending::Ready));
@@ -110,6 +116,7 @@ impl State {
                     return Some(Ok(self.emit(|s, n| match s.family {
                         Family::Anthropic => anthropic::piece(&s.answer, at),
                         Family::Bedrock => bedrock::piece(&s.answer, at),
+                        Family::Responses => responses::piece(&s.answer, at, n),
                         Family::Gemini | Family::OpenAi => google::piece(&s.answer, at, n),
                     })));
                 }
@@ -119,17 +126,19 @@ impl State {
                     return Some(Ok(self.emit(|s, n| match s.family {
                         Family::Anthropic => anthropic::error_event(&name, message),
                         Family::Bedrock => bedrock::exception(&name, message),
+                        Family::Responses => responses::error_event(&s.answer, n, &name, message),
                         Family::Gemini | Family::OpenAi => google::error_event(&s.answer, n, &name, message),
                     })));
                 }
                 Step::Closing => {
                     self.step = Step::End;
-                    let mut count = closing(&self.s, self.events).len();
+                    let first = self.events;
+                    let mut count = closing(&self.s, first).len();
                     // Without its end marker: the last closing event is left out.
                     if plan.no_done {
                         count = count.saturating_sub(1);
                     }
-                    self.pending.extend((0..count).map(Pending::Closing));
+                    self.pending.extend((0..count).map(|index| Pending::Closing { first, index }));
                 }
                 Step::End => return None,
             }
@@ -145,6 +154,7 @@ impl State {
             return match self.s.family {
                 Family::Anthropic => Bytes::from_static(anthropic::MALFORMED),
                 Family::Bedrock => bedrock::malformed(),
+                Family::Responses => responses::malformed(&self.s.answer),
                 Family::Gemini | Family::OpenAi => google::malformed(&self.s.answer, n),
             };
         }
@@ -157,6 +167,7 @@ fn closing(s: &NativeStream, n: u32) -> Vec<Bytes> {
     match s.family {
         Family::Anthropic => anthropic::closing(&s.answer),
         Family::Bedrock => bedrock::closing(&s.answer),
+        Family::Responses => responses::closing(&s.answer, n),
         Family::Gemini | Family::OpenAi => google::closing(&s.answer, n),
     }
 }

@@ -29,7 +29,7 @@ use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
 use crate::egress;
 use crate::headers::X_REQUEST_ID;
-use crate::relay::sse::{PromptDetails, Usage};
+use crate::relay::sse::Usage;
 use crate::request::Endpoint;
 
 /// What a native attempt needs besides the common [`AttemptSpec`].
@@ -178,14 +178,7 @@ impl Answer {
 
 /// The gateway's form of a translated answer's usage.
 pub(super) fn usage_of(u: &providers::Usage) -> Usage {
-    Usage {
-        prompt_tokens: u.prompt_tokens,
-        completion_tokens: u.completion_tokens,
-        prompt_tokens_details: PromptDetails {
-            cached_tokens: u.cached_tokens,
-            cache_write_tokens: u.cache_write_tokens,
-        },
-    }
+    Usage::from(*u)
 }
 
 /// Runs the exchange of one native attempt (the caller bounds it in time).
@@ -257,6 +250,22 @@ pub(super) async fn messages_exchange(
         });
     }
     commit(status, body_stream(response), providers::messages::relay(), spec.retry_on).await
+}
+
+/// The answer of an OpenAI-compatible candidate to a native Responses request: events
+/// passed on as they came, read until the first content (an error before it fails
+/// over), or a whole response and its usage.
+pub(super) async fn responses_answer(
+    status: StatusCode,
+    response: egress::UpstreamResponse,
+    spec: &AttemptSpec<'_>,
+) -> Result<Answer, AttemptError> {
+    if spec.stream {
+        return commit(status, body_stream(response), providers::responses::relay(), spec.retry_on).await;
+    }
+    let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
+    let usage = providers::responses::usage_of_response(&body).map(|u| usage_of(&u));
+    Ok(Answer { usage, ..Answer::new(status, Some(HeaderValue::from_static("application/json")), body, None) })
 }
 
 /// A response body as a stream of bytes.

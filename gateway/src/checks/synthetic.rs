@@ -250,6 +250,10 @@ impl Read {
         for event in splitter.push(chunk) {
             match event {
                 Event::Done => self.ended = true,
+                Event::Last { usage, .. } => {
+                    self.usage = usage.or(self.usage);
+                    self.ended = true;
+                }
                 Event::Chunk { usage, finished, content, .. } => {
                     self.usage = usage.or(self.usage);
                     self.content_events += u64::from(content);

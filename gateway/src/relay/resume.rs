@@ -251,7 +251,8 @@ pub(super) async fn pump(
         if let Some(bytes) = chunk.take() {
             for event in splitter.push(&bytes) {
                 let out = match event {
-                    Event::Done => return done(end, cur, &resumer, earlier),
+                    // Only OpenAI chunk streams are resumed; they end in `[DONE]`.
+                    Event::Done | Event::Last { .. } => return done(end, cur, &resumer, earlier),
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
                         if !std::mem::replace(&mut model_read, true) {
                             end.model = super::sse::model_of(&raw);

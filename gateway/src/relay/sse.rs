@@ -48,6 +48,19 @@ impl Usage {
     }
 }
 
+impl From<sluice_providers::Usage> for Usage {
+    fn from(u: sluice_providers::Usage) -> Self {
+        Self {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            prompt_tokens_details: PromptDetails {
+                cached_tokens: u.cached_tokens,
+                cache_write_tokens: u.cache_write_tokens,
+            },
+        }
+    }
+}
+
 fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
@@ -110,8 +123,18 @@ struct DeltaPeek {
 /// What one complete event is.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event {
-    /// `data: [DONE]`.
+    /// `data: [DONE]` (Messages: `message_stop`).
     Done,
+    /// The event that ends a Responses stream (`response.completed`,
+    /// `response.incomplete`), carrying the usage: held back until the answer is billed.
+    Last {
+        /// The raw event bytes.
+        raw: Bytes,
+        /// The whole answer's usage.
+        usage: Option<Usage>,
+        /// How it ended.
+        finished: FinishReason,
+    },
     /// A JSON chunk.
     Chunk {
         /// The raw event bytes, ending in a blank line.
@@ -139,6 +162,8 @@ pub enum Format {
     OpenAi,
     /// Anthropic Messages events, ending in `message_stop`.
     Messages,
+    /// OpenAI Responses events, ending in `response.completed` (or `.incomplete`).
+    Responses,
 }
 
 impl Format {
@@ -146,6 +171,7 @@ impl Format {
     pub fn of(endpoint: crate::request::Endpoint) -> Self {
         match endpoint {
             crate::request::Endpoint::Messages => Format::Messages,
+            crate::request::Endpoint::Responses => Format::Responses,
             _ => Format::OpenAi,
         }
     }
@@ -155,6 +181,8 @@ impl Format {
         match self {
             Format::OpenAi => Bytes::from_static(b"data: [DONE]\n\n"),
             Format::Messages => Bytes::from_static(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+            // Its last event carries the answer: relayed as [`Event::Last`], nothing added.
+            Format::Responses => Bytes::new(),
         }
     }
 
@@ -167,6 +195,7 @@ impl Format {
                 Bytes::from(format!("data: {event}\n\n"))
             }
             Format::Messages => sluice_providers::messages::error_event(kind, message),
+            Format::Responses => sluice_providers::responses::failed_event("", code, message),
         }
     }
 }
@@ -196,6 +225,7 @@ impl Splitter {
             events.push(match self.format {
                 Format::OpenAi => classify(raw),
                 Format::Messages => self.usage.classify(raw),
+                Format::Responses => classify_responses(raw),
             });
         }
         events
@@ -208,6 +238,10 @@ impl Splitter {
             Format::Messages => {
                 let v: serde_json::Value = serde_json::from_str(data_of(raw)?.trim()).ok()?;
                 v["message"]["model"].as_str().map(str::to_owned)
+            }
+            Format::Responses => {
+                let v: serde_json::Value = serde_json::from_str(data_of(raw)?.trim()).ok()?;
+                v["response"]["model"].as_str().map(str::to_owned)
             }
         }
     }
@@ -351,6 +385,29 @@ impl MessagesUsage {
             _ => chunk(None, None, false),
         }
     }
+}
+
+/// A Responses event: read only for its type, and the last one for the usage.
+fn classify_responses(raw: Bytes) -> Event {
+    let Some(data) = data_of(&raw) else {
+        return Event::Other(raw);
+    };
+    let Some(kind) = sluice_providers::sse::type_of(&data) else {
+        return Event::Malformed("a Responses event without a type".into());
+    };
+    let finished = match kind.as_str() {
+        "response.completed" => FinishReason::Stop,
+        "response.incomplete" => FinishReason::Length,
+        _ => {
+            let content = kind.ends_with(".delta");
+            return Event::Chunk { raw, usage: None, finished: None, usage_only: false, content };
+        }
+    };
+    let usage = serde_json::from_str::<serde_json::Value>(&data)
+        .ok()
+        .and_then(|v| v["response"].get("usage").filter(|u| u.is_object()).map(sluice_providers::responses::usage_of))
+        .map(Usage::from);
+    Event::Last { raw, usage, finished }
 }
 
 fn classify(raw: Bytes) -> Event {

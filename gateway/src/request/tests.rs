@@ -178,7 +178,7 @@ proptest! {
         match endpoint {
             Endpoint::Chat | Endpoint::Messages => map.insert("messages".into(), json!([{"role": "user", "content": "hi"}])),
             Endpoint::Completions => map.insert("prompt".into(), json!("hi")),
-            Endpoint::Embeddings => map.insert("input".into(), json!(["a", "b"])),
+            Endpoint::Embeddings | Endpoint::Responses => map.insert("input".into(), json!(["a", "b"])),
         };
         if endpoint != Endpoint::Embeddings {
             map.insert("stream".into(), Value::Bool(stream));
@@ -196,4 +196,46 @@ proptest! {
         let text = if pretty { serde_json::to_string_pretty(&object).unwrap() } else { object.to_string() };
         prop_assert_eq!(spliced(endpoint, &text, &target, 777), reference(endpoint, &text, &target, 777));
     }
+}
+
+#[test]
+fn a_responses_request_is_read_and_spliced_in_its_own_members() {
+    let e = |body: &str| err(Endpoint::Responses, body);
+    assert_eq!(e(r#"{"model":"m"}"#), "you must provide a 'input' parameter");
+    assert_eq!(e(r#"{"model":"m","input":3}"#), "'input' must be a string or an array");
+    assert_eq!(
+        e(r#"{"model":"m","input":"hi","max_output_tokens":0}"#),
+        "'max_output_tokens' must be a positive integer"
+    );
+    for (member, value) in [("previous_response_id", r#""resp_1""#), ("conversation", r#"{"id":"c"}"#)] {
+        let body = format!(r#"{{"model":"m","input":"hi","{member}":{value}}}"#);
+        assert!(e(&body).starts_with(&format!("'{member}' is not supported")), "{member}: {}", e(&body));
+    }
+    assert!(e(r#"{"model":"m","input":"hi","store":true}"#).starts_with("'store': true is not supported"));
+    assert!(e(r#"{"model":"m","input":"hi","background":true}"#).starts_with("'background': true is not supported"));
+    assert_eq!(e(r#"{"model":"m","input":"hi","store":"no"}"#), "'store' must be a boolean");
+    assert_eq!(e(r#"{"model":"m","input":[],"store":false,"previous_response_id":null}"#), "accepted");
+
+    // The output limit the reservation assumed is spliced in under Responses' name, and
+    // a stream is not sent chat's stream options.
+    let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","stream":true,"max_output_tokens":null}"#).unwrap();
+    assert_eq!(r.reserved_output(512), 512);
+    let body: Value = serde_json::from_slice(&r.upstream_body("gpt-x", 512)).unwrap();
+    assert_eq!(body, json!({"model": "gpt-x", "input": "hi", "stream": true, "max_output_tokens": 512}));
+    let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","max_output_tokens":9}"#).unwrap();
+    assert_eq!(r.reserved_output(512), 9);
+    assert_eq!(&r.upstream_body("m", 512)[..], br#"{"model":"m","input":"hi","max_output_tokens":9}"#);
+}
+
+#[test]
+fn a_responses_request_translates_to_the_chat_request_other_candidates_are_sent() {
+    let r =
+        parse(Endpoint::Responses, r#"{"model":"m","input":"hi","instructions":"be brief","include":["x"]}"#).unwrap();
+    let chat = r.as_chat().expect("translates");
+    assert_eq!(chat.request.endpoint, Endpoint::Chat);
+    assert_eq!(chat.dropped, ["include"]);
+    let body: Value = serde_json::from_slice(chat.request.body()).unwrap();
+    assert_eq!(body["messages"][0], json!({"role": "system", "content": "be brief"}));
+    let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","tools":[{"type":"web_search"}]}"#).unwrap();
+    assert_eq!(r.as_chat().map(|_| ()).unwrap_err().field(), "tools[0]");
 }

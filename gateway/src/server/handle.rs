@@ -61,6 +61,7 @@ async fn serve(
             Err(e) => {
                 // The route is known: a refused request (402) is one of its answers.
                 let end = answer::Ending {
+                    api: endpoint,
                     status: e.status(),
                     slo_bad: None,
                     latency_ms: 0,

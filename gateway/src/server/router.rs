@@ -27,6 +27,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
+        .route("/v1/responses", post(responses))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -94,6 +95,10 @@ async fn embeddings(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
 
 async fn messages(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
     openai(gw, Endpoint::Messages, req).await
+}
+
+async fn responses(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    openai(gw, Endpoint::Responses, req).await
 }
 
 async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request) -> Response {

@@ -7,11 +7,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
 
 use sluice_ledger::{BillerObserver, RenewalResult};
 
 use crate::attempt::outcome::Outcome;
+use crate::request::Endpoint;
 
 /// `{route, code}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -20,6 +22,17 @@ pub struct RouteCode {
     pub route: String,
     /// HTTP status answered.
     pub code: u16,
+    /// The inbound API (`chat`, `completions`, `embeddings`, `messages`, `responses`).
+    pub api: &'static str,
+}
+
+/// `{route, api}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteApi {
+    /// Route name.
+    pub route: String,
+    /// The inbound API.
+    pub api: &'static str,
 }
 
 /// `{route}`.
@@ -168,10 +181,10 @@ fn latency_histogram() -> Histogram {
 /// Every metric the gateway exports.
 pub struct Metrics {
     registry: Registry,
-    /// `sluice_requests_total{route,code}`.
+    /// `sluice_requests_total{route,code,api}`.
     pub requests: Family<RouteCode, Counter>,
-    /// `sluice_request_duration_seconds{route}`.
-    pub request_duration: Hist<RouteLabel>,
+    /// `sluice_request_duration_seconds{route,api}`.
+    pub request_duration: Hist<RouteApi>,
     /// `sluice_upstream_attempts_total{upstream,outcome}`.
     pub attempts: Family<UpstreamOutcome, Counter>,
     /// `sluice_upstream_first_byte_seconds{upstream}`.
@@ -212,7 +225,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("sluice");
         let requests = Family::<RouteCode, Counter>::default();
-        let request_duration: Hist<RouteLabel> = Family::new_with_constructor(latency_histogram);
+        let request_duration: Hist<RouteApi> = Family::new_with_constructor(latency_histogram);
         let attempts = Family::<UpstreamOutcome, Counter>::default();
         let first_byte: Hist<UpstreamLabel> = Family::new_with_constructor(latency_histogram);
         let failovers = Family::<RouteReason, Counter>::default();
@@ -408,16 +421,24 @@ impl UpstreamMetrics {
 pub struct RouteMetrics {
     /// Route name, for the `{route, code}` family.
     pub route: String,
-    /// Duration histogram.
-    pub duration: Histogram,
+    /// The handles of each inbound API, resolved on its first request (a route that is
+    /// only asked in one API exports that API's series only).
+    apis: [OnceLock<ApiMetrics>; Endpoint::ALL.len()],
     /// Input tokens.
     pub input_tokens: Counter,
     /// Output tokens.
     pub output_tokens: Counter,
     /// Spend.
     pub spend: Counter,
-    /// `requests_total{route, code}` for the statuses the gateway itself answers,
-    /// resolved at load so that the request path does not build label sets.
+}
+
+/// A route's metric handles for one inbound API.
+#[derive(Clone)]
+struct ApiMetrics {
+    /// `request_duration_seconds{route, api}`.
+    duration: Histogram,
+    /// `requests_total{route, code, api}` for the statuses the gateway itself answers,
+    /// resolved once so that the request path does not build label sets.
     codes: Vec<(u16, Counter)>,
 }
 
@@ -428,26 +449,34 @@ impl RouteMetrics {
         let tokens = |kind| m.tokens.get_or_create(&RouteTokens { route: name.to_string(), kind }).clone();
         Self {
             route: name.to_string(),
-            duration: m.request_duration.get_or_create(&route).clone(),
+            apis: Default::default(),
             input_tokens: tokens(TokenKind::Input),
             output_tokens: tokens(TokenKind::Output),
             spend: m.spend.get_or_create(&route).clone(),
-            codes: COMMON_CODES
-                .iter()
-                .map(|&code| (code, m.requests.get_or_create(&RouteCode { route: name.to_string(), code }).clone()))
-                .collect(),
         }
     }
 
-    /// Counts an answered request.
-    pub fn count(&self, m: &Metrics, code: u16) {
-        match self.codes.iter().find(|(c, _)| *c == code) {
+    /// Counts a request of inbound API `api` answered with `code` after `seconds`.
+    pub fn answered(&self, m: &Metrics, api: Endpoint, code: u16, seconds: f64) {
+        let handles = self.apis[api.index()].get_or_init(|| {
+            let route = || self.route.clone();
+            let api = api.api();
+            ApiMetrics {
+                duration: m.request_duration.get_or_create(&RouteApi { route: route(), api }).clone(),
+                codes: COMMON_CODES
+                    .iter()
+                    .map(|&code| (code, m.requests.get_or_create(&RouteCode { route: route(), code, api }).clone()))
+                    .collect(),
+            }
+        });
+        handles.duration.observe(seconds);
+        match handles.codes.iter().find(|(c, _)| *c == code) {
             Some((_, counter)) => {
                 counter.inc();
             }
             // Other statuses are passed through from upstreams; bounded by HTTP itself.
             None => {
-                m.requests.get_or_create(&RouteCode { route: self.route.clone(), code }).inc();
+                m.requests.get_or_create(&RouteCode { route: self.route.clone(), code, api: api.api() }).inc();
             }
         }
     }

@@ -68,7 +68,7 @@ impl Tracing {
 /// The GenAI operation name of an endpoint.
 pub fn operation(endpoint: Endpoint) -> &'static str {
     match endpoint {
-        Endpoint::Chat | Endpoint::Messages => "chat",
+        Endpoint::Chat | Endpoint::Messages | Endpoint::Responses => "chat",
         Endpoint::Completions => "text_completion",
         Endpoint::Embeddings => "embeddings",
     }

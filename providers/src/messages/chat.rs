@@ -4,16 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::TranslateError;
-
-/// A translated request: the chat body and the members left out.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Translated {
-    /// The OpenAI chat request (JSON).
-    pub body: Vec<u8>,
-    /// Hints left out (`thinking`, `cache_control`, …), each named once.
-    pub dropped: Vec<&'static str>,
-}
+use crate::{TranslateError, Translated};
 
 /// Members that only steer Anthropic's service or the model's effort; a candidate
 /// without them answers the same conversation.

@@ -19,19 +19,6 @@ fn stop_reason(finish: &str) -> &'static str {
     }
 }
 
-/// An OpenAI usage object in OpenAI's accounting (cache reads and writes included in
-/// `prompt_tokens`).
-fn openai_usage(u: &Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let details = &u["prompt_tokens_details"];
-    Usage {
-        prompt_tokens: n(&u["prompt_tokens"]),
-        completion_tokens: n(&u["completion_tokens"]),
-        cached_tokens: n(&details["cached_tokens"]),
-        cache_write_tokens: n(&details["cache_write_tokens"]),
-    }
-}
-
 /// Messages' `usage`: `input_tokens` without cache reads and writes.
 fn messages_usage(u: &Usage) -> Value {
     let cached = u.cached_tokens.min(u.prompt_tokens);
@@ -64,7 +51,7 @@ pub fn message_of_completion(body: &[u8], id: &str, model: &str) -> Result<(Byte
         };
         content.push(json!({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": input}));
     }
-    let usage = openai_usage(&v["usage"]);
+    let usage = Usage::of_openai_json(&v["usage"]);
     let answer = json!({
         "id": id,
         "type": "message",
@@ -227,14 +214,11 @@ impl SseEvents for FromChat {
             return self.fail(UpstreamError::malformed(200, "a stream event is not JSON"), out);
         };
         if let Some(e) = v.get("error") {
-            let message = e["message"].as_str().unwrap_or("the upstream sent an error").to_owned();
-            let kind =
-                crate::ErrorKind::from_status(e["code"].as_u64().and_then(|c| u16::try_from(c).ok()).unwrap_or(500));
-            return self.fail(UpstreamError::new(kind, 200, message, None), out);
+            return self.fail(UpstreamError::of_chunk_error(e), out);
         }
         self.start(v["model"].as_str(), out);
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(openai_usage(u));
+            self.usage = Some(Usage::of_openai_json(u));
         }
         for choice in v["choices"].as_array().into_iter().flatten() {
             let delta = &choice["delta"];

@@ -1,0 +1,325 @@
+//! A Responses request as an OpenAI chat request, for candidates that do not speak the
+//! Responses API. Each member is translated, refused naming it, or — for the hints
+//! docs/gateway.md lists — left out and reported in [`Translated::dropped`].
+
+use serde_json::{Map, Value, json};
+
+use crate::{TranslateError, Translated};
+
+/// Members that only steer OpenAI's service (storage, caching, tiers, telemetry) or
+/// the model's effort; a candidate without them answers the same conversation.
+const HINTS: &[&str] = &[
+    "reasoning",
+    "include",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "metadata",
+    "service_tier",
+    "truncation",
+    "safety_identifier",
+    "client_metadata",
+    "stream_options",
+    "text.verbosity",
+];
+
+/// Members that need state sluice does not keep (docs/gateway.md: no response store).
+const STATEFUL: &[&str] = &["previous_response_id", "conversation", "prompt"];
+
+struct Out {
+    messages: Vec<Value>,
+    dropped: Vec<&'static str>,
+}
+
+impl Out {
+    fn drop_hint(&mut self, name: &'static str) {
+        if !self.dropped.contains(&name) {
+            self.dropped.push(name);
+        }
+    }
+
+    /// The assistant message tool calls join: the last message when it is an
+    /// assistant's (a function call item follows the text of the same turn), else a new one.
+    fn assistant(&mut self) -> &mut Map<String, Value> {
+        let last_is_assistant = self.messages.last().is_some_and(|m| m["role"] == "assistant");
+        if !last_is_assistant {
+            self.messages.push(json!({"role": "assistant", "content": null}));
+        }
+        match self.messages.last_mut() {
+            Some(Value::Object(m)) => m,
+            _ => unreachable!("an assistant message was just pushed"),
+        }
+    }
+}
+
+fn unsupported(field: impl Into<String>, reason: impl Into<String>) -> TranslateError {
+    TranslateError::unsupported(field, reason)
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Translates a Responses request body into an OpenAI chat request.
+pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
+    let Value::Object(req) =
+        serde_json::from_slice::<Value>(body).map_err(|e| TranslateError::invalid("body", e.to_string()))?
+    else {
+        return Err(TranslateError::invalid("body", "must be a JSON object"));
+    };
+    let mut chat = Map::new();
+    let mut out = Out { messages: Vec::new(), dropped: Vec::new() };
+    match req.get("instructions") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => out.messages.push(json!({"role": "system", "content": s})),
+        Some(_) => return Err(unsupported("instructions", "only a string can be translated")),
+    }
+    for (key, value) in &req {
+        if value.is_null() {
+            continue;
+        }
+        match key.as_str() {
+            "model" | "temperature" | "top_p" | "stream" | "parallel_tool_calls" | "user" => {
+                chat.insert(key.clone(), value.clone());
+            }
+            "instructions" => {}
+            "input" => input(value, &mut out)?,
+            "max_output_tokens" => {
+                chat.insert("max_tokens".into(), value.clone());
+            }
+            "tools" => {
+                chat.insert("tools".into(), tools(value)?);
+            }
+            "tool_choice" => {
+                chat.insert("tool_choice".into(), tool_choice(value)?);
+            }
+            "text" => text(value, &mut chat, &mut out)?,
+            "store" => {
+                if value.as_bool() == Some(true) {
+                    return Err(unsupported("store", "sluice does not store responses; send store: false"));
+                }
+            }
+            "background" => {
+                if value.as_bool() == Some(true) {
+                    return Err(unsupported("background", "sluice answers in the foreground only"));
+                }
+            }
+            k if STATEFUL.contains(&k) => {
+                return Err(unsupported(k, "sluice does not store responses; send the whole conversation in 'input'"));
+            }
+            k => match HINTS.iter().find(|h| **h == k) {
+                Some(hint) => out.drop_hint(hint),
+                None => return Err(unsupported(k, "this candidate's protocol has no equivalent")),
+            },
+        }
+    }
+    chat.insert("messages".into(), Value::Array(out.messages));
+    debug_assert!(out.dropped.iter().all(|d| HINTS.contains(d)));
+    Ok(Translated { body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(), dropped: out.dropped })
+}
+
+/// `input`: a string (one user message) or a list of items.
+fn input(value: &Value, out: &mut Out) -> Result<(), TranslateError> {
+    let items = match value {
+        Value::String(s) => {
+            out.messages.push(json!({"role": "user", "content": s}));
+            return Ok(());
+        }
+        Value::Array(items) => items,
+        _ => return Err(TranslateError::invalid("input", "must be a string or an array of items")),
+    };
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("input[{i}]");
+        // A bare `{role, content}` is a message.
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+        match kind {
+            "message" => message(item, &field, out)?,
+            "function_call" => {
+                let call = json!({
+                    "id": str_of(item, "call_id"),
+                    "type": "function",
+                    "function": {"name": str_of(item, "name"), "arguments": str_of(item, "arguments")},
+                });
+                let assistant = out.assistant();
+                match assistant.get_mut("tool_calls") {
+                    Some(Value::Array(calls)) => calls.push(call),
+                    _ => {
+                        assistant.insert("tool_calls".into(), json!([call]));
+                    }
+                }
+            }
+            "function_call_output" => {
+                let output = tool_output(item.get("output"), &field)?;
+                out.messages.push(json!({"role": "tool", "tool_call_id": str_of(item, "call_id"), "content": output}));
+            }
+            // Reasoning is the minting provider's own (its encrypted content cannot be
+            // read elsewhere), and earlier turns' reasoning does not reach the model.
+            "reasoning" => out.drop_hint("reasoning"),
+            "item_reference" => {
+                return Err(unsupported(field, "sluice does not store responses; send the item itself"));
+            }
+            other => {
+                return Err(unsupported(field, format!("a {other:?} item cannot be translated for this candidate")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A message item: `developer` and `system` become the system role.
+fn message(item: &Value, field: &str, out: &mut Out) -> Result<(), TranslateError> {
+    let role = match str_of(item, "role") {
+        "developer" | "system" => "system",
+        r @ ("user" | "assistant") => r,
+        _ => {
+            return Err(TranslateError::invalid(
+                format!("{field}.role"),
+                "must be user, assistant, system or developer",
+            ));
+        }
+    };
+    let content = match item.get("content") {
+        Some(Value::String(s)) => json!(s),
+        Some(Value::Array(parts)) => parts_of(parts, role, field)?,
+        _ => return Err(TranslateError::invalid(format!("{field}.content"), "must be a string or an array of parts")),
+    };
+    // An assistant's text: the function call items that follow join this message.
+    out.messages.push(json!({"role": role, "content": content}));
+    Ok(())
+}
+
+/// A message's parts: text only for system and assistant turns (one string), text and
+/// images for a user turn.
+fn parts_of(parts: &[Value], role: &str, field: &str) -> Result<Value, TranslateError> {
+    let mut chat_parts = Vec::with_capacity(parts.len());
+    let mut text = Vec::new();
+    for (j, p) in parts.iter().enumerate() {
+        let at = format!("{field}.content[{j}]");
+        match str_of(p, "type") {
+            "input_text" | "output_text" | "text" => {
+                text.push(str_of(p, "text"));
+                chat_parts.push(json!({"type": "text", "text": str_of(p, "text")}));
+            }
+            "refusal" => {
+                text.push(str_of(p, "refusal"));
+                chat_parts.push(json!({"type": "text", "text": str_of(p, "refusal")}));
+            }
+            "input_image" if role == "user" => {
+                let Some(url) = p.get("image_url").and_then(Value::as_str) else {
+                    return Err(unsupported(at, "only images given by image_url can be translated"));
+                };
+                let mut image = json!({"url": url});
+                if let Some(detail) = p.get("detail").filter(|d| !d.is_null()) {
+                    image["detail"] = detail.clone();
+                }
+                chat_parts.push(json!({"type": "image_url", "image_url": image}));
+            }
+            other => {
+                return Err(unsupported(at, format!("a {other:?} part cannot be translated for this candidate")));
+            }
+        }
+    }
+    if chat_parts.len() == text.len() {
+        return Ok(json!(text.concat()));
+    }
+    Ok(Value::Array(chat_parts))
+}
+
+/// A function call's output: a string, or text parts joined.
+fn tool_output(output: Option<&Value>, field: &str) -> Result<String, TranslateError> {
+    match output {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = Vec::with_capacity(parts.len());
+            for (k, p) in parts.iter().enumerate() {
+                if !matches!(str_of(p, "type"), "input_text" | "output_text") {
+                    return Err(unsupported(
+                        format!("{field}.output[{k}]"),
+                        "a tool output can be translated as text only",
+                    ));
+                }
+                text.push(str_of(p, "text"));
+            }
+            Ok(text.join("\n"))
+        }
+        Some(_) => Err(TranslateError::invalid(format!("{field}.output"), "must be a string or an array of parts")),
+    }
+}
+
+/// Function tools; a hosted tool (`web_search`, `file_search`, …) has no equivalent on
+/// a candidate of another protocol.
+fn tools(value: &Value) -> Result<Value, TranslateError> {
+    let Value::Array(list) = value else {
+        return Err(TranslateError::invalid("tools", "must be an array"));
+    };
+    let mut tools = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        match str_of(t, "type") {
+            "function" => {}
+            other => {
+                return Err(unsupported(
+                    format!("tools[{i}]"),
+                    format!("the {other:?} tool has no equivalent on this candidate"),
+                ));
+            }
+        }
+        let mut function = json!({
+            "name": str_of(t, "name"),
+            "parameters": t.get("parameters").filter(|p| !p.is_null()).cloned().unwrap_or_else(|| json!({"type": "object"})),
+        });
+        for key in ["description", "strict"] {
+            if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
+                function[key] = v.clone();
+            }
+        }
+        tools.push(json!({"type": "function", "function": function}));
+    }
+    Ok(Value::Array(tools))
+}
+
+fn tool_choice(value: &Value) -> Result<Value, TranslateError> {
+    match value {
+        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok(value.clone()),
+        Value::Object(_) if str_of(value, "type") == "function" => {
+            Ok(json!({"type": "function", "function": {"name": str_of(value, "name")}}))
+        }
+        Value::Object(_) => Err(unsupported(
+            "tool_choice",
+            format!("a {:?} tool choice has no equivalent on this candidate", str_of(value, "type")),
+        )),
+        _ => Err(TranslateError::invalid("tool_choice", "must be auto, none, required or a function")),
+    }
+}
+
+/// `text`: the format becomes chat's `response_format`; `verbosity` is a hint.
+fn text(value: &Value, chat: &mut Map<String, Value>, out: &mut Out) -> Result<(), TranslateError> {
+    let Value::Object(text) = value else {
+        return Err(TranslateError::invalid("text", "must be an object"));
+    };
+    for (key, v) in text {
+        match key.as_str() {
+            "verbosity" => out.drop_hint("text.verbosity"),
+            "format" => match str_of(v, "type") {
+                "text" => {}
+                "json_object" => {
+                    chat.insert("response_format".into(), json!({"type": "json_object"}));
+                }
+                "json_schema" => {
+                    let mut schema = json!({
+                        "name": v.get("name").and_then(Value::as_str).unwrap_or("output"),
+                        "schema": v.get("schema").cloned().unwrap_or_else(|| json!({})),
+                    });
+                    for key in ["description", "strict"] {
+                        if let Some(x) = v.get(key).filter(|x| !x.is_null()) {
+                            schema[key] = x.clone();
+                        }
+                    }
+                    chat.insert("response_format".into(), json!({"type": "json_schema", "json_schema": schema}));
+                }
+                other => return Err(unsupported("text.format", format!("a {other:?} format cannot be translated"))),
+            },
+            other => return Err(unsupported(format!("text.{other}"), "no equivalent on this candidate")),
+        }
+    }
+    Ok(())
+}

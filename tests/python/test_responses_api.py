@@ -1,0 +1,272 @@
+"""`POST /v1/responses` as the official `openai` SDK sees it (docs/design.md §12,
+docs/gateway.md "Inbound APIs").
+
+Two routes on the session's chaos pair, both served by an `openai` candidate (native: the
+client's body as it came, to the upstream's `/v1/responses`) and an `anthropic` candidate
+(translated: Responses → chat → Messages, and the answer back as Responses events):
+- `gpt-native`: `oai` on chaos primary first, `anth` on chaos backup second;
+- `gpt-translated`: `anth` on chaos backup first, `oai` on chaos primary second.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import openai
+import pytest
+from sluice_testsupport.poll import wait_for
+
+from conftest import Gateway, run_admin, start
+
+NATIVE, TRANSLATED = "gpt-native", "gpt-translated"
+HELLO = "Say hello."
+TOOL = {"type": "function", "name": "lookup", "description": "Looks a word up.", "strict": False,
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
+START = 10_000_000_000  # $10.00 in nanodollars
+IN, OUT = 1_000, 2_000  # nanodollars per token at the routes' price
+
+
+def manifests(primary: str, backup: str) -> str:
+    def route(name: str, first: tuple[str, str], second: tuple[str, str]) -> str:
+        return f"""\
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata: {{name: {name}}}
+spec:
+  model: {name}
+  deadline: 20s
+  selection: ordered
+  candidates:
+  - {{upstream: {first[0]}, model: {first[1]}, price: {{input: "1.00", output: "2.00"}}}}
+  - {{upstream: {second[0]}, model: {second[1]}, price: {{input: "1.00", output: "2.00"}}}}
+  failover: {{retryOn: [408, 429, 500, 502, 503, 504, 529]}}
+  backoff: {{maxAttempts: 2, base: 10ms, maxTotal: 100ms}}
+"""
+    upstreams = f"""\
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {{name: oai}}
+spec: {{protocol: openai, baseUrl: "{primary}/v1", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {{name: anth}}
+spec: {{protocol: anthropic, baseUrl: "{backup}/v1", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
+"""
+    gpt, claude = ("oai", "gpt-x-1"), ("anth", "claude-x-1")
+    return "---\n".join([upstreams, route(NATIVE, gpt, claude), route(TRANSLATED, claude, gpt)])
+
+
+@pytest.fixture
+def responses_gateway(chaos, tmp_path):
+    """A gateway with `--auth keys` and account `alice` ($10.00) over the two routes."""
+    mdir = tmp_path / "manifests"
+    mdir.mkdir()
+    (mdir / "routes.yaml").write_text(manifests(chaos["primary"].url, chaos["backup"].url))
+    ledger = f"sqlite://{tmp_path / 'l.db'}"
+    run_admin(ledger, "account", "create", "alice", "--balance", "10.00")
+    key = run_admin(ledger, "key", "create", "alice").strip()
+    assert re.fullmatch(r"sk-sluice-\S+", key), key
+    proc = start("responses-gw", ["serve", "--manifests", str(mdir), "--listen", "127.0.0.1:0",
+                                  "--ledger", ledger, "--auth", "keys"], tmp_path)
+    try:
+        yield Gateway(proc=proc, ledger=ledger, keys={"alice": key})
+    finally:
+        proc.stop()
+
+
+def client(gw: Gateway, **kwargs) -> openai.OpenAI:
+    """The official client at the gateway, with the sluice key as its bearer token."""
+    kwargs.setdefault("max_retries", 0)
+    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key=gw.keys["alice"], timeout=30.0,
+                         http_client=openai.DefaultHttpxClient(trust_env=False), **kwargs)
+
+
+def settled(gw: Gateway) -> dict:
+    return wait_for("alice's reservations to settle",
+                    lambda: (a := gw.account("alice"))["reserved_nanodollars"] == a["granted_nanodollars"] and a,
+                    5.0, interval=0.05)
+
+
+def cost(usage) -> int:
+    return usage.input_tokens * IN + usage.output_tokens * OUT
+
+
+def test_a_native_answer_is_openais_own_and_billed_exactly(responses_gateway, primary, backup):
+    primary.script(chunks=4)
+    before = backup.requests()
+    raw = client(responses_gateway).responses.with_raw_response.create(model=NATIVE, input=HELLO)
+    response = raw.parse()
+    assert raw.headers["x-sluice-upstream"] == "oai"
+    assert response.object == "response" and response.status == "completed"
+    assert response.model == "gpt-x-1"
+    assert response.output_text
+    assert response.usage.output_tokens == 4 and response.usage.input_tokens > 0
+    assert backup.requests() == before
+    assert settled(responses_gateway)["balance_nanodollars"] == START - cost(response.usage)
+
+
+@pytest.mark.parametrize("route", [NATIVE, TRANSLATED])
+def test_a_stream_arrives_event_by_event_and_is_billed(responses_gateway, primary, backup, route):
+    (primary if route == NATIVE else backup).script(chunks=5)
+    with client(responses_gateway).responses.stream(model=route, input=HELLO, max_output_tokens=64) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"], kinds
+    assert kinds[-1] == "response.completed", kinds
+    assert kinds.count("response.output_text.delta") == 5
+    assert [e.sequence_number for e in events] == sorted(e.sequence_number for e in events)
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == final.output_text and deltas
+    assert final.usage.output_tokens == 5 and final.usage.input_tokens > 0
+    assert settled(responses_gateway)["balance_nanodollars"] == START - cost(final.usage)
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_a_failing_native_candidate_fails_over_to_the_translated_one(responses_gateway, primary, backup, status):
+    primary.script(status=status)
+    backup.script(chunks=3)
+    raw = client(responses_gateway).responses.with_raw_response.create(model=NATIVE, input=HELLO)
+    response = raw.parse()
+    assert raw.headers["x-sluice-upstream"] == "anth"
+    assert raw.headers["x-sluice-failover"].split(",")[0] in ("http_5xx", "http_429")
+    assert response.model == "claude-x-1"
+    assert response.id.startswith("resp_")
+    assert response.output[0].type == "message" and response.output_text
+    assert response.usage.output_tokens == 3
+    assert settled(responses_gateway)["balance_nanodollars"] == START - cost(response.usage)
+
+
+def test_an_overloaded_translated_candidate_fails_over_to_the_native_one(responses_gateway, primary, backup):
+    backup.script(status=529)
+    primary.script(chunks=2)
+    raw = client(responses_gateway).responses.with_raw_response.create(model=TRANSLATED, input=HELLO)
+    assert raw.headers["x-sluice-upstream"] == "oai"
+    assert raw.parse().usage.output_tokens == 2
+
+
+def test_a_stream_fails_over_before_its_first_content(responses_gateway, primary, backup):
+    primary.script(error_after_chunks=0)
+    backup.script(chunks=4)
+    with client(responses_gateway).responses.stream(model=NATIVE, input=HELLO) as stream:
+        text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert final.model == "claude-x-1"
+    assert text == final.output_text and text
+    assert final.usage.output_tokens == 4
+
+
+def test_a_client_error_is_not_failed_over_and_keeps_the_upstreams_words(responses_gateway, primary, backup):
+    primary.script(status=400)
+    before = backup.requests()
+    with pytest.raises(openai.BadRequestError) as e:
+        client(responses_gateway).responses.create(model=NATIVE, input=HELLO)
+    assert e.value.body["type"] == "invalid_request_error"
+    assert backup.requests() == before
+    assert settled(responses_gateway)["balance_nanodollars"] == START
+
+
+@pytest.mark.parametrize("route", [NATIVE, TRANSLATED])
+def test_a_function_call_round_trips_natively_and_translated(responses_gateway, primary, backup, route):
+    upstream = primary if route == NATIVE else backup
+    upstream.script(tool_call="lookup", chunks=3)
+    c = client(responses_gateway)
+    turn = [{"role": "user", "content": "look up sluice"}]
+    with c.responses.stream(model=route, input=turn, tools=[TOOL], tool_choice="required") as stream:
+        final = stream.get_final_response()
+    (call,) = [item for item in final.output if item.type == "function_call"]
+    assert call.name == "lookup" and "query" in json.loads(call.arguments)
+    assert call.call_id
+    # The output goes back as a function_call_output item, and the conversation goes on.
+    upstream.script(chunks=2)
+    answer = c.responses.create(model=route, tools=[TOOL], input=[
+        *turn,
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "a gate"},
+    ])
+    assert answer.output_text and answer.status == "completed"
+
+
+def test_a_codex_turn_passes_natively_and_is_translated_with_its_hints_named(responses_gateway, primary, backup):
+    """What Codex sends: developer instructions, a replayed reasoning item with its
+    encrypted content, store: false, include, prompt_cache_key, client metadata."""
+    body = dict(
+        input=[
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]},
+        ],
+        store=False, include=["reasoning.encrypted_content"], reasoning={"summary": "auto"},
+        prompt_cache_key="session-1", tool_choice="auto", parallel_tool_calls=True,
+        extra_body={"client_metadata": {"originator": "codex_exec"}},
+    )
+    c = client(responses_gateway)
+    native = c.responses.with_raw_response.create(model=NATIVE, **body)
+    assert native.headers["x-sluice-upstream"] == "oai"
+    assert "x-sluice-dropped" not in native.headers
+    translated = c.responses.with_raw_response.create(model=TRANSLATED, **body)
+    assert translated.headers["x-sluice-upstream"] == "anth"
+    dropped = set(translated.headers["x-sluice-dropped"].split(","))
+    assert dropped == {"reasoning", "include", "prompt_cache_key", "client_metadata"}
+    assert translated.parse().output_text
+
+
+@pytest.mark.parametrize("extra,named", [
+    ({"previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"store": True}, "store"),
+])
+def test_what_needs_a_response_store_is_refused_by_name(responses_gateway, primary, extra, named):
+    before = primary.requests()
+    with pytest.raises(openai.BadRequestError) as e:
+        client(responses_gateway).responses.create(model=NATIVE, input=HELLO, **extra)
+    assert named in e.value.body["message"]
+    assert e.value.body["type"] == "invalid_request_error"
+    assert (e.value.body["code"], e.value.body["param"]) == ("unsupported_parameter", named)
+    assert primary.requests() == before
+
+
+def test_a_hosted_tool_a_translated_candidate_lacks_is_refused_by_name(responses_gateway, backup, primary):
+    before = backup.requests(), primary.requests()
+    with pytest.raises(openai.BadRequestError) as e:
+        client(responses_gateway).responses.create(model=TRANSLATED, input=HELLO,
+                                                   tools=[TOOL, {"type": "web_search"}])
+    assert "tools[1]" in e.value.body["message"] and "web_search" in e.value.body["message"]
+    # The native candidate behind it was not asked either: a 400 does not fail over.
+    assert (backup.requests(), primary.requests()) == before
+
+
+def test_errors_come_in_openais_shape(responses_gateway, primary, backup):
+    url = f"{responses_gateway.url}/v1/responses"
+    key = {"authorization": f"Bearer {responses_gateway.keys['alice']}"}
+    body = {"model": NATIVE, "input": HELLO}
+    with httpx.Client(trust_env=False, timeout=30.0) as h:
+        r = h.post(url, json=body)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", r.text
+
+        r = h.post(url, json={**body, "model": "nope"}, headers=key)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+
+        r = h.post(url, json={"model": NATIVE}, headers=key)
+        assert r.status_code == 400 and "input" in r.json()["error"]["message"], r.text
+
+        primary.script(status=429, retry_after=2)
+        backup.script(status=429, retry_after=2)
+        r = h.post(url, json=body, headers=key)
+        assert r.status_code == 429, r.text
+        assert r.json()["error"]["type"] == "rate_limit_error", r.text
+        assert int(r.headers["retry-after"]) >= 1
+
+
+def test_a_stream_cut_after_content_ends_in_response_failed(responses_gateway, primary):
+    primary.script(chunks=6, reset_after_chunks=2)
+    with client(responses_gateway).responses.stream(model=NATIVE, input=HELLO) as stream:
+        events = list(stream)
+        assert events[-1].type == "response.failed", [e.type for e in events]
+        assert events[-1].response.error.code == "upstream_stream_broken"
+        with pytest.raises(RuntimeError):
+            stream.get_final_response()
