@@ -132,6 +132,8 @@ pub enum Via<'a> {
         api: Endpoint,
         /// The route's model: names the answer when the upstream does not.
         model: &'a str,
+        /// Responses: the tool namespaces flattened into function names.
+        namespaces: &'a [String],
     },
 }
 
@@ -209,7 +211,7 @@ impl<'a> AttemptSpec<'a> {
         if !req.endpoint.native_on(protocol) {
             return match req.as_chat() {
                 Ok(chat) => Self {
-                    via: Some(Via::Translated { api: req.endpoint, model: &route.model }),
+                    via: Some(Via::Translated { api: req.endpoint, model: &route.model, namespaces: &chat.namespaces }),
                     ..Self::new(c, route, &chat.request, limits, request_id, trace)
                 },
                 Err(e) => Self { refused: Some(e.to_string()), via: None, ..spec(Bytes::new()) },
@@ -254,9 +256,8 @@ pub async fn run(
             (_, None) => openai_exchange(upstream, secrets, &spec, traceparent.as_ref()).await,
         }?;
         match spec.via {
-            Some(Via::Translated { api, model }) => {
-                reencode(answer, &spec, api, model).map_err(|e| AttemptError::transport(Outcome::Http5xx, e))
-            }
+            Some(Via::Translated { api, model, namespaces }) => reencode(answer, &spec, api, model, namespaces)
+                .map_err(|e| AttemptError::transport(Outcome::Http5xx, e)),
             _ => Ok(answer),
         }
     };
@@ -287,6 +288,7 @@ fn reencode(
     spec: &AttemptSpec<'_>,
     api: Endpoint,
     model: &str,
+    namespaces: &[String],
 ) -> Result<native::Answer, String> {
     use sluice_providers::{messages, responses};
     let (body, usage) = if api == Endpoint::Responses {
@@ -294,6 +296,7 @@ fn reencode(
             id: format!("resp_{}", spec.request_id.as_str()),
             model: model.to_owned(),
             created: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            namespaces: namespaces.to_vec(),
         };
         if spec.stream {
             return Ok(native::reencode(answer, responses::from_chat(ids)));

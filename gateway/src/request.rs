@@ -148,6 +148,8 @@ pub struct AsChat {
     pub request: ClientRequest,
     /// The hints left out (docs/gateway.md).
     pub dropped: Vec<&'static str>,
+    /// Responses: the tool namespaces flattened into function names.
+    pub namespaces: Vec<String>,
 }
 
 impl ClientRequest {
@@ -181,7 +183,7 @@ impl ClientRequest {
             let t = translate(&self.raw)?;
             let request = ClientRequest::parse(Endpoint::Chat, &Bytes::from(t.body))
                 .map_err(|e| TranslateError::invalid(self.endpoint.required_member(), e.to_string()))?;
-            Ok(Arc::new(AsChat { request, dropped: t.dropped }))
+            Ok(Arc::new(AsChat { request, dropped: t.dropped, namespaces: t.namespaces }))
         });
         chat.as_ref().map(Arc::as_ref).map_err(Clone::clone)
     }

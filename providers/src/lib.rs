@@ -161,6 +161,9 @@ pub struct Translated {
     pub body: Vec<u8>,
     /// Hints left out (`thinking`, `cache_control`, …), each named once.
     pub dropped: Vec<&'static str>,
+    /// Responses: the tool namespaces flattened into function names
+    /// (`{namespace}__{name}`), to be split again in the answer.
+    pub namespaces: Vec<String>,
 }
 
 /// Incrementally turns a native 2xx stream body into OpenAI SSE events.

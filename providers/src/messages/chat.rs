@@ -76,7 +76,11 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
     }
     chat.insert("messages".into(), Value::Array(out.messages));
     debug_assert!(out.dropped.iter().all(|d| HINTS.contains(d)));
-    Ok(Translated { body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(), dropped: out.dropped })
+    Ok(Translated {
+        body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(),
+        dropped: out.dropped,
+        namespaces: Vec::new(),
+    })
 }
 
 /// A system prompt (string or text blocks) as one string; `cache_control` on a block is

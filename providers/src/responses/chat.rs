@@ -28,6 +28,19 @@ const STATEFUL: &[&str] = &["previous_response_id", "conversation", "prompt"];
 struct Out {
     messages: Vec<Value>,
     dropped: Vec<&'static str>,
+    namespaces: Vec<String>,
+}
+
+/// Joins a namespace and a tool name into the one function name a chat candidate sees.
+pub(super) const NAMESPACE_SEPARATOR: &str = "__";
+
+/// The chat function name of a Responses tool or call, `{namespace}__{name}` when it
+/// belongs to a namespace.
+fn function_name(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}{NAMESPACE_SEPARATOR}{name}"),
+        _ => name.to_owned(),
+    }
 }
 
 impl Out {
@@ -67,7 +80,7 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
         return Err(TranslateError::invalid("body", "must be a JSON object"));
     };
     let mut chat = Map::new();
-    let mut out = Out { messages: Vec::new(), dropped: Vec::new() };
+    let mut out = Out { messages: Vec::new(), dropped: Vec::new(), namespaces: Vec::new() };
     match req.get("instructions") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => out.messages.push(json!({"role": "system", "content": s})),
@@ -87,7 +100,7 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
                 chat.insert("max_tokens".into(), value.clone());
             }
             "tools" => {
-                chat.insert("tools".into(), tools(value)?);
+                chat.insert("tools".into(), tools(value, &mut out.namespaces)?);
             }
             "tool_choice" => {
                 chat.insert("tool_choice".into(), tool_choice(value)?);
@@ -114,7 +127,11 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
     }
     chat.insert("messages".into(), Value::Array(out.messages));
     debug_assert!(out.dropped.iter().all(|d| HINTS.contains(d)));
-    Ok(Translated { body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(), dropped: out.dropped })
+    Ok(Translated {
+        body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(),
+        dropped: out.dropped,
+        namespaces: out.namespaces,
+    })
 }
 
 /// `input`: a string (one user message) or a list of items.
@@ -134,10 +151,11 @@ fn input(value: &Value, out: &mut Out) -> Result<(), TranslateError> {
         match kind {
             "message" => message(item, &field, out)?,
             "function_call" => {
+                let name = function_name(item.get("namespace").and_then(Value::as_str), str_of(item, "name"));
                 let call = json!({
                     "id": str_of(item, "call_id"),
                     "type": "function",
-                    "function": {"name": str_of(item, "name"), "arguments": str_of(item, "arguments")},
+                    "function": {"name": name, "arguments": str_of(item, "arguments")},
                 });
                 let assistant = out.assistant();
                 match assistant.get_mut("tool_calls") {
@@ -246,16 +264,34 @@ fn tool_output(output: Option<&Value>, field: &str) -> Result<String, TranslateE
     }
 }
 
-/// Function tools; a hosted tool (`web_search`, `file_search`, …) has no equivalent on
-/// a candidate of another protocol.
-fn tools(value: &Value) -> Result<Value, TranslateError> {
+/// Function tools, and the function tools of a namespace (named
+/// `{namespace}__{name}`); a hosted tool (`web_search`, `file_search`, …) has no
+/// equivalent on a candidate of another protocol.
+fn tools(value: &Value, namespaces: &mut Vec<String>) -> Result<Value, TranslateError> {
     let Value::Array(list) = value else {
         return Err(TranslateError::invalid("tools", "must be an array"));
     };
     let mut tools = Vec::with_capacity(list.len());
     for (i, t) in list.iter().enumerate() {
         match str_of(t, "type") {
-            "function" => {}
+            "function" => tools.push(function(t, None)),
+            "namespace" => {
+                let ns = str_of(t, "name");
+                if ns.is_empty() {
+                    return Err(TranslateError::invalid(format!("tools[{i}].name"), "a namespace needs a name"));
+                }
+                let inner = t.get("tools").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+                for (j, f) in inner.iter().enumerate() {
+                    if str_of(f, "type") != "function" {
+                        return Err(unsupported(
+                            format!("tools[{i}].tools[{j}]"),
+                            format!("the {:?} tool has no equivalent on this candidate", str_of(f, "type")),
+                        ));
+                    }
+                    tools.push(function(f, Some(ns)));
+                }
+                namespaces.push(ns.to_owned());
+            }
             other => {
                 return Err(unsupported(
                     format!("tools[{i}]"),
@@ -263,25 +299,30 @@ fn tools(value: &Value) -> Result<Value, TranslateError> {
                 ));
             }
         }
-        let mut function = json!({
-            "name": str_of(t, "name"),
-            "parameters": t.get("parameters").filter(|p| !p.is_null()).cloned().unwrap_or_else(|| json!({"type": "object"})),
-        });
-        for key in ["description", "strict"] {
-            if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
-                function[key] = v.clone();
-            }
-        }
-        tools.push(json!({"type": "function", "function": function}));
     }
     Ok(Value::Array(tools))
+}
+
+/// A Responses function tool as a chat function tool.
+fn function(t: &Value, namespace: Option<&str>) -> Value {
+    let mut function = json!({
+        "name": function_name(namespace, str_of(t, "name")),
+        "parameters": t.get("parameters").filter(|p| !p.is_null()).cloned().unwrap_or_else(|| json!({"type": "object"})),
+    });
+    for key in ["description", "strict"] {
+        if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
+            function[key] = v.clone();
+        }
+    }
+    json!({"type": "function", "function": function})
 }
 
 fn tool_choice(value: &Value) -> Result<Value, TranslateError> {
     match value {
         Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok(value.clone()),
         Value::Object(_) if str_of(value, "type") == "function" => {
-            Ok(json!({"type": "function", "function": {"name": str_of(value, "name")}}))
+            let name = function_name(value.get("namespace").and_then(Value::as_str), str_of(value, "name"));
+            Ok(json!({"type": "function", "function": {"name": name}}))
         }
         Value::Object(_) => Err(unsupported(
             "tool_choice",

@@ -19,9 +19,33 @@ pub struct ResponseIds {
     pub model: String,
     /// `created_at`.
     pub created: u64,
+    /// The request's tool namespaces ([`crate::Translated::namespaces`]): a call to
+    /// `{namespace}__{name}` is answered as `name` in `namespace`.
+    pub namespaces: Vec<String>,
 }
 
 impl ResponseIds {
+    /// A chat function name split into its namespace and the tool's name.
+    fn split<'a>(&'a self, function: &'a str) -> (Option<&'a str>, &'a str) {
+        for ns in &self.namespaces {
+            if let Some(name) =
+                function.strip_prefix(ns.as_str()).and_then(|rest| rest.strip_prefix(super::chat::NAMESPACE_SEPARATOR))
+            {
+                return (Some(ns), name);
+            }
+        }
+        (None, function)
+    }
+
+    /// A `function_call` item.
+    fn call_item(&self, id: &str, call_id: &str, function: &str, arguments: &str, status: &str) -> Value {
+        let (namespace, name) = self.split(function);
+        let mut item = json!({"id": id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments});
+        if let Some(ns) = namespace {
+            item["namespace"] = json!(ns);
+        }
+        item
+    }
     fn item_id(&self, prefix: &str, n: usize) -> String {
         let suffix = self.id.strip_prefix("resp_").unwrap_or(&self.id);
         if n == 0 { format!("{prefix}_{suffix}") } else { format!("{prefix}_{suffix}_{n}") }
@@ -73,10 +97,6 @@ fn text_part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
 }
 
-fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
-    json!({"id": id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments})
-}
-
 /// A whole OpenAI `chat.completion` as a Responses `response`, and its usage.
 pub fn response_of_completion(body: &[u8], ids: &ResponseIds) -> Result<(Bytes, Usage), UpstreamError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
@@ -88,7 +108,7 @@ pub fn response_of_completion(body: &[u8], ids: &ResponseIds) -> Result<(Bytes, 
     }
     for (k, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
         let f = &call["function"];
-        output.push(call_item(
+        output.push(ids.call_item(
             &ids.item_id("fc", k),
             call["id"].as_str().unwrap_or(""),
             f["name"].as_str().unwrap_or(""),
@@ -129,10 +149,10 @@ enum Item {
 }
 
 impl Item {
-    fn json(&self, status: &str) -> Value {
+    fn json(&self, ids: &ResponseIds, status: &str) -> Value {
         match self {
             Item::Message { id, text } => message_item(id, text, status),
-            Item::Call { id, call_id, name, arguments } => call_item(id, call_id, name, arguments, status),
+            Item::Call { id, call_id, name, arguments } => ids.call_item(id, call_id, name, arguments, status),
         }
     }
 }
@@ -164,8 +184,11 @@ impl FromChat {
     }
 
     fn response(&self, status: &str, usage: Option<&Usage>) -> Value {
-        let output =
-            if status == "in_progress" { Vec::new() } else { self.items.iter().map(|i| i.json("completed")).collect() };
+        let output = if status == "in_progress" {
+            Vec::new()
+        } else {
+            self.items.iter().map(|i| i.json(&self.ids, "completed")).collect()
+        };
         self.ids.response(self.model.as_deref(), status, output, usage)
     }
 
@@ -180,7 +203,7 @@ impl FromChat {
 
     fn add(&mut self, item: Item, out: &mut Vec<Out>) -> usize {
         let index = self.items.len();
-        let added = item.json("in_progress");
+        let added = item.json(&self.ids, "in_progress");
         self.items.push(item);
         self.emit(out, "response.output_item.added", json!({"output_index": index, "item": added}), false);
         index
@@ -246,11 +269,12 @@ impl FromChat {
                     self.emit(out, "response.content_part.done", part, false);
                 }
                 Item::Call { id, name, arguments, .. } => {
+                    let name = self.ids.split(name).1;
                     let done = json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments});
                     self.emit(out, "response.function_call_arguments.done", done, false);
                 }
             }
-            let done = json!({"output_index": index, "item": item.json("completed")});
+            let done = json!({"output_index": index, "item": item.json(&self.ids, "completed")});
             self.emit(out, "response.output_item.done", done, false);
         }
         self.items = items;

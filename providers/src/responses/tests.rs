@@ -30,7 +30,7 @@ fn chat_of(body: Value) -> Result<(Value, Vec<&'static str>), TranslateError> {
 }
 
 fn ids() -> ResponseIds {
-    ResponseIds { id: "resp_r1".into(), model: "route-model".into(), created: 1_700_000_000 }
+    ResponseIds { id: "resp_r1".into(), model: "route-model".into(), created: 1_700_000_000, namespaces: Vec::new() }
 }
 
 #[test]
@@ -280,4 +280,37 @@ fn a_whole_answers_usage_counts_cached_tokens_inside_the_input() {
     let u = usage_of_response(body).expect("usage");
     assert_eq!((u.prompt_tokens, u.cached_tokens, u.completion_tokens), (100, 60, 9));
     assert_eq!(usage_of_response(b"{}"), None);
+}
+
+#[test]
+fn namespaced_tools_are_flattened_for_chat_and_split_again_in_the_answer() {
+    // Codex groups its sub-agent tools in a namespace.
+    let body = json!({"model": "m", "tool_choice": {"type": "function", "namespace": "agents", "name": "spawn"},
+        "tools": [{"type": "namespace", "name": "agents", "description": "Sub-agents", "tools": [
+            {"type": "function", "name": "spawn", "parameters": {"type": "object"}}]}],
+        "input": [{"role": "user", "content": "go"},
+                  {"type": "function_call", "call_id": "c1", "namespace": "agents", "name": "spawn", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "c1", "output": "ok"}]});
+    let t = to_chat(body.to_string().as_bytes()).expect("translates");
+    let chat: Value = serde_json::from_slice(&t.body).expect("json");
+    assert_eq!(chat["tools"][0]["function"]["name"], "agents__spawn");
+    assert_eq!(chat["tool_choice"]["function"]["name"], "agents__spawn");
+    assert_eq!(chat["messages"][1]["tool_calls"][0]["function"]["name"], "agents__spawn");
+    assert_eq!(t.namespaces, ["agents"]);
+
+    let ids = ResponseIds { namespaces: t.namespaces, ..ids() };
+    let answer = json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant",
+        "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "agents__spawn", "arguments": "{}"}},
+                       {"id": "c3", "type": "function", "function": {"name": "plain", "arguments": "{}"}}]}}]});
+    let (bytes, _) = response_of_completion(answer.to_string().as_bytes(), &ids).expect("converts");
+    let v: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!((&v["output"][0]["namespace"], &v["output"][0]["name"]), (&json!("agents"), &json!("spawn")));
+    assert_eq!((&v["output"][1].get("namespace"), &v["output"][1]["name"]), (&None, &json!("plain")));
+
+    let stream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c2\",\"function\":{\"name\":\"agents__spawn\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+    let ev = events(&run(from_chat(ids), stream.as_bytes(), 0));
+    let added = ev.iter().find(|(k, _)| k == "response.output_item.added").map(|(_, d)| d).expect("added");
+    assert_eq!((&added["item"]["namespace"], &added["item"]["name"]), (&json!("agents"), &json!("spawn")));
+    let done = ev.iter().find(|(k, _)| k == "response.function_call_arguments.done").map(|(_, d)| d).expect("done");
+    assert_eq!(done["name"], "spawn");
 }
