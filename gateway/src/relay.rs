@@ -28,6 +28,11 @@ pub mod sse;
 pub use idle::IdleWatch;
 use sse::{Event, FinishReason, Format, Splitter, Usage};
 
+/// How long a relayed stream may stay silent before the client is sent a keep-alive
+/// (Messages: `event: ping`; OpenAI formats: an SSE comment). Claude Code gives up on a
+/// stream after 300 s without a byte, load balancers after 60 s.
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// How a relayed stream ended.
 #[derive(Debug, Clone)]
 pub struct StreamEnd {
@@ -166,13 +171,24 @@ async fn pump(
         }
         // A client that left is noticed at once, not at the next upstream chunk: a
         // stalled upstream would otherwise be held (and billed) until the idle timeout.
+        // A silent upstream is covered by keep-alives, so that the client and the
+        // proxies between do not give up first (docs/design.md §4.4).
         let limit = idle.limit();
         let waiting = Instant::now();
-        let next = tokio::select! {
-            next = tokio::time::timeout(limit, rest.next()) => next,
-            () = tx.closed() => {
-                end.client_gone = true;
-                return (end, None);
+        let deadline = tokio::time::Instant::now() + limit;
+        let next = loop {
+            tokio::select! {
+                next = tokio::time::timeout_at(deadline, rest.next()) => break next,
+                () = tx.closed() => {
+                    end.client_gone = true;
+                    return (end, None);
+                }
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    if tx.send(Ok(format.keep_alive())).await.is_err() {
+                        end.client_gone = true;
+                        return (end, None);
+                    }
+                }
             }
         };
         match next {
@@ -206,4 +222,49 @@ fn broken(mut end: StreamEnd, format: Format, outcome: Outcome, reason: &str) ->
     end.outcome = outcome;
     tracing::warn!(reason, outcome = outcome.as_str(), "stream broke after bytes reached the client");
     (end, Some(format.error("api_error", "upstream_stream_broken", reason)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::route::health::Health;
+
+    /// A Messages stream whose upstream goes silent for `gap` after its first event.
+    async fn relayed_with_a_gap(format: Format, first: &'static str, last: &'static str, gap: Duration) -> String {
+        let (tx, rx) = mpsc::channel(4);
+        let rest: BodyStream = Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let idle = IdleWatch::new(Arc::new(Health::default()), false, Duration::from_secs(120));
+        let body = relay(Bytes::from_static(first.as_bytes()), rest, format, false, idle, None, |_| async { true });
+        tokio::spawn(async move {
+            tokio::time::sleep(gap).await;
+            let _ = tx.send(Ok(Bytes::from_static(last.as_bytes()))).await;
+        });
+        let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_upstream_is_covered_by_keep_alives_in_the_streams_own_format() {
+        let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n";
+        let stop = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n\
+                    event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let text = relayed_with_a_gap(Format::Messages, start, stop, Duration::from_secs(40)).await;
+        assert_eq!(text.matches("event: ping\ndata: {\"type\": \"ping\"}\n\n").count(), 2, "{text}");
+        assert!(
+            text.starts_with(start) && text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+        );
+
+        let chunk = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        let end = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        let text = relayed_with_a_gap(Format::OpenAi, chunk, end, Duration::from_secs(20)).await;
+        assert_eq!(text.matches(": keep-alive\n\n").count(), 1, "{text}");
+        // A stream that is not silent that long gets none.
+        let text = relayed_with_a_gap(Format::OpenAi, chunk, end, Duration::from_secs(14)).await;
+        assert!(!text.contains("keep-alive"), "{text}");
+    }
 }

@@ -186,6 +186,15 @@ impl Format {
         }
     }
 
+    /// A keep-alive for a silent stream: Messages' `ping` event, else an SSE comment
+    /// (which every SSE client skips).
+    pub fn keep_alive(self) -> Bytes {
+        match self {
+            Format::Messages => Bytes::from_static(b"event: ping\ndata: {\"type\": \"ping\"}\n\n"),
+            Format::OpenAi | Format::Responses => Bytes::from_static(b": keep-alive\n\n"),
+        }
+    }
+
     /// An error event ending a stream: OpenAI's `data: {"error"}` (with `code`) or a
     /// Messages `event: error` (`kind` as its type).
     pub fn error(self, kind: &str, code: &str, message: &str) -> Bytes {
