@@ -23,7 +23,8 @@ use super::plan::{Plan, error_kind, json_response};
 use super::protocol::{Protocol, query_param};
 use super::script::{Script, ScriptError};
 use super::stream::{self, BodyCtx, Cut, Sse};
-use super::wire::{self, Endpoint, Meta, Usage};
+use super::tools;
+use super::wire::{self, Endpoint, Meta, ToolCall, Usage};
 
 /// Largest request body read; prompts are only measured, never kept.
 pub(crate) const BODY_LIMIT: usize = 64 * 1024 * 1024;
@@ -125,7 +126,7 @@ async fn inference(state: ChaosState, endpoint: Endpoint, deployment: Option<Str
     if let Some(deployment) = deployment {
         req.model = deployment;
     }
-    let failure = plan.failure();
+    let failure = plan.failure(req.answers_tool);
     let streaming = req.stream && endpoint != Endpoint::Embedding && failure.is_none();
     stream::sleep(plan.headers_delay).await;
     if !streaming {
@@ -159,7 +160,12 @@ fn answer(
     ctx: BodyCtx,
 ) -> Response {
     let chunks = req.completion_chunks(plan.chunks);
-    let finish = if chunks < plan.chunks { "length" } else { "stop" };
+    let tool = tool_call(plan, endpoint, seq, req, chunks);
+    let finish = match (chunks < plan.chunks, &tool) {
+        (true, _) => "length",
+        (false, Some(_)) => "tool_calls",
+        (false, None) => "stop",
+    };
     let completion = match endpoint {
         Endpoint::Embedding => 0,
         Endpoint::Chat | Endpoint::Completion => u64::from(chunks),
@@ -177,6 +183,7 @@ fn answer(
             chunks,
             finish,
             usage: req.include_usage.then_some(usage),
+            tool,
         };
         let mut response = Response::new(sse.into_body());
         *response.status_mut() = plan.success_status;
@@ -186,8 +193,13 @@ fn answer(
         return response;
     }
 
-    let text = if chunks < plan.chunks { wire::truncate(&plan.content, chunks) } else { plan.content.clone() };
-    let full = wire::full_body(&meta, &text, usage, finish, req.inputs);
+    let full = match &tool {
+        Some(call) => wire::tool_call_body(&meta, call, usage, finish),
+        None => {
+            let text = if chunks < plan.chunks { wire::truncate(&plan.content, chunks) } else { plan.content.clone() };
+            wire::full_body(&meta, &text, usage, finish, req.inputs)
+        }
+    };
     let cut = match (plan.reset_after, plan.hang_after) {
         (Some(_), _) => Some(Cut::Reset),
         (None, Some(_)) => Some(Cut::Hang),
@@ -199,6 +211,18 @@ fn answer(
         None => Body::from(full),
     };
     response
+}
+
+/// The chat answer's call of the scripted tool, if it makes one: its
+/// arguments in one piece per content chunk.
+fn tool_call(plan: &Plan, endpoint: Endpoint, seq: u64, req: &InferenceRequest, chunks: u32) -> Option<ToolCall> {
+    if endpoint != Endpoint::Chat {
+        return None;
+    }
+    let name = tools::called(plan, &req.tools, req.answers_tool)?;
+    let words = (0..chunks).map(|i| wire::word(i).to_owned()).collect();
+    let pieces = tools::arguments(plan.tool_arguments.as_deref(), 0..chunks, plan.chunks, words, false);
+    Some(ToolCall { id: format!("call_chaos_{seq}"), name, pieces })
 }
 
 /// Resets the connection instead of answering. The response returned is

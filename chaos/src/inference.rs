@@ -1,7 +1,8 @@
 //! Reading an OpenAI request: only the fields that shape the answer.
 //!
 //! The prompt is never copied, only measured: [`Text`] walks any JSON value
-//! and sums the bytes of its strings.
+//! and sums the bytes of its strings, noting on the way whether the last
+//! message is a tool result (role `tool`).
 
 use std::fmt;
 
@@ -22,6 +23,11 @@ pub(crate) struct InferenceRequest {
     pub(crate) prompt_tokens: u64,
     /// Embedding inputs (1 for a single string).
     pub(crate) inputs: u64,
+    /// Names of the function tools the request declares (chat).
+    pub(crate) tools: Vec<String>,
+    /// The last message is a tool result (role `tool`): answered in text,
+    /// never with a tool call.
+    pub(crate) answers_tool: bool,
 }
 
 #[derive(Deserialize)]
@@ -37,6 +43,18 @@ struct RawRequest {
     prompt: Text,
     #[serde(default)]
     input: Text,
+    tools: Option<Vec<RawTool>>,
+}
+
+/// `{"type": "function", "function": {"name": …}}`; other members are skipped.
+#[derive(Deserialize)]
+struct RawTool {
+    function: Option<RawFunction>,
+}
+
+#[derive(Deserialize)]
+struct RawFunction {
+    name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -51,6 +69,9 @@ struct Text {
     bytes: u64,
     items: u64,
     kind: Kind,
+    /// A tool turn: a string that is `tool`, an object whose `role` is, an
+    /// array whose last item is such an object.
+    tool: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,9 +80,17 @@ enum Kind {
     Other,
     Str,
     Seq,
+    Map,
 }
 
 struct TextVisitor;
+
+/// An object's member name, only told apart when it is `role`.
+struct Key {
+    role: bool,
+}
+
+struct KeyVisitor;
 
 impl InferenceRequest {
     /// Parses a request body; the error is serde_json's message.
@@ -72,7 +101,10 @@ impl InferenceRequest {
             Kind::Seq => raw.input.items.max(1),
             _ => 1,
         };
+        let tools = raw.tools.into_iter().flatten().filter_map(|t| t.function?.name).collect();
         Ok(Self {
+            answers_tool: raw.messages.kind == Kind::Seq && raw.messages.tool,
+            tools,
             model: raw.model.unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
             stream: raw.stream.unwrap_or(false),
             include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
@@ -106,7 +138,7 @@ impl<'de> Visitor<'de> for TextVisitor {
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
         let bytes = u64::try_from(v.len()).unwrap_or(u64::MAX);
-        Ok(Text { bytes, items: 0, kind: Kind::Str })
+        Ok(Text { bytes, items: 0, kind: Kind::Str, tool: v == "tool" })
     }
 
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<Text, E> {
@@ -141,17 +173,37 @@ impl<'de> Visitor<'de> for TextVisitor {
         let mut total = Text { kind: Kind::Seq, ..Text::default() };
         while let Some(item) = seq.next_element::<Text>()? {
             total.bytes = total.bytes.saturating_add(item.bytes);
-            total.items += u64::from(item.kind != Kind::Other);
+            total.items += u64::from(matches!(item.kind, Kind::Str | Kind::Seq));
+            total.tool = item.kind == Kind::Map && item.tool;
         }
         Ok(total)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Text, A::Error> {
-        let mut total = Text::default();
-        while let Some((_, value)) = map.next_entry::<de::IgnoredAny, Text>()? {
+        let mut total = Text { kind: Kind::Map, ..Text::default() };
+        while let Some((key, value)) = map.next_entry::<Key, Text>()? {
             total.bytes = total.bytes.saturating_add(value.bytes);
+            total.tool |= key.role && value.kind == Kind::Str && value.tool;
         }
         Ok(total)
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+impl Visitor<'_> for KeyVisitor {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+        Ok(Key { role: v == "role" })
     }
 }
 
@@ -173,5 +225,25 @@ mod tests {
         assert_eq!((r.inputs, r.prompt_tokens), (3, 3));
         let r = InferenceRequest::parse(b"{}").unwrap();
         assert_eq!((r.model.as_str(), r.prompt_tokens, r.stream), ("chaos-model", 1, false));
+        assert!(r.tools.is_empty() && !r.answers_tool);
+    }
+
+    #[test]
+    fn request_names_its_tools_and_a_trailing_tool_result() {
+        let body = br#"{"model":"m","tools":[{"type":"function","function":{"name":"get_weather","parameters":{}}},
+            {"type":"function","function":{"description":"nameless"}}],
+            "messages":[{"role":"user","content":"tool"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function",
+              "function":{"name":"get_weather","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"c","content":"sunny"}]}"#;
+        let r = InferenceRequest::parse(body).unwrap();
+        assert_eq!(r.tools, ["get_weather"]);
+        assert!(r.answers_tool);
+        // "user" + "tool" + "assistant" + "c" + "function" + "get_weather" + "{}" + "tool" + "c" + "sunny".
+        assert_eq!(r.prompt_tokens, 49_u64.div_ceil(4));
+        let body = br#"{"messages":[{"role":"tool","content":"x"},{"role":"user","content":"tool"}]}"#;
+        assert!(!InferenceRequest::parse(body).unwrap().answers_tool, "only the last message counts");
+        let body = br#"{"messages":[{"content":"x","name":"role"},"tool"]}"#;
+        assert!(!InferenceRequest::parse(body).unwrap().answers_tool);
     }
 }

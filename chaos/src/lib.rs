@@ -38,7 +38,9 @@
 //! | `x-chaos-no-done` | end streams without their end marker (`[DONE]`, `message_stop`, Bedrock `metadata`, Gemini's last chunk, `response.completed`) |
 //! | `x-chaos-fail-rate` | this fraction of requests fails with the status (or 503) |
 //! | `x-chaos-error-after-chunks` | after N content chunks (0: before any), the in-stream error: OpenAI `data: {"error"}`, Responses `response.failed` (`error.code` `server_error`), Anthropic `event: error` (`overloaded_error`), Gemini an error object (`UNAVAILABLE`), Bedrock an exception frame (`serviceUnavailableException`) |
-//! | `x-chaos-tool-call` | when the request declares this tool, call it: Anthropic `tool_use` with `input_json_delta` pieces, Responses `function_call` with `response.function_call_arguments.delta` pieces, Gemini `functionCall`, Bedrock `toolUse`; `{"query": …}` arguments, one piece per chunk (0 chunks: no arguments) |
+//! | `x-chaos-tool-call` | when the request declares this tool (same name, case-sensitive), call it: OpenAI chat `tool_calls` with `delta.tool_calls` pieces (`finish_reason: tool_calls`), Anthropic `tool_use` with `input_json_delta` pieces, Responses `function_call` with `response.function_call_arguments.delta` pieces, Gemini `functionCall`, Bedrock `toolUse`; `{"query": …}` arguments, one piece per chunk (0 chunks: no arguments). A request whose last turn carries a tool result (chat: a last message of role `tool`; Responses: a last `function_call_output` or `custom_tool_call_output` item; Anthropic: a last user message with a `tool_result` block; Gemini: a last content with a `functionResponse` part; Bedrock: a last user message with a `toolResult` block) is answered in text, as a model does once its tool has answered |
+//! | `x-chaos-tool-arguments` | the tool call's arguments, the text of a JSON object (taken verbatim, UTF-8; `POST /_chaos` also takes the object itself), split across the chunks as the `{"query": …}` pieces are (Gemini: whole); Anthropic and Bedrock `input` and Gemini `args` are the object, chat and Responses `arguments` the text; output tokens are still the chunks |
+//! | `x-chaos-fail-on-tool-result` | only a request whose last turn carries a tool result fails, with the status (or 503; at the fail rate if set), in the protocol's error shape; others are answered normally: a provider that fails mid-conversation |
 //! | `x-chaos-refuse-prefill` | refuse a trailing assistant message (Anthropic, Bedrock) with the protocol's 400; without it such a turn is continued where it stops (the words it holds are skipped) |
 //! | `x-chaos-cache-read-tokens` / `x-chaos-cache-write-tokens` | prompt-cache usage: Anthropic `cache_read_input_tokens` / `cache_creation_input_tokens`, Responses `input_tokens_details.cached_tokens` (read only), Bedrock `cacheRead/WriteInputTokens`, Gemini `cachedContentTokenCount` |
 //!
@@ -56,6 +58,7 @@ mod plan;
 mod protocol;
 mod script;
 mod stream;
+mod tools;
 mod wire;
 
 use std::sync::atomic::{AtomicBool, Ordering};

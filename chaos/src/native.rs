@@ -35,7 +35,7 @@ use super::endpoints::BODY_LIMIT;
 use super::plan::{Plan, json_response};
 use super::protocol::{self, Call, Family, NoCall, Protocol};
 use super::stream::{BodyCtx, Cut, cut_body, sleep};
-use super::wire;
+use super::{tools, wire};
 
 pub(crate) use google::error_info as google_error_info;
 use request::NativeRequest;
@@ -106,7 +106,8 @@ pub(crate) async fn responses(State(state): State<ChaosState>, request: Request)
 
 /// `POST /v1/messages/count_tokens` and `/messages/count_tokens`: the input tokens
 /// the same request is billed by this fake (its estimate: text bytes / 4). Credentials
-/// and the script's failure apply as to a call; it is not counted as one.
+/// and the script's failure (`fail_on_tool_result` too) apply as to a call; it is not
+/// counted as one.
 pub(crate) async fn count_tokens(State(state): State<ChaosState>, request: Request) -> Response {
     let protocol = Protocol::Anthropic;
     let family = protocol.family();
@@ -125,11 +126,12 @@ pub(crate) async fn count_tokens(State(state): State<ChaosState>, request: Reque
     if !parts.headers.contains_key("anthropic-version") {
         return errors::invalid(family, "anthropic-version: header is required");
     }
-    if let Some(reply) = plan.failure() {
+    let value = serde_json::from_slice::<Value>(&body).ok();
+    if let Some(reply) = plan.failure(value.as_ref().is_some_and(request::anthropic_answers_tool)) {
         return errors::scripted(protocol, reply);
     }
     match crate::inference::InferenceRequest::parse(&body) {
-        Ok(r) if serde_json::from_slice::<Value>(&body).is_ok_and(|v| v["messages"].is_array()) => {
+        Ok(r) if value.is_some_and(|v| v["messages"].is_array()) => {
             json_response(StatusCode::OK, Bytes::from(serde_json::json!({"input_tokens": r.prompt_tokens}).to_string()))
         }
         Ok(_) => errors::invalid(family, "messages: Field required"),
@@ -204,7 +206,7 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
         ));
     }
 
-    let failure = plan.failure();
+    let failure = plan.failure(req.answers_tool);
     let streaming = req.stream && failure.is_none();
     sleep(plan.headers_delay).await;
     if !streaming {
@@ -236,29 +238,23 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
         Some(max) => u32::try_from(max).map_or(plan.chunks, |max| plan.chunks.min(max)),
         None => plan.chunks,
     };
-    let tool = plan.tool_call.as_ref().filter(|name| req.tools.iter().any(|t| t == *name)).cloned();
+    let tool = tools::called(plan, &req.tools, req.answers_tool);
     // A trailing assistant message is continued where it stops, as a model does: the
     // words it already holds are skipped and the next one starts with the space that
     // a prefill (trailing whitespace trimmed) lacks.
     let from = req.prefill.as_deref().map_or(0, |p| continued_from(p, chunks));
-    let words = (from..chunks).map(|i| {
-        let word = wire::word(i);
-        if i == from && from > 0 { format!(" {word}") } else { word.to_owned() }
-    });
-    let pieces: Vec<String> = match (&tool, call.family) {
-        (None, _) => words.collect(),
-        (Some(_), _) if chunks == 0 => Vec::new(),
+    let words: Vec<String> = (from..chunks)
+        .map(|i| {
+            let word = wire::word(i);
+            if i == from && from > 0 { format!(" {word}") } else { word.to_owned() }
+        })
+        .collect();
+    let pieces = match &tool {
+        None => words,
         // Gemini sends a function call whole, in one chunk.
-        (Some(_), Family::Gemini) => vec![tool_arguments(words)],
-        (Some(_), _) => {
-            let mut pieces: Vec<String> = words.map(|w| json_fragment(&w)).collect();
-            if let Some(first) = pieces.first_mut() {
-                first.insert_str(0, "{\"query\": \"");
-            }
-            if let Some(last) = pieces.last_mut() {
-                last.push_str("\"}");
-            }
-            pieces
+        Some(_) => {
+            let whole = call.family == Family::Gemini;
+            tools::arguments(plan.tool_arguments.as_deref(), from..chunks, plan.chunks, words, whole)
         }
     };
     let finish = match (&tool, chunks < plan.chunks) {
@@ -307,18 +303,6 @@ fn continued_from(prefill: &str, chunks: u32) -> u32 {
         }
     }
     held
-}
-
-/// `{"query": "<words>"}`.
-fn tool_arguments(words: impl Iterator<Item = String>) -> String {
-    let text: String = words.collect();
-    serde_json::json!({ "query": text }).to_string()
-}
-
-/// `s` escaped for the inside of a JSON string.
-fn json_fragment(s: &str) -> String {
-    let quoted = Value::from(s).to_string();
-    quoted[1..quoted.len() - 1].to_owned()
 }
 
 fn respond(plan: &Arc<Plan>, family: Family, answer: Answer, streaming: bool, ctx: BodyCtx) -> Response {

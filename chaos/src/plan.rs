@@ -42,8 +42,13 @@ pub(crate) struct Plan {
     pub(crate) error_after: Option<u32>,
     /// The script's `error_code`: names the in-stream error too.
     pub(crate) error_code: Option<String>,
-    /// Answer with a call to this tool when the request declares it.
+    /// Answer with a call to this tool when the request declares it (and
+    /// does not carry a tool result).
     pub(crate) tool_call: Option<String>,
+    /// The tool call's arguments (a JSON object's text); `None`: `{"query": …}`.
+    pub(crate) tool_arguments: Option<String>,
+    /// The scripted failure hits only requests that carry a tool result.
+    pub(crate) fail_on_tool_result: bool,
     /// Refuse a trailing assistant message with a 400.
     pub(crate) refuse_prefill: bool,
     pub(crate) cache_read: u64,
@@ -80,7 +85,8 @@ impl Plan {
     pub(crate) fn new(script: &Script) -> Self {
         let ms = |v: Option<u64>| Duration::from_millis(v.unwrap_or(0));
         let status = script.status.unwrap_or(200);
-        let fail = match (script.fail_rate, status >= 400) {
+        let fail_on_tool_result = script.fail_on_tool_result.unwrap_or(false);
+        let fail = match (script.fail_rate, status >= 400 || fail_on_tool_result) {
             (Some(rate), _) => FailMode::Rate(rate, ErrorReply::new(script, status)),
             (None, true) => FailMode::Always(ErrorReply::new(script, status)),
             (None, false) => FailMode::Never,
@@ -103,6 +109,8 @@ impl Plan {
             error_after: script.error_after_chunks,
             error_code: script.error_code.clone(),
             tool_call: script.tool_call.clone(),
+            tool_arguments: script.tool_arguments.clone(),
+            fail_on_tool_result,
             refuse_prefill: script.refuse_prefill.unwrap_or(false),
             cache_read: script.cache_read_tokens.unwrap_or(0),
             cache_write: script.cache_write_tokens.unwrap_or(0),
@@ -111,8 +119,12 @@ impl Plan {
     }
 
     /// The error to answer this request with, if it fails (draws at random
-    /// for `fail_rate`).
-    pub(crate) fn failure(&self) -> Option<&ErrorReply> {
+    /// for `fail_rate`); `answers_tool`: the request's last turn carries a
+    /// tool result, the only kind `fail_on_tool_result` fails.
+    pub(crate) fn failure(&self, answers_tool: bool) -> Option<&ErrorReply> {
+        if self.fail_on_tool_result && !answers_tool {
+            return None;
+        }
         match &self.fail {
             FailMode::Never => None,
             FailMode::Always(reply) => Some(reply),
@@ -122,7 +134,8 @@ impl Plan {
 }
 
 impl ErrorReply {
-    /// `status` below 400 (a `fail_rate` without an error status) means 503.
+    /// `status` below 400 (a `fail_rate` or `fail_on_tool_result` without an
+    /// error status) means 503.
     fn new(script: &Script, status: u16) -> Self {
         let status = match StatusCode::from_u16(status) {
             Ok(s) if s.as_u16() >= 400 => s,
@@ -201,4 +214,30 @@ fn error_message(status: StatusCode, code: &str) -> String {
         _ => "Injected failure",
     };
     format!("{what} [chaos upstream: HTTP {} {code}]", status.as_u16())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(script: Script) -> Plan {
+        Plan::new(&script)
+    }
+
+    #[test]
+    fn fail_on_tool_result_fails_only_tool_results() {
+        let status = |p: &Plan, answers_tool: bool| p.failure(answers_tool).map(|r| r.status.as_u16());
+        let p = plan(Script { fail_on_tool_result: Some(true), ..Script::default() });
+        assert_eq!((status(&p, false), status(&p, true)), (None, Some(503)));
+        let p = plan(Script { fail_on_tool_result: Some(true), status: Some(429), ..Script::default() });
+        assert_eq!((status(&p, false), status(&p, true)), (None, Some(429)));
+        assert_eq!(p.success_status, StatusCode::OK, "other requests are answered normally");
+        let p = plan(Script { fail_on_tool_result: Some(true), fail_rate: Some(0.0), ..Script::default() });
+        assert_eq!(status(&p, true), None, "at fail_rate when it is set");
+        // Without it, a scripted error hits every request.
+        let p = plan(Script { status: Some(500), ..Script::default() });
+        assert_eq!((status(&p, false), status(&p, true)), (Some(500), Some(500)));
+        let p = plan(Script { fail_on_tool_result: Some(false), ..Script::default() });
+        assert_eq!(status(&p, true), None);
+    }
 }

@@ -69,7 +69,8 @@ macro_rules! script {
 
 script! {
     /// HTTP status to answer with; 400..=599 answers an error in the
-    /// protocol's shape, anything below 400 a normal answer with that status.
+    /// protocol's shape (only to a tool result with `fail_on_tool_result`),
+    /// anything below 400 a normal answer with that status.
     status: u16,
     /// The error's name: OpenAI `error.code` (e.g. `context_length_exceeded`),
     /// Anthropic `error.type`, Google `status`, Bedrock exception (e.g.
@@ -103,8 +104,17 @@ script! {
     /// A stream sends this many content chunks, then the protocol's in-stream
     /// error event (0: before any content) and ends.
     error_after_chunks: u32,
-    /// When the request declares a tool of this name, answer with a call to it.
+    /// When the request declares a tool of this name (case-sensitive), answer
+    /// with a call to it, unless the request's last turn carries a tool
+    /// result: that is answered in text, as a model does once its tool answered.
     tool_call: String,
+    /// The tool call's arguments, the text of a JSON object (`{"path": "a.txt"}`),
+    /// split across the content chunks; unset: `{"query": "<the answer's words>"}`.
+    tool_arguments: String,
+    /// Only a request whose last turn carries a tool result fails, with
+    /// `status` (or 503; at `fail_rate` if set); others are answered normally:
+    /// a provider that fails mid-conversation.
+    fail_on_tool_result: bool,
     /// Refuse a trailing assistant message (a prefill to continue) with the
     /// protocol's 400, as a model that cannot continue a turn does.
     refuse_prefill: bool,
@@ -146,6 +156,11 @@ impl Script {
         let map: Map<String, Value> = serde_json::from_slice(body).map_err(|e| ScriptError::Json(e.to_string()))?;
         let mut script = Script::default();
         for (field, value) in map {
+            // `tool_arguments` may be given as the object itself, not only as its text.
+            let value = match value {
+                Value::Object(args) if field == "tool_arguments" => Value::String(Value::Object(args).to_string()),
+                value => value,
+            };
             script.set(&field, value).map_err(|message| ScriptError::Field { path: field.clone(), message })?;
         }
         script.validate_as(Origin::Json)?;
@@ -154,8 +169,9 @@ impl Script {
 
     /// Reads the `x-chaos-*` headers; `None` when there are none (the fast
     /// path, which allocates nothing). Values are JSON scalars (`503`,
-    /// `true`, `0.5`); `x-chaos-error-code` and `x-chaos-tool-call` are taken
-    /// verbatim.
+    /// `true`, `0.5`); `x-chaos-error-code`, `x-chaos-tool-call` and
+    /// `x-chaos-tool-arguments` are taken verbatim, the last as UTF-8 (other
+    /// values must be visible ASCII).
     pub fn from_headers(headers: &HeaderMap) -> Result<Option<Script>, ScriptError> {
         let mut script: Option<Script> = None;
         for (name, value) in headers {
@@ -167,8 +183,15 @@ impl Script {
                 let known: Vec<String> = Self::FIELDS.iter().map(|f| header_name(f)).collect();
                 return Err(bad(format!("unknown chaos header, expected one of: {}", known.join(", "))));
             };
-            let raw = value.to_str().map_err(|_| bad("value is not visible ASCII".to_owned()))?.trim();
-            let value = if matches!(*field, "error_code" | "tool_call") {
+            let raw = match *field {
+                // JSON text, which may hold any UTF-8 (a path with an accent), sent raw.
+                "tool_arguments" => {
+                    std::str::from_utf8(value.as_bytes()).map_err(|_| bad("value is not UTF-8".to_owned()))
+                }
+                _ => value.to_str().map_err(|_| bad("value is not visible ASCII".to_owned())),
+            }?
+            .trim();
+            let value = if matches!(*field, "error_code" | "tool_call" | "tool_arguments") {
                 Value::String(raw.to_owned())
             } else {
                 serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
@@ -213,6 +236,11 @@ impl Script {
                 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
         {
             return Err(("tool_call", format!("must be 1 to 64 letters, digits, '_' or '-', got {name:?}")));
+        }
+        if let Some(args) = &self.tool_arguments
+            && !serde_json::from_str::<Value>(args).is_ok_and(|v| v.is_object())
+        {
+            return Err(("tool_arguments", format!("must be the text of a JSON object, got {args:?}")));
         }
         let ms_fields = [
             ("first_byte_ms", self.first_byte_ms),
@@ -333,6 +361,40 @@ mod tests {
         assert!(err.to_string().starts_with("x-chaos-tool-call: must be"), "{err}");
         let err = Script::from_headers(&headers(&[("x-chaos-bogus", "1")])).unwrap_err();
         assert!(err.to_string().starts_with("x-chaos-bogus: unknown chaos header"));
+    }
+
+    #[test]
+    fn tool_arguments_must_be_a_json_object() {
+        let s = Script::from_json(br#"{"tool_arguments":"{\"path\": \"a.txt\"}","fail_on_tool_result":true}"#).unwrap();
+        assert_eq!(s.tool_arguments.as_deref(), Some(r#"{"path": "a.txt"}"#), "kept verbatim");
+        assert_eq!(s.fail_on_tool_result, Some(true));
+        // The object itself is taken too, as its text.
+        let s = Script::from_json(br#"{"tool_arguments":{"command":["ls"]}}"#).unwrap();
+        assert_eq!(s.tool_arguments.as_deref(), Some(r#"{"command":["ls"]}"#));
+        let err = Script::from_json(br#"{"tool_arguments":"[1]"}"#).unwrap_err();
+        assert_eq!(err.to_string(), r#"tool_arguments: must be the text of a JSON object, got "[1]""#);
+        let err = Script::from_json(br#"{"tool_arguments":"{\"a\":"}"#).unwrap_err();
+        assert!(err.to_string().starts_with("tool_arguments: must be the text of a JSON object"), "{err}");
+        let err = Script::from_json(br#"{"fail_on_tool_result":"yes"}"#).unwrap_err();
+        assert_eq!(err.to_string(), r#"fail_on_tool_result: invalid type: string "yes", expected a boolean"#);
+
+        let s = Script::from_headers(&headers(&[
+            ("x-chaos-tool-arguments", r#" {"command": ["ls", "-l"], "n": 1} "#),
+            ("x-chaos-fail-on-tool-result", "true"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.tool_arguments.as_deref(), Some(r#"{"command": ["ls", "-l"], "n": 1}"#));
+        assert_eq!(s.fail_on_tool_result, Some(true));
+        // Verbatim: a JSON string is not unquoted into an object.
+        let err = Script::from_headers(&headers(&[("x-chaos-tool-arguments", r#""{}""#)])).unwrap_err();
+        assert_eq!(err.to_string(), r#"x-chaos-tool-arguments: must be the text of a JSON object, got "\"{}\"""#);
+        let mut map = HeaderMap::new();
+        map.insert("x-chaos-tool-arguments", HeaderValue::from_bytes("{\"path\": \"é.rs\"}".as_bytes()).unwrap());
+        let s = Script::from_headers(&map).unwrap().unwrap();
+        assert_eq!(s.tool_arguments.as_deref(), Some(r#"{"path": "é.rs"}"#), "UTF-8, as sent");
+        let err = Script::from_headers(&headers(&[("x-chaos-tool-arguments", "7")])).unwrap_err();
+        assert!(err.to_string().starts_with("x-chaos-tool-arguments: must be"), "{err}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use super::conn::ConnHandle;
 use super::counters::{Counters, InFlight};
 use super::plan::Plan;
-use super::wire::{self, Endpoint, Usage};
+use super::wire::{self, Endpoint, ToolCall, Usage};
 
 /// What a body needs to report and inject faults.
 pub(crate) struct BodyCtx {
@@ -51,6 +51,8 @@ pub(crate) struct Sse {
     pub(crate) finish: &'static str,
     /// `Some` when the client asked for `stream_options.include_usage`.
     pub(crate) usage: Option<Usage>,
+    /// The tool called instead of text: its argument pieces replace the words.
+    pub(crate) tool: Option<ToolCall>,
 }
 
 struct SseState {
@@ -141,18 +143,22 @@ impl SseState {
                         sleep(plan.chunk_gap).await;
                     }
                     self.step = Step::Content(i + 1);
-                    let (endpoint, text) = (self.sse.endpoint, wire::word(i));
-                    return Some(Ok(self.event(|p| wire::content_event(p, endpoint, text, i == 0))));
+                    return Some(Ok(self.event(|s| match &s.tool {
+                        Some(call) => wire::tool_call_event(&s.prefix, call, i),
+                        None => wire::content_event(&s.prefix, s.endpoint, wire::word(i), i == 0),
+                    })));
                 }
                 Step::Finish => {
                     self.step = if self.sse.usage.is_some() { Step::Usage } else { Step::Done };
-                    let (endpoint, finish) = (self.sse.endpoint, self.sse.finish);
-                    return Some(Ok(self.event(|p| wire::finish_event(p, endpoint, finish))));
+                    return Some(Ok(self.event(|s| match &s.tool {
+                        Some(call) => wire::tool_finish_event(&s.prefix, call, s.finish),
+                        None => wire::finish_event(&s.prefix, s.endpoint, s.finish),
+                    })));
                 }
                 Step::Usage => {
                     self.step = Step::Done;
                     let usage = self.sse.usage?;
-                    return Some(Ok(self.event(|p| wire::usage_event(p, usage))));
+                    return Some(Ok(self.event(|s| wire::usage_event(&s.prefix, usage))));
                 }
                 Step::Done => {
                     self.step = Step::End;
@@ -167,12 +173,12 @@ impl SseState {
     }
 
     /// Renders the next JSON event, unless the script wants it malformed.
-    fn event(&mut self, render: impl FnOnce(&[u8]) -> Bytes) -> Bytes {
+    fn event(&mut self, render: impl FnOnce(&Sse) -> Bytes) -> Bytes {
         self.events += 1;
         if self.sse.plan.malformed == Some(self.events) {
             return Bytes::from_static(wire::MALFORMED_EVENT);
         }
-        render(&self.sse.prefix)
+        render(&self.sse)
     }
 }
 

@@ -2,9 +2,13 @@
 //!
 //! Answers are written straight into one buffer per body or SSE event,
 //! without building a `serde_json::Value`: this is the benchmark mock's hot
-//! path.
+//! path. Chat tool calls are rendered in `wire/tool_call.rs`.
+
+mod tool_call;
 
 use bytes::Bytes;
+
+pub(crate) use tool_call::{ToolCall, tool_call_body, tool_call_event, tool_finish_event};
 
 /// The answer text, one word per content chunk, cycling.
 const WORDS: [&str; 16] = [

@@ -3,7 +3,8 @@
 //! OpenAI protocol is in `chaos/openai.rs` (its Responses API in
 //! `chaos/responses.rs`), wire faults in `chaos/faults.rs`,
 //! the control endpoint in `chaos/control.rs`, the native protocols in
-//! `chaos/<protocol>.rs`.
+//! `chaos/<protocol>.rs`, the agent's tool loop in every protocol in
+//! `chaos/tool_loop.rs`.
 #![expect(clippy::unwrap_used, reason = "helpers outside #[test] fns panic on failure, like the tests")]
 
 use std::error::Error as _;
@@ -33,6 +34,8 @@ mod native;
 mod openai;
 #[path = "chaos/responses.rs"]
 mod responses;
+#[path = "chaos/tool_loop.rs"]
+mod tool_loop;
 
 const CHAT: &str = "/v1/chat/completions";
 const MS: fn(u64) -> Duration = Duration::from_millis;

@@ -1,9 +1,11 @@
 //! Reading a native request body and refusing it where the real provider
 //! would: missing required fields, fields the API does not know (such as
 //! `stream_options` sent to a non-OpenAI target), the wrong version tag.
-//! The Responses API's request is read in `request/responses.rs`.
+//! The Responses API's request is read in `request/responses.rs`; whether
+//! the last turn carries a tool result in `request/tool_result.rs`.
 
 mod responses;
+mod tool_result;
 
 use serde_json::{Map, Value};
 
@@ -25,6 +27,10 @@ pub(crate) struct NativeRequest {
     pub(crate) tools: Vec<String>,
     /// The text of a trailing assistant message (Anthropic): a turn to continue.
     pub(crate) prefill: Option<String>,
+    /// The last turn carries a tool result (Anthropic `tool_result` block,
+    /// Gemini `functionResponse` part, Bedrock `toolResult` block, Responses
+    /// `function_call_output` item): answered in text, never with a tool call.
+    pub(crate) answers_tool: bool,
     /// The request's settings that the answer repeats (Responses API); empty
     /// for the other protocols.
     pub(crate) echo: Map<String, Value>,
@@ -172,8 +178,15 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
         prompt_tokens: tokens(&[map.get("system"), map.get("messages"), map.get("tools")]),
         tools,
         prefill: prefill(map.get("messages")),
+        answers_tool: tool_result::anthropic(map.get("messages")),
         echo: Map::new(),
     })
+}
+
+/// Whether an Anthropic Messages body (`count_tokens` reads it as a value)
+/// ends with a tool result.
+pub(crate) fn anthropic_answers_tool(body: &Value) -> bool {
+    tool_result::anthropic(body.get("messages"))
 }
 
 /// The text of the last message when it is the assistant's: a string, or its text blocks.
@@ -217,6 +230,7 @@ fn gemini(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invali
         prompt_tokens: tokens(&[system, map.get("contents"), map.get("tools")]),
         tools,
         prefill: None,
+        answers_tool: tool_result::gemini(map.get("contents")),
         echo: Map::new(),
     })
 }
@@ -251,6 +265,7 @@ fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inval
         prompt_tokens: tokens(&[map.get("system"), map.get("messages"), map.get("toolConfig")]),
         tools,
         prefill: prefill(map.get("messages")),
+        answers_tool: tool_result::bedrock(map.get("messages")),
         echo: Map::new(),
     })
 }

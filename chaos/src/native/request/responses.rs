@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Invalid, NativeRequest, tokens};
+use super::{Invalid, NativeRequest, tokens, tool_result};
 
 /// OpenAI's answer to a body that is not a JSON object.
 pub(super) const UNPARSED: &str = "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)";
@@ -63,7 +63,15 @@ const ECHOED: &[&str] = &[
 ];
 
 /// Input item types (a message may leave its type out).
-const ITEM_TYPES: &[&str] = &["message", "function_call", "function_call_output", "reasoning", "item_reference"];
+const ITEM_TYPES: &[&str] = &[
+    "message",
+    "function_call",
+    "function_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "reasoning",
+    "item_reference",
+];
 
 const ROLES: &[&str] = &["user", "assistant", "system", "developer"];
 
@@ -102,6 +110,7 @@ pub(super) fn parse(map: &Map<String, Value>) -> Result<NativeRequest, Invalid> 
         prompt_tokens: tokens(&[map.get("instructions"), Some(input), map.get("tools")]),
         tools,
         prefill: None,
+        answers_tool: tool_result::responses(input),
         echo,
     })
 }
@@ -148,7 +157,14 @@ fn check_item(i: usize, item: &Value) -> Result<(), Invalid> {
             }
             Ok(())
         }
-        "function_call_output" => {
+        // A custom (freeform) tool's call, as Codex's `apply_patch`: its `input` is text.
+        "custom_tool_call" => {
+            for key in ["call_id", "name", "input"] {
+                required_str(item, key, &format!("{path}.{key}"))?;
+            }
+            Ok(())
+        }
+        "function_call_output" | "custom_tool_call_output" => {
             required_str(item, "call_id", &format!("{path}.call_id"))?;
             required_at(item, "output", &format!("{path}.output")).map(drop)
         }
@@ -271,6 +287,16 @@ mod tests {
         assert_eq!(r.echo.get("instructions"), Some(&json!("be brief")));
         assert!(!r.echo.contains_key("user"), "null is not echoed");
         assert!(!r.echo.contains_key("stream"), "not a response member");
+        assert!(!r.answers_tool, "the last item is not a tool's output");
+
+        // Codex's freeform tools: a custom call and its output, the last turn.
+        let r = parse_json(json!({"model": "gpt-5", "input": [
+            {"role": "user", "content": "patch it"},
+            {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
+            {"type": "custom_tool_call_output", "call_id": "c2", "output": "Done"},
+        ]}))
+        .unwrap();
+        assert!(r.answers_tool);
     }
 
     #[test]
@@ -302,6 +328,8 @@ mod tests {
         assert_eq!(param, "tools[0].name");
         let (_, param, _) = refused(json!({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}));
         assert_eq!(param, "input[0].call_id");
+        let (_, param, _) = refused(json!({"model": "m", "input": [{"type": "custom_tool_call", "call_id": "c"}]}));
+        assert_eq!(param, "input[0].name");
         let (_, param, _) = refused(json!({"model": "m", "input": [{"type": "tool_result"}]}));
         assert_eq!(param, "input[0].type");
         let (_, param, _) = refused(json!({"model": "m", "input": [{"role": "tool", "content": "x"}]}));
