@@ -26,8 +26,7 @@ pub use encode::{from_chat, message_of_completion};
 pub use envelope::{ANTHROPIC_VERSION, native};
 
 use crate::lenient::{self, Lenient};
-use crate::sse::{SseEvents, SseTranscoder};
-use crate::{Out, Transcoder, UpstreamError, Usage};
+use crate::{Transcoder, Usage};
 
 /// `event: {name}\ndata: {data}\n\n`, the framing of every Messages event.
 pub fn event(name: &str, data: &str) -> Bytes {
@@ -82,52 +81,13 @@ pub fn usage_of_message(body: &[u8]) -> Option<Usage> {
 /// `content_block_delta`; an `error` event ends it in an error (which fails over while
 /// no content was sent) and `message_stop` ends it.
 pub fn relay() -> Box<dyn Transcoder + Send> {
-    Box::new(SseTranscoder::new(Relay::default()))
-}
-
-#[derive(Default)]
-struct Relay {
-    content: bool,
-    done: bool,
-}
-
-impl SseEvents for Relay {
-    fn event(&mut self, data: &str, out: &mut Vec<Out>) {
-        if self.done {
-            return;
-        }
-        let Some(kind) = crate::sse::type_of(data) else {
-            self.done = true;
-            let error = UpstreamError::malformed(200, "a stream event is not a JSON object with a type");
-            out.push(Out::Error { error, before_content: !self.content });
-            return;
-        };
-        match kind.as_str() {
-            "error" => {
-                self.done = true;
-                let error = crate::anthropic::classify(200, &http::HeaderMap::new(), data.as_bytes(), 0);
-                out.push(Out::Error { error, before_content: !self.content });
-            }
-            "message_stop" => {
-                self.done = true;
-                out.push(Out::Event { bytes: event(&kind, data), content: false });
-                out.push(Out::Done);
-            }
-            _ => {
-                let content = kind == "content_block_delta";
-                self.content |= content;
-                out.push(Out::Event { bytes: event(&kind, data), content });
-            }
-        }
-    }
-
-    fn end(&mut self, out: &mut Vec<Out>) {
-        if !self.done {
-            self.done = true;
-            let error = UpstreamError::malformed(200, "the stream ended before message_stop");
-            out.push(Out::Error { error, before_content: !self.content });
-        }
-    }
+    crate::sse::named_relay(crate::sse::NamedEvents {
+        is_error: |kind| kind == "error",
+        error: |data| crate::anthropic::classify(200, &http::HeaderMap::new(), data.as_bytes(), 0),
+        is_end: |kind| kind == "message_stop",
+        is_content: |kind| kind == "content_block_delta",
+        end_name: "message_stop",
+    })
 }
 
 #[cfg(test)]

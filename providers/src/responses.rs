@@ -22,8 +22,7 @@ pub use chat::to_chat;
 pub use encode::{ResponseIds, from_chat, response_of_completion};
 
 use crate::messages::event;
-use crate::sse::{SseEvents, SseTranscoder};
-use crate::{ErrorKind, Out, Transcoder, UpstreamError, Usage};
+use crate::{ErrorKind, Transcoder, UpstreamError, Usage};
 
 /// A Responses `usage` object in OpenAI's chat accounting (`input_tokens` includes
 /// the cached tokens, as `prompt_tokens` does).
@@ -74,51 +73,13 @@ pub fn failed_event(id: &str, code: &str, message: &str) -> Bytes {
 /// delta; an `error` or `response.failed` event ends it in an error (which fails over
 /// while no content was sent), and `response.completed` or `response.incomplete` ends it.
 pub fn relay() -> Box<dyn Transcoder + Send> {
-    Box::new(SseTranscoder::new(Relay::default()))
-}
-
-#[derive(Default)]
-struct Relay {
-    content: bool,
-    done: bool,
-}
-
-impl SseEvents for Relay {
-    fn event(&mut self, data: &str, out: &mut Vec<Out>) {
-        if self.done {
-            return;
-        }
-        let Some(kind) = crate::sse::type_of(data) else {
-            self.done = true;
-            let error = UpstreamError::malformed(200, "a stream event is not a JSON object with a type");
-            out.push(Out::Error { error, before_content: !self.content });
-            return;
-        };
-        match kind.as_str() {
-            "error" | "response.failed" => {
-                self.done = true;
-                out.push(Out::Error { error: stream_error(data), before_content: !self.content });
-            }
-            "response.completed" | "response.incomplete" => {
-                self.done = true;
-                out.push(Out::Event { bytes: event(&kind, data), content: false });
-                out.push(Out::Done);
-            }
-            _ => {
-                let content = kind.ends_with(".delta");
-                self.content |= content;
-                out.push(Out::Event { bytes: event(&kind, data), content });
-            }
-        }
-    }
-
-    fn end(&mut self, out: &mut Vec<Out>) {
-        if !self.done {
-            self.done = true;
-            let error = UpstreamError::malformed(200, "the stream ended before response.completed");
-            out.push(Out::Error { error, before_content: !self.content });
-        }
-    }
+    crate::sse::named_relay(crate::sse::NamedEvents {
+        is_error: |kind| matches!(kind, "error" | "response.failed"),
+        error: stream_error,
+        is_end: |kind| matches!(kind, "response.completed" | "response.incomplete"),
+        is_content: |kind| kind.ends_with(".delta"),
+        end_name: "response.completed",
+    })
 }
 
 #[cfg(test)]

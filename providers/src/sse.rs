@@ -151,6 +151,68 @@ impl<E: SseEvents> Transcoder for SseTranscoder<E> {
     }
 }
 
+/// What a relay of named events (Messages, Responses) needs to know of its API: which
+/// event types end the stream in an error (and the error they carry), which end it
+/// complete, and which carry content (the stream commits on the first).
+pub(crate) struct NamedEvents {
+    pub(crate) is_error: fn(&str) -> bool,
+    pub(crate) error: fn(&str) -> UpstreamError,
+    pub(crate) is_end: fn(&str) -> bool,
+    pub(crate) is_content: fn(&str) -> bool,
+    /// Says what a stream cut short lacked (`the stream ended before …`).
+    pub(crate) end_name: &'static str,
+}
+
+/// The transcoder of a native stream of named events: every event passes unchanged (its
+/// data byte for byte, re-framed as `event:`/`data:`), marked as content from the first
+/// content event; an error event ends it in an error (which fails over while no content
+/// was sent), an end event ends it.
+pub(crate) fn named_relay(api: NamedEvents) -> Box<dyn Transcoder + Send> {
+    Box::new(SseTranscoder::new(NamedRelay { api, content: false, done: false }))
+}
+
+struct NamedRelay {
+    api: NamedEvents,
+    content: bool,
+    done: bool,
+}
+
+impl NamedRelay {
+    fn fail(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
+        self.done = true;
+        out.push(Out::Error { error, before_content: !self.content });
+    }
+}
+
+impl SseEvents for NamedRelay {
+    fn event(&mut self, data: &str, out: &mut Vec<Out>) {
+        if self.done {
+            return;
+        }
+        let Some(kind) = type_of(data) else {
+            return self.fail(UpstreamError::malformed(200, "a stream event is not a JSON object with a type"), out);
+        };
+        if (self.api.is_error)(&kind) {
+            return self.fail((self.api.error)(data), out);
+        }
+        let end = (self.api.is_end)(&kind);
+        let content = !end && (self.api.is_content)(&kind);
+        self.content |= content;
+        out.push(Out::Event { bytes: crate::messages::event(&kind, data), content });
+        if end {
+            self.done = true;
+            out.push(Out::Done);
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<Out>) {
+        if !self.done {
+            let message = format!("the stream ended before {}", self.api.end_name);
+            self.fail(UpstreamError::malformed(200, message), out);
+        }
+    }
+}
+
 /// The `type` member of an event's data (Messages and Responses events name
 /// themselves so), read without building a tree.
 pub fn type_of(data: &str) -> Option<String> {

@@ -2,7 +2,7 @@ use http::{HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{Protocol, Target, TranslateError};
+use crate::{Out, Protocol, Target, TranslateError};
 
 fn events(outs: &[Out]) -> Vec<(String, Value)> {
     outs.iter()

@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::TranslateError;
+use crate::{Out, TranslateError};
 
 fn events(outs: &[Out]) -> Vec<(String, Value)> {
     outs.iter()
