@@ -5,6 +5,7 @@
 use http::HeaderMap;
 use http::header;
 use prometheus_client::metrics::gauge::Gauge;
+use sluice_ledger::limits::{Admission, Ask};
 use sluice_ledger::{AccountRef, Hold, LedgerError, format_usd};
 
 use crate::config::Route;
@@ -14,6 +15,7 @@ use crate::request::ClientRequest;
 use crate::server::{AuthMode, Gateway};
 
 pub mod keys;
+pub mod limits;
 mod settle;
 
 pub use settle::settle;
@@ -46,14 +48,9 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
     }
 }
 
-/// Reserves the most the request can cost on any candidate (docs/design.md §5).
-pub async fn reserve(
-    gw: &Gateway,
-    route: &Route,
-    req: &ClientRequest,
-    account: &AccountRef,
-    request_id: &RequestId,
-) -> Result<Option<Held>, ApiError> {
+/// The most a request can use: tokens (its input bound plus the output it may ask for)
+/// and cost on its route's dearest candidate (docs/design.md §5).
+pub fn ask(route: &Route, req: &ClientRequest) -> Ask {
     let output = req.reserved_output(route.cfg.default_max_tokens);
     let estimate = route
         .candidates
@@ -62,11 +59,28 @@ pub async fn reserve(
         .map(|p| p.cost_nanos(req.input_bound, output))
         .max()
         .unwrap_or(0);
+    Ask {
+        tokens: i64::try_from(req.input_bound.saturating_add(output)).unwrap_or(i64::MAX),
+        spend_nanos: i64::try_from(estimate).unwrap_or(i64::MAX),
+    }
+}
+
+/// Reserves the most the request can cost on any candidate, `ask.spend_nanos`
+/// (docs/design.md §5).
+pub async fn reserve(
+    gw: &Gateway,
+    route: &Route,
+    req: &ClientRequest,
+    account: &AccountRef,
+    request_id: &RequestId,
+    ask: Ask,
+) -> Result<Option<Held>, ApiError> {
+    let output = req.reserved_output(route.cfg.default_max_tokens);
+    let estimate = ask.spend_nanos;
     if estimate == 0 {
         return Ok(None);
     }
     let Some(biller) = &gw.biller else { return Ok(None) };
-    let estimate = i64::try_from(estimate).unwrap_or(i64::MAX);
     // From the account's balance grant in memory (docs/design.md §5a); the biller runs
     // its database work in tasks of its own, so a client that goes away cancels none.
     // A hold nobody waits for any more is released when dropped.
@@ -120,12 +134,13 @@ fn reaches_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// A hold (docs/design.md §5a) counted in `sluice_reservations_open` for as long as it
-/// lives: settled, released, or dropped with a request that nobody waits for any more
-/// (a client that went away mid-dispatch; a dropped hold is released in memory).
+/// What a request holds until it is settled: its reservation (docs/design.md §5a),
+/// counted in `sluice_reservations_open` for as long as it lives (settled, released, or
+/// dropped with a request that nobody waits for any more: a dropped hold is released in
+/// memory), and its share of its limits (docs/design.md §5b).
 pub struct Held {
-    pub(crate) reservation: Hold,
-    pub(crate) _open: OpenGauge,
+    pub(crate) reservation: Option<(Hold, OpenGauge)>,
+    pub(crate) limits: Option<Admission>,
 }
 
 pub(crate) struct OpenGauge(Gauge);
@@ -133,7 +148,16 @@ pub(crate) struct OpenGauge(Gauge);
 impl Held {
     fn new(reservation: Hold, open: &Gauge) -> Self {
         open.inc();
-        Self { reservation, _open: OpenGauge(open.clone()) }
+        Self { reservation: Some((reservation, OpenGauge(open.clone()))), limits: None }
+    }
+
+    /// What a request holds: its reservation and its limits' admission, if either.
+    pub fn of(reservation: Option<Held>, limits: Option<Admission>) -> Option<Held> {
+        match (reservation, limits) {
+            (Some(held), limits) => Some(Held { limits, ..held }),
+            (None, Some(limits)) => Some(Held { reservation: None, limits: Some(limits) }),
+            (None, None) => None,
+        }
     }
 }
 

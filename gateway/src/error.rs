@@ -52,6 +52,19 @@ pub enum ApiError {
         /// When to try again.
         retry_after: Duration,
     },
+    /// Over a limit of the key or its account (docs/design.md §5b): the client's, never
+    /// counted against an upstream or an error budget.
+    #[error("{message}")]
+    LimitExceeded {
+        /// What happened, naming the limit.
+        message: String,
+        /// The OpenAI `type`: `requests`, `tokens` or `insufficient_quota`.
+        kind: &'static str,
+        /// A spend cap (`insufficient_quota`, not worth retrying soon).
+        spend: bool,
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// Every candidate failed.
     #[error("{0}")]
     UpstreamsUnavailable(String),
@@ -95,6 +108,9 @@ impl ApiError {
             }
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "invalid_request_error", "request_timeout"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limited"),
+            ApiError::LimitExceeded { kind, spend, .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, kind, if *spend { "insufficient_quota" } else { "rate_limit_exceeded" })
+            }
             ApiError::UpstreamsUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "api_error", "upstreams_unavailable")
             }
@@ -161,6 +177,7 @@ impl ApiError {
     /// upstream's own Messages error passes unchanged (clients match its wording);
     /// another upstream's error is re-shaped with its message.
     fn messages_response(self) -> Response {
+        let self_limit = self.limit_retry();
         let (status, message) = match self {
             ApiError::Upstream(p) => {
                 let Passthrough { status, headers, body } = *p;
@@ -195,6 +212,7 @@ impl ApiError {
             // A budget refusal does not pass by retrying.
             response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
         }
+        limit_headers(&self_limit, response.headers_mut());
         response
     }
 }
@@ -219,6 +237,29 @@ impl IntoResponse for ApiError {
             // Retry-After has whole seconds; clients that read the precise hint get it too.
             response.headers_mut().insert("retry-after-ms", HeaderValue::from(retry_after.as_millis() as u64));
         }
+        limit_headers(&self.limit_retry(), response.headers_mut());
         response
+    }
+}
+
+impl ApiError {
+    /// For a limit refusal: when to retry, and whether retrying soon is worth it.
+    fn limit_retry(&self) -> Option<(Duration, bool)> {
+        match self {
+            ApiError::LimitExceeded { retry_after, spend, .. } => Some((*retry_after, !*spend)),
+            _ => None,
+        }
+    }
+}
+
+/// `retry-after` (whole seconds, at least 1), `retry-after-ms`, and for a spend cap
+/// `x-should-retry: false` (the OpenAI and Anthropic SDKs honour all three).
+fn limit_headers(limit: &Option<(Duration, bool)>, headers: &mut http::HeaderMap) {
+    let Some((retry_after, retry)) = limit else { return };
+    let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    headers.insert("retry-after-ms", HeaderValue::from(retry_after.as_millis().max(1) as u64));
+    if !retry {
+        headers.insert("x-should-retry", HeaderValue::from_static("false"));
     }
 }

@@ -41,6 +41,9 @@ pub struct AccountRef {
     pub id: i64,
     /// Account name.
     pub name: String,
+    /// The limits the key and its account hold requests to (docs/design.md §5b);
+    /// `None` when neither has any.
+    pub limits: Option<std::sync::Arc<crate::KeyLimits>>,
 }
 
 impl Account {

@@ -74,7 +74,7 @@ impl KeySelector<'_> {
 }
 
 impl KeyInfo {
-    fn from_row(row: &AnyRow) -> Result<KeyInfo, sqlx::Error> {
+    pub(crate) fn from_row(row: &AnyRow) -> Result<KeyInfo, sqlx::Error> {
         let revoked: Option<i64> = row.try_get(4)?;
         Ok(KeyInfo {
             id: row.try_get(0)?,
@@ -86,7 +86,8 @@ impl KeyInfo {
     }
 }
 
-const KEY_COLUMNS: &str = "k.id, a.name, k.key_prefix, k.created_at_ms, k.revoked_at_ms, k.key_hash, k.account_id";
+pub(crate) const KEY_COLUMNS: &str =
+    "k.id, a.name, k.key_prefix, k.created_at_ms, k.revoked_at_ms, k.key_hash, k.account_id";
 
 impl Ledger {
     /// Creates an API key for `account_name` and returns it. This is the only time the
@@ -184,15 +185,21 @@ impl Ledger {
     /// As [`authenticate`](Self::authenticate), for a key already hashed with
     /// [`key_hash`] (what a cache keyed by hash asks).
     pub async fn authenticate_hash(&self, hash: &str) -> Result<Option<AccountRef>, LedgerError> {
-        let row = sqlx::query(
-            "SELECT a.id, a.name FROM api_keys k JOIN accounts a ON a.id = k.account_id \
+        let sql = format!(
+            "SELECT a.id, a.name, k.id, {}, {} FROM api_keys k JOIN accounts a ON a.id = k.account_id \
+             LEFT JOIN limits kl ON kl.subject = 'key' AND kl.subject_id = k.id \
+             LEFT JOIN limits al ON al.subject = 'account' AND al.subject_id = a.id \
              WHERE k.key_hash = $1 AND k.revoked_at_ms IS NULL",
-        )
-        .bind(hash)
-        .fetch_optional(&self.inner.reader)
-        .await?;
+            crate::limits::columns("kl"),
+            crate::limits::columns("al"),
+        );
+        let row = sqlx::query(&sql).bind(hash).fetch_optional(&self.inner.reader).await?;
         Ok(match row {
-            Some(row) => Some(AccountRef { id: row.try_get(0)?, name: row.try_get(1)? }),
+            Some(row) => Some(AccountRef {
+                id: row.try_get(0)?,
+                name: row.try_get(1)?,
+                limits: Some(crate::KeyLimits::from_row(&row, 2)?).filter(|l| !l.is_empty()).map(std::sync::Arc::new),
+            }),
             None => None,
         })
     }

@@ -56,6 +56,7 @@ pub(crate) const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (3, "keys", include_str!("../migrations/sqlite/0003_keys.sql")),
     (4, "synthetic", include_str!("../migrations/sqlite/0004_synthetic.sql")),
     (5, "posting", include_str!("../migrations/sqlite/0005_posting.sql")),
+    (6, "limits", include_str!("../migrations/sqlite/0006_limits.sql")),
 ]);
 
 pub(crate) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
@@ -64,6 +65,7 @@ pub(crate) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (3, "keys", include_str!("../migrations/postgres/0003_keys.sql")),
     (4, "synthetic", include_str!("../migrations/postgres/0004_synthetic.sql")),
     (5, "posting", include_str!("../migrations/postgres/0005_posting.sql")),
+    (6, "limits", include_str!("../migrations/postgres/0006_limits.sql")),
 ]);
 
 /// Connections in the Postgres pool (shared by readers and writers).

@@ -37,6 +37,8 @@ mod hostile;
 mod hostile_socket;
 #[path = "scenarios/idle_auto.rs"]
 mod idle_auto;
+#[path = "scenarios/limits.rs"]
+mod limits;
 #[path = "scenarios/metrics.rs"]
 mod metrics;
 #[path = "scenarios/outage.rs"]

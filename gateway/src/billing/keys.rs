@@ -196,8 +196,8 @@ impl State {
                     self.entries.remove(&hash);
                     self.generation += 1;
                 }
-                // A top-up does not change what a key authenticates as.
-                Ok(Change::Account(_)) => {}
+                // A top-up, or the account's limits changed: its keys carry its limits.
+                Ok(Change::Account(id)) => self.drop_account(id),
                 Ok(Change::All) | Err(TryRecvError::Lagged(_)) => self.expire_all(),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Closed) => {
@@ -209,6 +209,17 @@ impl State {
             }
         }
         self.changes = Some(changes);
+    }
+
+    /// The keys of account `id` are asked of the ledger again (they carry its limits);
+    /// what was known stays for [`KeyCache::stale`].
+    fn drop_account(&mut self, id: i64) {
+        for e in self.entries.values_mut() {
+            if e.account.as_ref().is_some_and(|a| a.id == id) {
+                e.expires = e.confirmed;
+            }
+        }
+        self.generation += 1;
     }
 
     /// Nothing may be served without asking the ledger again; what was known stays for

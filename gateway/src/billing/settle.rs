@@ -10,8 +10,7 @@ use super::Held;
 /// the settlement committed (docs/design.md §5a), `true`; `false` when it failed. Dropping
 /// the future does not cancel the settlement. Errors are logged, not returned.
 pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Option<Held>) -> bool {
-    // `_open` leaves `sluice_reservations_open` when this settlement is done.
-    let Some(Held { reservation: r, _open }) = reservation else { return true };
+    let Some(Held { reservation, limits }) = reservation else { return true };
     let mut charge: Option<(i64, sluice_ledger::Usage)> = None;
     for (candidate, u) in charges {
         let Some(c) = route.candidates.get(*candidate) else { continue };
@@ -26,6 +25,12 @@ pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Opti
         usage.input_tokens += u.prompt_tokens;
         usage.output_tokens += u.completion_tokens;
     }
+    if let Some(limits) = limits {
+        let (cost, tokens) = charge.as_ref().map_or((0, 0), |(cost, u)| (*cost, u.input_tokens + u.output_tokens));
+        limits.settle(i64::try_from(tokens).unwrap_or(i64::MAX), cost);
+    }
+    // `_open` leaves `sluice_reservations_open` when this settlement is done.
+    let Some((r, _open)) = reservation else { return true };
     let spend = route.metrics.spend.clone();
     // As in `reserve`: the transaction must not be cancelled half way by a client
     // that goes away, so it runs in its own task.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use sluice_ledger::limits::{Limiter, LimiterConfig, LimiterObserver};
 use sluice_ledger::{Biller, BillerConfig, BillerObserver, Ledger};
 use tokio::net::TcpListener;
 
@@ -67,6 +68,11 @@ pub struct ServeArgs {
     /// instead (one database round trip per request).
     #[arg(long, default_value = "10", env = "SLUICE_GRANT_MAX", value_parser = parse_grant_max)]
     pub grant_max: i64,
+    /// The most a limit lease takes beyond the request at hand, in percent of the
+    /// limit: what a gateway that dies can have used of a limit without reporting it,
+    /// so the bound by which limits can be passed (docs/design.md §5b).
+    #[arg(long, default_value = "2", env = "SLUICE_LIMIT_LEASE_MAX", value_parser = parse_lease_max)]
+    pub limit_lease_max: u32,
     /// How long a settlement batch collects before it commits (group commit).
     #[arg(long, default_value = "2ms", env = "SLUICE_SETTLE_WINDOW", value_parser = parse_duration)]
     pub settle_window: Duration,
@@ -108,6 +114,15 @@ fn parse_grant_max(text: &str) -> Result<i64, String> {
     sluice_ledger::parse_usd(text).map_err(|e| e.to_string())
 }
 
+/// Parses `--limit-lease-max` (percent, 0.1 to 100) into thousandths.
+fn parse_lease_max(text: &str) -> Result<u32, String> {
+    let pct: f64 = text.trim().trim_end_matches('%').parse().map_err(|_| format!("{text:?} is not a percentage"))?;
+    if !(0.1..=100.0).contains(&pct) {
+        return Err(format!("{text:?} is not between 0.1 and 100 (percent of a limit)"));
+    }
+    Ok((pct * 10.0).round() as u32)
+}
+
 /// This process in the `grants` table: `--gateway-id` (the pod name), else the host
 /// name, the pid and the start time, so that a restarted process is another holder.
 pub fn holder_id(args: &ServeArgs) -> String {
@@ -134,7 +149,10 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
             ..BillerConfig::new(holder_id(args))
         };
         let observer: Arc<dyn BillerObserver> = Arc::new(gw.metrics.grants.clone());
-        gw.biller = Some(Biller::start(ledger, cfg, Some(observer)));
+        gw.biller = Some(Biller::start(ledger.clone(), cfg, Some(observer)));
+        let cfg = LimiterConfig { lease_permille: args.limit_lease_max, ..LimiterConfig::new(holder_id(args)) };
+        let observer: Arc<dyn LimiterObserver> = Arc::new(gw.metrics.limits.clone());
+        gw.limiter = Some(Limiter::new(ledger, cfg, Some(observer)));
     }
     gw.max_body = args.max_body_bytes;
     gw.reservation_ttl = args.reservation_ttl;
@@ -176,6 +194,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Requests are done: commit what is queued and give the grants back (§5a).
     if let Some(b) = &gw.biller {
         b.shutdown(Duration::from_secs(10)).await;
+    }
+    // And the limit leases (§5b): what was used stays counted.
+    if let Some(l) = &gw.limiter {
+        l.shutdown().await;
     }
     loops.abort();
     // Flush what the last seconds counted.

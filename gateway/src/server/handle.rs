@@ -7,9 +7,12 @@ use std::time::Instant;
 use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
+use sluice_ledger::AccountRef;
+use sluice_ledger::limits::{Ask, Standing};
 
 use crate::answer;
-use crate::billing;
+use crate::billing::{self, Held};
+use crate::config::Route;
 use crate::error::ApiError;
 use crate::headers::{RequestId, X_REQUEST_ID};
 use crate::request::{ClientRequest, Endpoint};
@@ -20,10 +23,12 @@ use crate::telemetry::traces::RequestTrace;
 /// Handles one request end to end.
 pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
     let request_id = RequestId::of(&headers);
-    let response = match serve(&gw, endpoint, &headers, body, &request_id).await {
+    let mut standings = Vec::new();
+    let mut response = match serve(&gw, endpoint, &headers, body, &request_id, &mut standings).await {
         Ok(r) => r,
         Err(e) => e.respond(endpoint),
     };
+    billing::limits::headers(&standings, response.headers_mut());
     with_request_id(response, &request_id)
 }
 
@@ -45,6 +50,7 @@ async fn serve(
     headers: &HeaderMap,
     body: Bytes,
     request_id: &RequestId,
+    standings: &mut Vec<Standing>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let account = billing::authenticate(gw, headers).await?;
@@ -55,11 +61,13 @@ async fn serve(
     let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
     let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
     let trace = RequestTrace::start(gw.traces.as_ref(), headers, endpoint, &req.model, &route, &body);
-    let reservation = match &account {
-        Some(a) => match billing::reserve(gw, &route, &req, a, request_id).await {
-            Ok(r) => r,
+    let ask = billing::ask(&route, &req);
+    let held = match &account {
+        Some(a) => match hold(gw, &route, &req, a, request_id, ask, standings).await {
+            Ok(held) => held,
             Err(e) => {
-                // The route is known: a refused request (402) is one of its answers.
+                // The route is known: a refused request (429 over a limit, 402) is one
+                // of its answers, and the client's: not an SLI event.
                 let end = answer::Ending {
                     api: endpoint,
                     status: e.status(),
@@ -86,8 +94,34 @@ async fn serve(
     };
     let dispatched = route::dispatch(&ctx, &route, &req).await;
     match dispatched {
-        Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, reservation, started, trace)),
-        Ok(d) => Ok(answer::answer(gw, &route, &req, d, reservation, started, trace).await),
-        Err(f) => Ok(answer::failure(gw, &route, endpoint, f, reservation, started, trace).await),
+        Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, held, started, trace)),
+        Ok(d) => Ok(answer::answer(gw, &route, &req, d, held, started, trace).await),
+        Err(f) => Ok(answer::failure(gw, &route, endpoint, f, held, started, trace).await),
+    }
+}
+
+/// Admits the request by its key's and account's limits (docs/design.md §5b), then
+/// reserves what it may cost (§5); a refused reservation gives the limits back.
+async fn hold(
+    gw: &Gateway,
+    route: &Route,
+    req: &ClientRequest,
+    account: &AccountRef,
+    request_id: &RequestId,
+    ask: Ask,
+    standings: &mut Vec<Standing>,
+) -> Result<Option<Held>, ApiError> {
+    let limits = billing::limits::admit(gw, account, ask).await?;
+    if let Some(admission) = &limits {
+        standings.clone_from(&admission.standings);
+    }
+    match billing::reserve(gw, route, req, account, request_id, ask).await {
+        Ok(reservation) => Ok(Held::of(reservation, limits)),
+        Err(e) => {
+            if let Some(admission) = limits {
+                admission.settle(0, 0);
+            }
+            Err(e)
+        }
     }
 }

@@ -55,6 +55,8 @@ pub struct Gateway {
     /// Balance grants and the settlement writer (docs/design.md §5a); `None` without
     /// billing.
     pub biller: Option<Biller>,
+    /// Limits of keys and accounts (docs/design.md §5b); `None` without a ledger.
+    pub limiter: Option<sluice_ledger::limits::Limiter>,
     /// Client auth.
     pub auth: AuthMode,
     /// Key → account answers of the ledger, briefly (docs/design.md §5a).
@@ -89,6 +91,7 @@ impl Gateway {
             secrets,
             ledger,
             biller: None,
+            limiter: None,
             auth,
             keys,
             max_body: 8 * 1024 * 1024,

@@ -208,6 +208,9 @@ pub struct Metrics {
     /// Balance grants (docs/design.md §5a): `sluice_grants_open`,
     /// `sluice_grant_renewals_total{result}`, `sluice_settle_batch_size`.
     pub grants: GrantMetrics,
+    /// Limits (docs/design.md §5b): `sluice_limit_rejections_total{limit,key_kind}`,
+    /// `sluice_limit_lease_takes_total{limit,result}`.
+    pub limits: LimitMetrics,
     /// `sluice_stream_events_dropped_total`: SSE events that were not valid JSON.
     pub dropped_events: Counter,
     /// `sluice_synthetic_checks_total{route,upstream,outcome}`.
@@ -239,6 +242,17 @@ impl Metrics {
         let dropped_events = Counter::default();
         let synthetic_checks = Family::<SyntheticLabel, Counter>::default();
         let grants = GrantMetrics::default();
+        let limits = LimitMetrics::default();
+        registry.register(
+            "limit_rejections",
+            "Requests refused over a limit of their key or account, by limit and whose",
+            limits.rejections.clone(),
+        );
+        registry.register(
+            "limit_lease_takes",
+            "Limit lease takes from the ledger, by limit and result (ok, short: the window is full, failed)",
+            limits.takes.clone(),
+        );
         registry.register("requests", "Requests answered, by route and HTTP status", requests.clone());
         registry.register(
             "request_duration_seconds",
@@ -306,6 +320,7 @@ impl Metrics {
             reservations_open,
             config_reloads,
             grants,
+            limits,
             dropped_events,
             synthetic_checks,
         }
@@ -376,6 +391,39 @@ impl BillerObserver for GrantMetrics {
 
     fn settle_retry(&self) {
         self.retries.inc();
+    }
+}
+
+/// `{limit,key_kind}` of a limit refusal.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabel {
+    /// `rpm`, `tpm`, `tpd`, `concurrency`, `daily_spend` or `monthly_spend`.
+    pub limit: &'static str,
+    /// `key` or `account`: whose limit.
+    pub key_kind: &'static str,
+}
+
+/// `{limit,result}` of a lease take.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitTakeLabel {
+    /// As in [`LimitLabel`].
+    pub limit: &'static str,
+    /// `ok`, `short` or `failed`.
+    pub result: &'static str,
+}
+
+/// The limit metrics; lease takes are fed by the limiter through [`LimiterObserver`].
+#[derive(Clone, Debug, Default)]
+pub struct LimitMetrics {
+    /// `sluice_limit_rejections_total{limit,key_kind}`.
+    pub rejections: Family<LimitLabel, Counter>,
+    /// `sluice_limit_lease_takes_total{limit,result}`.
+    pub takes: Family<LimitTakeLabel, Counter>,
+}
+
+impl sluice_ledger::limits::LimiterObserver for LimitMetrics {
+    fn take(&self, meter: sluice_ledger::Meter, result: &'static str) {
+        self.takes.get_or_create(&LimitTakeLabel { limit: meter.as_str(), result }).inc();
     }
 }
 

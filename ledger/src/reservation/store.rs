@@ -296,7 +296,9 @@ impl Ledger {
             tracing::info!(reaped, "released expired reservations");
         }
         // And the grants of processes that died holding them (docs/design.md §5a).
-        Ok(reaped + self.reap_grants(now_ms).await?)
+        let grants = self.reap_grants(now_ms).await?;
+        // And the limit leases of processes that died (docs/design.md §5b).
+        Ok(reaped + grants + self.reap_limit_leases(now_ms).await?)
     }
 
     /// Number of open reservations (all accounts).

@@ -6,7 +6,7 @@ use tokio::sync::broadcast;
 use super::*;
 
 fn acme() -> Option<AccountRef> {
-    Some(AccountRef { id: 1, name: "acme".into() })
+    Some(AccountRef { id: 1, name: "acme".into(), limits: None })
 }
 
 /// A cache of `capacity` with a 1 s TTL, fed by a channel the test sends on.
@@ -53,13 +53,19 @@ fn a_key_change_drops_that_key_and_all_drops_everything() {
     for hash in ["a", "b", "c"] {
         fill(&c, hash, acme(), now);
     }
+    let other = Some(AccountRef { id: 2, name: "other".into(), limits: None });
+    fill(&c, "d", other.clone(), now);
     fill(&c, "new", None, now);
     tx.send(Change::Key("a".into())).unwrap();
     tx.send(Change::Key("new".into())).unwrap();
-    tx.send(Change::Account(1)).unwrap();
     assert_eq!(hit(&c, "a", now), None, "revoked");
     assert_eq!(hit(&c, "new", now), None, "created: the negative entry is gone");
-    assert_eq!(hit(&c, "b", now), Some(acme()), "a top-up changes no key");
+    assert_eq!(hit(&c, "b", now), Some(acme()));
+    // A change of account 2 (a top-up, or its limits, which its keys carry): its keys
+    // are asked again, kept as the fallback; account 1's stay.
+    tx.send(Change::Account(2)).unwrap();
+    assert_eq!((hit(&c, "d", now), c.stale("d", now)), (None, Some(other)));
+    assert_eq!(hit(&c, "b", now), Some(acme()));
     tx.send(Change::All).unwrap();
     assert_eq!((hit(&c, "b", now), hit(&c, "c", now)), (None, None));
     // Kept only as the fallback for a ledger that cannot be reached; the revoked key

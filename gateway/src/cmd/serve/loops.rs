@@ -45,6 +45,19 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
             }
         }
     }));
+    if let Some(limiter) = gw.limiter.clone() {
+        // Limit leases (docs/design.md §5b): returned when a window ends or a key goes
+        // idle, renewed before they run out.
+        handles.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(sluice_ledger::limits::limiter::TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+                limiter.tick(i64::try_from(now).unwrap_or(i64::MAX)).await;
+            }
+        }));
+    }
     handles.push(tokio::spawn(crate::checks::probe::run(gw.clone())));
     handles.push(tokio::spawn(crate::checks::synthetic::run(gw.clone(), gateway_id.clone())));
     if let Some(ledger) = gw.ledger.clone() {
@@ -66,7 +79,7 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
                 }
                 match ledger.reap_expired(SystemTime::now()).await {
                     Ok(0) => {}
-                    Ok(n) => tracing::warn!(released = n, "released expired reservations"),
+                    Ok(n) => tracing::warn!(closed = n, "closed expired reservations, grants and limit leases"),
                     Err(e) => tracing::warn!(error = %e, "reservation reaper failed"),
                 }
                 if pruned.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
