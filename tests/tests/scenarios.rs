@@ -39,6 +39,8 @@ mod hostile_socket;
 mod idle_auto;
 #[path = "scenarios/limits.rs"]
 mod limits;
+#[path = "scenarios/limits_load.rs"]
+mod limits_load;
 #[path = "scenarios/metrics.rs"]
 mod metrics;
 #[path = "scenarios/outage.rs"]

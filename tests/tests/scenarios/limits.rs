@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice_gateway::server::AuthMode;
-use sluice_ledger::testing::eventually;
-use sluice_ledger::{KeySelector, LimitsUpdate, Meter};
+use sluice_ledger::testing::{TestDb, eventually};
+use sluice_ledger::{KeySelector, LimitsUpdate, Meter, NANOS_PER_USD};
+use sluice_tests::billing::Price;
 use sluice_tests::canned::{CannedUpstream, CannedUsage};
 use sluice_tests::{GatewayOptions, TestGateway, route, yaml};
 
@@ -104,4 +105,69 @@ async fn an_account_limit_holds_its_keys_together_and_changes_apply_within_a_sec
     .await;
     assert!(served, "the removed limit still refused after 1 s");
     Ok(())
+}
+
+/// 500 requests at once on a key with $1.00 of daily spend left: what the ledger
+/// charged ends at most $1.00 (each request holds its estimate of the cap while it runs,
+/// and settles what it cost).
+async fn spend_cap_under_a_burst(db: Option<&TestDb>) -> anyhow::Result<()> {
+    const PRICE: Price = Price { input: "3.00", output: "15.00" };
+    const OPENING: i64 = 100 * NANOS_PER_USD;
+    // 50 + 500 tokens: $0.00765 an answer; max_tokens 600 makes the estimate larger.
+    let up = CannedUpstream::start("only", CannedUsage { prompt: 50, completion: 500 }).await?;
+    let docs = [up.doc(), route("chat", "chat-model", &[("only", 100)]).candidate(0, "price", PRICE.json())];
+    let opts = GatewayOptions { auth: AuthMode::Keys, ledger: db.map(|d| d.url.clone()), ..GatewayOptions::default() };
+    let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
+    let key = gw.account("acme", OPENING).await?;
+    let cap = NANOS_PER_USD;
+    gw.ledger()?.update_key_limits(KeySelector::Key(&key), &set(Meter::DailySpend, Some(cap))).await?;
+    let client = gw.client()?.with_key(&key);
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..500 {
+        let client = client.clone();
+        burst.spawn(async move { client.chat("chat-model", json!({"max_tokens": 600})).await });
+    }
+    let (mut served, mut capped) = (0, 0);
+    let mut estimate = 0;
+    for reply in burst.join_all().await {
+        let r = reply?;
+        match r.status {
+            200 => served += 1,
+            429 => {
+                assert_eq!(r.error_kind(), ("insufficient_quota".to_owned(), "insufficient_quota".to_owned()));
+                assert_eq!(r.header("x-should-retry"), Some("false"));
+                // "… this request may cost up to $0.0093…": one request's estimate.
+                let message = r.error_message();
+                let usd: String = message
+                    .split("may cost up to $")
+                    .nth(1)
+                    .unwrap_or_default()
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                estimate = sluice_ledger::parse_usd(usd.trim_end_matches('.')).unwrap_or(estimate);
+                capped += 1;
+            }
+            other => anyhow::bail!("unexpected {other}: {}", r.text()),
+        }
+    }
+    gw.return_grants().await;
+    let spent = OPENING - gw.ledger()?.account("acme").await?.map_or(0, |a| a.balance_nanos);
+    eprintln!("spend cap $1.00: {served} served, {capped} refused, spent ${}", sluice_ledger::format_usd(spent));
+    assert!(estimate > 0, "no refusal said its estimate");
+    assert!(spent <= cap, "spent {spent} over the cap {cap}");
+    assert!(spent + 2 * estimate > cap, "spent only {spent}: the cap stranded more than an estimate");
+    assert_eq!(served + capped, 500);
+    Ok(())
+}
+
+#[tokio::test]
+async fn spend_cap_holds_under_a_burst_of_500_on_sqlite() -> anyhow::Result<()> {
+    spend_cap_under_a_burst(None).await
+}
+
+#[tokio::test]
+async fn spend_cap_holds_under_a_burst_of_500_on_postgres() -> anyhow::Result<()> {
+    let Some(db) = TestDb::postgres().await? else { return Ok(()) };
+    spend_cap_under_a_burst(Some(&db)).await
 }
