@@ -353,7 +353,7 @@ impl Limiter {
         if let Some(done) = self.try_local(cell, limit, amount, now_ms, false)? {
             return Ok(done);
         }
-        let taken = self.take(cell, amount, now_ms).await;
+        let taken = self.take(cell, amount, now_ms, true).await;
         let mut s = lock(&cell.state);
         match taken {
             Ok(LeaseTaken::Unlimited) => {
@@ -422,15 +422,16 @@ impl Limiter {
         s.valid_until_ms = now_ms + ms(self.shared.config.validity);
     }
 
-    /// One take for `cell`: enough for its use plus `amount`, and a lease's worth more.
-    async fn take(&self, cell: &Cell, amount: i64, now_ms: i64) -> Result<LeaseTaken, LedgerError> {
+    /// One take for `cell`: enough for its use plus `amount`, and (with `extra`) a
+    /// lease's worth more.
+    async fn take(&self, cell: &Cell, amount: i64, now_ms: i64, extra: bool) -> Result<LeaseTaken, LedgerError> {
         let c = &self.shared.config;
         let (window, need, want, used) = {
             let s = lock(&cell.state);
             let most = (i128::from(s.limit) * i128::from(c.lease_permille) / 1000).max(1);
             let recent = (s.rate + s.count as f64) * c.horizon.as_secs_f64();
-            let extra = (recent.ceil() as i128).clamp(1, most) as i64;
-            (s.window, s.used + amount, s.used + amount + extra, s.used)
+            let more = if extra { (recent.ceil() as i128).clamp(1, most) as i64 } else { 0 };
+            (s.window, s.used + amount, s.used + amount + more, s.used)
         };
         let take = LeaseTake {
             subject: cell.subject,
@@ -472,7 +473,11 @@ impl Limiter {
                 let idle = now_ms - s.last_use_ms >= ms(c.idle);
                 let spare = s.held > s.used;
                 let idle_return = (idle && spare).then_some((s.window.start_ms, s.used));
-                let renew = !idle && s.held > 0 && s.valid_until_ms - now_ms < ms(c.validity) / 2;
+                // A lease in use is renewed before it expires; so is one of concurrency
+                // while requests it admitted run, however idle the meter (the reaper
+                // would otherwise free their slots).
+                let running = cell.meter == Meter::Concurrency && s.used > 0;
+                let renew = (running || !idle) && s.held > 0 && s.valid_until_ms - now_ms < ms(c.validity) / 2;
                 let forget = idle && s.held == 0 && s.used == 0 && ended.is_empty();
                 (ended, idle_return, renew, forget)
             };
@@ -489,7 +494,8 @@ impl Limiter {
                     }
                 }
             } else if renew {
-                match self.take(&cell, 0, now_ms).await {
+                let idle = now_ms - lock(&cell.state).last_use_ms >= ms(c.idle);
+                match self.take(&cell, 0, now_ms, !idle).await {
                     Ok(LeaseTaken::Held(w) | LeaseTaken::Short(w)) => {
                         let mut s = lock(&cell.state);
                         if s.window.start_ms == cell.meter.window(now_ms).start_ms {

@@ -288,3 +288,24 @@ async fn a_removed_limit_admits_and_a_new_one_is_enforced() {
     pod.admit(&limits, Ask::default(), T0 + 2_000).await.unwrap();
     assert!(f.limits().await[0].1.is_empty());
 }
+
+#[tokio::test]
+async fn a_long_request_keeps_its_slot_while_its_meter_is_idle() {
+    let f = fixture(TestDb::sqlite(), set(&[(Meter::Concurrency, 1)])).await;
+    let limits = f.limits().await;
+    let (a, b) = (f.limiter("a").await, f.limiter("b").await);
+    let reaper = f.db.connect().await.unwrap();
+    // A stream of a minute holds the only slot; nothing else asks a's meter meanwhile.
+    let stream = a.admit(&limits, Ask::default(), T0).await.unwrap();
+    let mut now = T0;
+    while now < T0 + 60_000 {
+        now += 250;
+        a.tick(now).await;
+        reaper.reap_limit_leases(now).await.unwrap();
+        assert!(b.admit(&limits, Ask::default(), now).await.is_err(), "a second request ran at once at {now}");
+    }
+    drop(stream);
+    // Its end frees the slot: given back when idle, then found by the other process.
+    a.tick(now + 250).await;
+    b.admit(&limits, Ask::default(), now + 2_000).await.unwrap();
+}
