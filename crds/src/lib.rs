@@ -1,6 +1,7 @@
 //! sluice-crds: the `Upstream`, `ModelRoute` and `ErrorBudget` custom resources, their
 //! validation, and `resolve()`, which turns a set of manifests into the Kubernetes-free
-//! [`Snapshot`] that gateways serve.
+//! [`Snapshot`] that gateways serve; and `AccountLimit` (limits of ledger accounts and
+//! keys, applied by the operator, [`account_limit`]).
 //!
 //! Start with [`resolve::resolve`]: it is the one path from manifests to configuration,
 //! shared by the operator (which reads resources from the API server) and by file mode
@@ -8,6 +9,7 @@
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
 
+pub mod account_limit;
 pub mod duration;
 pub mod error_budget;
 pub mod manifests;
@@ -19,6 +21,7 @@ pub mod snapshot;
 pub mod upstream;
 pub mod validate;
 
+pub use account_limit::{AccountLimit, AccountLimitSpec, AccountLimitStatus};
 pub use error_budget::{ErrorBudget, ErrorBudgetSpec, ErrorBudgetStatus};
 pub use manifests::{Manifests, load_paths};
 pub use model_route::{ModelRoute, ModelRouteSpec, ModelRouteStatus};
@@ -37,7 +40,7 @@ pub const API_VERSION: &str = "sluice.dev/v1alpha1";
 /// All CRDs, in a stable order (for crdgen and the chart).
 pub fn crds() -> Vec<apiext::CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    let mut crds = vec![Upstream::crd(), ModelRoute::crd(), ErrorBudget::crd()];
+    let mut crds = vec![Upstream::crd(), ModelRoute::crd(), ErrorBudget::crd(), AccountLimit::crd()];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {

@@ -151,6 +151,17 @@ impl Manifests {
             ));
             return;
         }
+        if kind == "AccountLimit" {
+            // Applied to the ledger by the operator; file-mode gateways read limits from
+            // the ledger, where `admin` sets them (docs/design.md §5b).
+            self.problems.push(Problem::warning(
+                at,
+                "kind",
+                "AccountLimit is applied by the operator on Kubernetes; without it set limits with \
+                 `sluice-gateway admin key update` or `admin account update`; ignored",
+            ));
+            return;
+        }
         if !["Upstream", "ModelRoute", "ErrorBudget"].contains(&kind.as_str()) {
             self.problems.push(Problem::error(
                 at,

@@ -1,4 +1,4 @@
-//! Schema fragments and CEL rules shared by the three kinds.
+//! Schema fragments and CEL rules shared by the kinds.
 
 use schemars::{Schema, generate::SchemaGenerator, json_schema};
 
@@ -94,4 +94,11 @@ pub mod msg {
     pub const LONG_WINDOW: &str = "longWindow must be a duration in m, h or d, e.g. 1h";
     pub const SHORT_WINDOW: &str = "shortWindow must be a duration in m, h or d, e.g. 5m";
     pub const BURN_RATE: &str = "burnRate must be a positive decimal string, e.g. \"14.4\"";
+    pub const ACCOUNT: &str = "account must be a ledger account name: 1-128 letters, digits and . _ : @ / + = -, starting with a letter or digit";
+    pub const ANY_LIMIT: &str = "set at least one limit: rpm, tpm, tpd, concurrency, dailySpend or monthlySpend";
+    pub const ACCOUNT_IMMUTABLE: &str = "account cannot be changed: create another AccountLimit and delete this one";
+    pub const KEY_IMMUTABLE: &str =
+        "keyId cannot be added, removed or changed: create another AccountLimit and delete this one";
+    pub const DAILY_SPEND: &str = "dailySpend must be a decimal string of USD, e.g. \"25.00\"";
+    pub const MONTHLY_SPEND: &str = "monthlySpend must be a decimal string of USD, e.g. \"500.00\"";
 }

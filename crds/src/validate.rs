@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use crate::account_limit::AccountLimitSpec;
 use crate::error_budget::{BudgetMethod, ErrorBudgetSpec};
 use crate::model_route::ModelRouteSpec;
 use crate::schema::{DURATION_MESSAGE, MONEY_MESSAGE, max_len, msg};
@@ -42,6 +43,7 @@ pattern!(GCP_PROJECT, r"^[a-z0-9][-a-z0-9.:]{0,127}$");
 pattern!(GCP_LOCATION, r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$");
 pattern!(AWS_REGION, r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$");
 pattern!(VERSION, r"^[A-Za-z0-9][-A-Za-z0-9.]{0,63}$");
+pattern!(ACCOUNT, r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$");
 
 fn matches(re: &LazyLock<Option<Regex>>, text: &str) -> bool {
     re.as_ref().is_some_and(|r| r.is_match(text))
@@ -310,5 +312,41 @@ pub fn error_budget(spec: &ErrorBudgetSpec) -> Vec<FieldError> {
             c.rule(shorter, at, msg::ALERT_WINDOWS);
         }
     }
+    c.0
+}
+
+/// Validates an AccountLimit spec: its bounds and CEL rules (the transition rules that
+/// keep `account` and `keyId` from changing aside: they judge an update, not a spec).
+pub fn account_limit(spec: &AccountLimitSpec) -> Vec<FieldError> {
+    let mut c = Checks::default();
+    c.rule(matches(&ACCOUNT, &spec.account), "spec.account", msg::ACCOUNT);
+    let numbers = [
+        ("keyId", spec.key_id),
+        ("rpm", spec.rpm),
+        ("tpm", spec.tpm),
+        ("tpd", spec.tpd),
+        ("concurrency", spec.concurrency),
+    ];
+    for (field, value) in numbers {
+        if let Some(v) = value
+            && v < 1
+        {
+            c.fail(format!("spec.{field}"), format!("must be at least 1, got {v}"));
+        }
+    }
+    for (field, value, message) in
+        [("dailySpend", &spec.daily_spend, msg::DAILY_SPEND), ("monthlySpend", &spec.monthly_spend, msg::MONTHLY_SPEND)]
+    {
+        if let Some(v) = value {
+            c.rule(matches(&MONEY, v), format!("spec.{field}"), message);
+        }
+    }
+    let any = spec.rpm.is_some()
+        || spec.tpm.is_some()
+        || spec.tpd.is_some()
+        || spec.concurrency.is_some()
+        || spec.daily_spend.is_some()
+        || spec.monthly_spend.is_some();
+    c.rule(any, "spec", msg::ANY_LIMIT);
     c.0
 }

@@ -1,11 +1,14 @@
 //! The integration tests of sluice-crds, one binary of modules (one link, one process):
 //! CEL rules and their Rust mirror (`cel`, `bounds`, `providers`, `stream_timeouts`),
 //! `resolve()` (`resolve_quickstart`, `resolve_problems`, `load`, `plausible`,
-//! `never_panics`), the printer-column contract and the drift of the generated CRD YAML.
+//! `never_panics`), the AccountLimit (`account_limit`), the printer-column contract and
+//! the drift of the generated CRD YAML.
 //! Shared helpers are in `common`.
 
 mod common;
 
+#[path = "crds/account_limit.rs"]
+mod account_limit;
 #[path = "crds/bounds.rs"]
 mod bounds;
 #[path = "crds/cel.rs"]

@@ -1,4 +1,4 @@
-//! The three controllers on kube-runtime, sharing one client and one [`Context`], and
+//! The four controllers on kube-runtime, sharing one client and one [`Context`], and
 //! the route status loop.
 //!
 //! | controller  | main stream (filter)                | also triggered by                                           |
@@ -6,6 +6,7 @@
 //! | ModelRoute  | generation, finalizers, deletion    | Upstreams and ErrorBudgets (generation, deletes) mapped to the routes that name them; owned ConfigMaps (any change), Deployments (generation, availability), Services and PodDisruptionBudgets (spec, deletes) mapped to their owners; the managed ledger Secret (any change, deletes) mapped to the routes of its namespace |
 //! | Upstream    | generation                          | Secrets (key set, deletes) mapped to the Upstreams using them; every status interval |
 //! | ErrorBudget | generation                          | ModelRoutes (generation, deletion, deletes) mapped to the budgets naming them; every status interval |
+//! | AccountLimit | generation, finalizers, deletion   | AccountLimits (generation, deletion, deletes) mapped to the others naming the same subject (a new owner takes over); every status interval |
 //!
 //! A list or watch the operator's RBAC does not allow is reported as such
 //! ([`crate::forbidden`]) on every retry of the watcher's backoff.
@@ -27,7 +28,7 @@
 //! the plural): each lists `GET <path>?&limit=500` then watches `GET <path>?&watch=true
 //! &timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=<rv>`:
 //! `/apis/sluice.dev/v1alpha1/modelroutes` (twice), `…/upstreams` (twice),
-//! `…/errorbudgets` (twice), `/api/v1/secrets`, and, with
+//! `…/errorbudgets` (twice), `…/accountlimits` (twice), `/api/v1/secrets`, and, with
 //! `labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsluice-operator`, `/api/v1/configmaps`,
 //! `/apis/apps/v1/deployments`, `/api/v1/services`,
 //! `/apis/policy/v1/poddisruptionbudgets` and `/api/v1/secrets`.
@@ -46,14 +47,14 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use sluice_crds::{ErrorBudget, ModelRoute, Upstream};
+use sluice_crds::{AccountLimit, ErrorBudget, ModelRoute, Upstream};
 use sluice_ledger::Ledger;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::forbidden::Forbidden;
 use crate::metrics::{Kind, Metrics};
-use crate::reconcile::{Context, Stores, budget, error_policy, route, upstream};
+use crate::reconcile::{Context, Stores, budget, error_policy, limits, route, upstream};
 use crate::render::MANAGED_SELECTOR;
 use crate::triggers::{
     changes, deployment_availability, generation, resource_version, secret_keys, spec, spec_or_lifecycle,
@@ -161,12 +162,14 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
     let (routes, routes_w) = reflector::store::<ModelRoute>();
     let (upstreams, upstreams_w) = reflector::store::<Upstream>();
     let (budgets, budgets_w) = reflector::store::<ErrorBudget>();
+    let (limit_store, limits_w) = reflector::store::<AccountLimit>();
     let (configmaps, configmaps_w) = reflector::store::<ConfigMap>();
     let (deployments, deployments_w) = reflector::store::<Deployment>();
     let stores = Stores {
         routes: routes.clone(),
         upstreams: upstreams.clone(),
         budgets: budgets.clone(),
+        limits: limit_store.clone(),
         configmaps,
         deployments,
     };
@@ -239,14 +242,30 @@ pub async fn run(client: Client, config: Config, ledger: Ledger, metrics: Arc<Me
     })
     .reconcile_all_on(ticks(interval))
     .trigger_backoff(NoTriggerBackoff)
-    .with_config(controller_config)
+    .with_config(controller_config.clone())
     .graceful_shutdown_on(stopped(&token))
     .run(budget::reconcile, error_policy(Kind::ErrorBudget), ctx.clone())
     .for_each(|r| log_result(Kind::ErrorBudget, r));
 
+    let limit_controller = Controller::for_stream(
+        changes(events(api::<AccountLimit>(&client, ns), all(), &metrics).reflect(limits_w), spec_or_lifecycle, false),
+        limit_store.clone(),
+    )
+    .watches_stream(changes(events(api::<AccountLimit>(&client, ns), all(), &metrics), spec_or_lifecycle, true), {
+        let limit_store = limit_store.clone();
+        move |l: AccountLimit| limits::peers(&limit_store, &l)
+    })
+    .reconcile_all_on(ticks(interval))
+    .trigger_backoff(NoTriggerBackoff)
+    .with_config(controller_config)
+    .graceful_shutdown_on(stopped(&token))
+    .run(limits::reconcile, error_policy(Kind::AccountLimit), ctx.clone())
+    .for_each(|r| log_result(Kind::AccountLimit, r));
+
     let status_loop = route_status_loop(ctx, interval, token.clone());
     tracing::info!(namespace = ns.unwrap_or("(all)"), "controllers started");
-    let all = async { tokio::join!(route_controller, upstream_controller, budget_controller, status_loop) };
+    let all =
+        async { tokio::join!(route_controller, upstream_controller, budget_controller, limit_controller, status_loop) };
     // kube-runtime holds a controller's runner until its own watch cache has filled; a
     // SIGTERM before that (in the first moments, or while that list hangs) would make
     // its graceful shutdown wait for a cache that, the watches stopped, never fills.

@@ -1,6 +1,6 @@
 //! sluice-operator: reconciles `ModelRoute`, `Upstream` and `ErrorBudget` resources into
 //! gateway Deployments, ConfigMaps and Services, and writes what the ledger observes back
-//! into their status (docs/design.md §7).
+//! into their status; writes `AccountLimit`s into the ledger (docs/design.md §7).
 //!
 //! # Where to start
 //!
@@ -11,7 +11,8 @@
 //!   (namespace, gateway group), the contract with the chart and the gateway.
 //! - [`view`] resolves cached resources per group with `sluice_crds::resolve`.
 //! - [`reconcile`] fetches (from watch caches), resolves, applies with server-side apply,
-//!   deletes orphans and writes status; [`controllers`] wires the three kube-runtime
+//!   deletes orphans and writes status ([`reconcile::limits`]: AccountLimits into the
+//!   ledger); [`controllers`] wires the four kube-runtime
 //!   controllers and their triggers; [`triggers`] keeps status writes from triggering.
 //! - [`status`] is the pure status maths (conditions, figures from ledger rollups);
 //!   [`observe`] reads the ledger.
@@ -40,4 +41,4 @@ pub use config::{Cli, Config};
 pub use error::Error;
 pub use reconcile::Context;
 pub use run::{check_crds, run, run_until, shutdown_signal};
-pub use sluice_crds::{ErrorBudget, ModelRoute, Upstream};
+pub use sluice_crds::{AccountLimit, ErrorBudget, ModelRoute, Upstream};

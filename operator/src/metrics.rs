@@ -29,6 +29,8 @@ pub enum Kind {
     Upstream,
     /// `ErrorBudget`.
     ErrorBudget,
+    /// `AccountLimit`.
+    AccountLimit,
 }
 
 impl Kind {
@@ -38,6 +40,7 @@ impl Kind {
             Kind::ModelRoute => "ModelRoute",
             Kind::Upstream => "Upstream",
             Kind::ErrorBudget => "ErrorBudget",
+            Kind::AccountLimit => "AccountLimit",
         }
     }
 }

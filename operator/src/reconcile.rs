@@ -5,6 +5,7 @@
 //!   server-side apply, delete orphaned groups, write the group's route statuses.
 //! - [`upstream`]: an Upstream → its status (and `CircuitOpened` events).
 //! - [`budget`]: an ErrorBudget → its status (and `BudgetBurning`/`BudgetExhausted`).
+//! - [`limits`]: an AccountLimit → its subject's limits in the ledger, and its status.
 //!
 //! Every write is a server-side apply with field manager `sluice-operator` and force;
 //! status goes through the status subresource, so it never bumps `generation` and the
@@ -42,6 +43,12 @@
 //! ErrorBudget `b`: events as above (`BudgetBurning`, `BudgetExhausted`), then
 //! `PATCH …/errorbudgets/b/status` SSA (every time: `lastEvaluated` moves).
 //!
+//! AccountLimit `l`: without the finalizer, a JSON `PATCH …/accountlimits/l?` adding
+//! `sluice.dev/limits` (as for routes), and nothing else; then the ledger (no API call),
+//! `POST …/events?` on `LimitsApplied`, `Conflict`, `UnknownAccount`, `UnknownKey`, and
+//! `PATCH …/accountlimits/l/status` SSA when the status changed; being deleted, the
+//! ledger, then the JSON `PATCH …/accountlimits/l?` removing the finalizer.
+//!
 //! Watches and start-up calls are listed in [`crate::controllers`] and [`crate::run`].
 
 use std::fmt::Debug;
@@ -57,7 +64,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sluice_crds::{ErrorBudget, ModelRoute, Upstream};
+use sluice_crds::{AccountLimit, ErrorBudget, ModelRoute, Upstream};
 use sluice_ledger::Ledger;
 use tokio_util::sync::CancellationToken;
 
@@ -70,6 +77,7 @@ use crate::status::Transition;
 
 pub mod budget;
 pub mod group;
+pub mod limits;
 pub mod route;
 pub mod upstream;
 
@@ -88,6 +96,8 @@ pub struct Stores {
     pub upstreams: Store<Upstream>,
     /// ErrorBudgets.
     pub budgets: Store<ErrorBudget>,
+    /// AccountLimits.
+    pub limits: Store<AccountLimit>,
     /// ConfigMaps labelled `app.kubernetes.io/managed-by=sluice-operator`.
     pub configmaps: Store<ConfigMap>,
     /// Deployments labelled `app.kubernetes.io/managed-by=sluice-operator`.
@@ -103,6 +113,7 @@ impl Stores {
             self.routes.wait_until_ready().await?;
             self.upstreams.wait_until_ready().await?;
             self.budgets.wait_until_ready().await?;
+            self.limits.wait_until_ready().await?;
             self.configmaps.wait_until_ready().await?;
             self.deployments.wait_until_ready().await
         };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use kube::api::ListParams;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use sluice_crds::{ErrorBudget, ModelRoute, Upstream};
+use sluice_crds::{AccountLimit, ErrorBudget, ModelRoute, Upstream};
 use sluice_ledger::{Ledger, LedgerError};
 use tokio_util::sync::CancellationToken;
 
@@ -169,13 +169,14 @@ where
 }
 
 /// Fails with a hint when a sluice CRD is not installed (one `list` with `limit=1` per
-/// kind: `GET /apis/sluice.dev/v1alpha1/{modelroutes,upstreams,errorbudgets}?&limit=1`,
+/// kind: `GET /apis/sluice.dev/v1alpha1/{modelroutes,upstreams,errorbudgets,accountlimits}?&limit=1`,
 /// namespaced when one namespace is watched). When the operator may not list a kind, the
 /// error is [`Error::Forbidden`] instead (start-up reports it and retries).
 pub async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), Error> {
     check::<ModelRoute>(client, namespace, "ModelRoute").await?;
     check::<Upstream>(client, namespace, "Upstream").await?;
-    check::<ErrorBudget>(client, namespace, "ErrorBudget").await
+    check::<ErrorBudget>(client, namespace, "ErrorBudget").await?;
+    check::<AccountLimit>(client, namespace, "AccountLimit").await
 }
 
 async fn check<K>(client: &Client, namespace: Option<&str>, kind: &'static str) -> Result<(), Error>

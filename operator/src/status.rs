@@ -1,5 +1,6 @@
 //! Pure status computation: from resolve problems, ledger rollups and heartbeats to
-//! `UpstreamStatus`, `ModelRouteStatus` and `ErrorBudgetStatus`.
+//! `UpstreamStatus`, `ModelRouteStatus` and `ErrorBudgetStatus`; and `AccountLimitStatus`
+//! from what the AccountLimit reconciler did ([`limits`]).
 //!
 //! Every function takes the previous status, so that condition transition times and
 //! values the ledger could not refresh are carried over. Nothing here does I/O; the
@@ -14,6 +15,7 @@ use sluice_ledger::{Heartbeat, RouteMinute, UpstreamMinute};
 pub mod budget;
 pub mod conditions;
 pub mod format;
+pub mod limits;
 pub mod route;
 pub mod upstream;
 

@@ -1,13 +1,16 @@
 //! The operator's integration tests, one binary of modules (one link, one process):
 //! builders against golden YAML (`render`), the reconcile loop against a scripted API
 //! server (`reconcile`), status from the ledger (`status`), the binary's own wiring
-//! (`run`) and drift repair against the stateful fake API server (`drift`). Shared
+//! (`run`), drift repair and AccountLimits against the stateful fake API server (`drift`,
+//! `limits`). Shared
 //! fixtures live in `support`.
 
 mod support;
 
 #[path = "operator/drift.rs"]
 mod drift;
+#[path = "operator/limits.rs"]
+mod limits;
 #[path = "operator/reconcile.rs"]
 mod reconcile;
 #[path = "operator/render.rs"]

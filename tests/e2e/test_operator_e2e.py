@@ -6,7 +6,7 @@ The same scenario runs on a real kube-apiserver (tests/kube/test_operator_e2e_re
 imports these steps and gives them the `kube` fixture of a real control plane): there
 the operator authenticates as the chart's ServiceAccount with exactly the chart's RBAC,
 and the namespaces are the scenario's own (`kube.namespace` for "default",
-`kube.ns("team-b")`). Where the two servers differ, the step says so (step 11: the
+`kube.ns("team-b")`). Where the two servers differ, the step says so (step 12: the
 request log of kube-fake, the audit log of the real server).
 
 Why one file of over 400 lines: the steps share the module-scoped `env` (one fake
@@ -637,6 +637,61 @@ def test_restarting_the_operator_loses_nothing(env: Env):
 
 # ---------------------------------------------------------------- 11
 
+ACCOUNT_LIMIT = """\
+apiVersion: sluice.dev/v1alpha1
+kind: AccountLimit
+metadata:
+  name: e2e-limits
+spec:
+  account: e2e
+  rpm: 600
+  dailySpend: "25.00"
+"""
+NO_LIMITS = {"rpm": None, "tpm": None, "tpd": None, "concurrency": None, "daily_spend_nanos": None,
+             "monthly_spend_nanos": None}
+
+
+def ledger_limits(env: Env) -> dict:
+    """The account `e2e`'s limits, as `admin account show --json` prints them."""
+    return json.loads(env.ledger.admin("account", "show", "e2e", "--json"))["limits"]
+
+
+def test_an_account_limit_is_written_into_the_ledger_and_removed_on_delete(env: Env):
+    fake = env.fake
+    fake.kubectl("apply", "-f", "-", input=ACCOUNT_LIMIT)
+    # The full set of six: what the spec leaves out is no limit.
+    want = {**NO_LIMITS, "rpm": 600, "daily_spend_nanos": 25_000_000_000}
+    wait_for("the AccountLimit's limits in the ledger", lambda: ledger_limits(env) == want, timeout=STATUS_WAIT)
+
+    def applied():
+        al = env.get("accountlimit", "e2e-limits")
+        ready = condition(al, "Ready")
+        assert (ready.get("status"), ready.get("reason")) == ("True", "Applied"), al.get("status")
+        assert al["metadata"].get("finalizers") == ["sluice.dev/limits"], al["metadata"]
+        assert al["status"]["applied"] is True and al["status"]["observedGeneration"] == al["metadata"]["generation"]
+        assert [u["limit"] for u in al["status"]["use"]] == ["rpm", "daily_spend"], al["status"]
+        return al
+    al = wait_for("e2e-limits Ready=True (Applied) with its use", applied, timeout=STATUS_WAIT)
+    assert {u["limit"]: u["value"] for u in al["status"]["use"]} == {"rpm": "600", "daily_spend": "25.00"}
+    row = table(fake, "accountlimits")["e2e-limits"]
+    assert (row["ACCOUNT"], row["RPM"], row["DAILY-SPEND"], row["APPLIED"]) == ("e2e", "600", "25.00", "true"), row
+
+    # An edit is written (a limit set meanwhile with `admin` is overwritten).
+    env.ledger.admin("account", "update", "e2e", "--tpm", "5")
+    fake.kubectl("patch", "accountlimit", "e2e-limits", "--type=merge", "-p", '{"spec": {"rpm": 60}}')
+    want = {**NO_LIMITS, "rpm": 60, "daily_spend_nanos": 25_000_000_000}
+    wait_for("the edited limits in the ledger", lambda: ledger_limits(env) == want, timeout=STATUS_WAIT)
+
+    # Deleted: the finalizer removes the limits first.
+    fake.kubectl("delete", "accountlimit", "e2e-limits", "--timeout=60s")
+    assert fake.get_json("accountlimit", "e2e-limits") is None
+    assert ledger_limits(env) == NO_LIMITS
+    reasons = {e["reason"] for e in fake.get_json("events.events.k8s.io")["items"]}
+    assert "LimitsApplied" in reasons, reasons
+
+
+# ---------------------------------------------------------------- 12
+
 
 def test_the_chart_rbac_allows_every_call_the_operator_made(env: Env):
     code = env.operator.stop(timeout=15)
@@ -665,5 +720,6 @@ def test_the_chart_rbac_allows_every_call_the_operator_made(env: Env):
     seen = {(n.api_group, n.resource, n.verb) for n in cmp.needed}
     for must in [("apps", "deployments", "patch"), ("apps", "deployments", "delete"), ("", "secrets", "delete"),
                  ("sluice.dev", "modelroutes/status", "patch"), ("sluice.dev", "modelroutes", "patch"),
-                 ("events.k8s.io", "events", "create")]:
+                 ("events.k8s.io", "events", "create"), ("sluice.dev", "accountlimits", "patch"),
+                 ("sluice.dev", "accountlimits/status", "patch")]:
         assert must in seen, f"the run never made a {must} call"

@@ -11,10 +11,11 @@ EXPECTED = {
     "upstreams.sluice.dev.yaml": ("Upstream", "upstreams", "ups"),
     "modelroutes.sluice.dev.yaml": ("ModelRoute", "modelroutes", "mr"),
     "errorbudgets.sluice.dev.yaml": ("ErrorBudget", "errorbudgets", "eb"),
+    "accountlimits.sluice.dev.yaml": ("AccountLimit", "accountlimits", "al"),
 }
 
 
-def test_the_three_generated_crds_are_there():
+def test_the_four_generated_crds_are_there():
     assert sorted(p.name for p in CRD_DIR.iterdir()) == sorted(EXPECTED)
 
 

@@ -73,7 +73,7 @@ def test_install_md_documents_every_values_key():
     assert not missing, f"docs/install.md does not document {missing}"
 
 
-@pytest.mark.parametrize("plural", ["upstreams", "modelroutes", "errorbudgets"])
+@pytest.mark.parametrize("plural", ["upstreams", "modelroutes", "errorbudgets", "accountlimits"])
 def test_configure_md_documents_every_spec_field(plural):
     text = (DOCS / "configure.md").read_text()
     spec = crd_schema(plural)["spec"]
@@ -81,7 +81,7 @@ def test_configure_md_documents_every_spec_field(plural):
     assert not missing, f"docs/configure.md does not document {missing}"
 
 
-@pytest.mark.parametrize("plural", ["upstreams", "modelroutes", "errorbudgets"])
+@pytest.mark.parametrize("plural", ["upstreams", "modelroutes", "errorbudgets", "accountlimits"])
 def test_configure_md_documents_every_status_field(plural):
     text = (DOCS / "configure.md").read_text()
     status = crd_schema(plural)["status"]["properties"]

@@ -12,10 +12,12 @@ from conftest import CHART, NAMESPACE, NON_DEFAULT, by_kind, one, render, yaml
 # grant missing here fails (the operator breaks) and so does one added here (it would
 # not be least privilege any more).
 CLUSTER_NEEDS = {
-    *{("sluice.dev", r, v, None) for r in ("upstreams", "modelroutes", "errorbudgets") for v in ("get", "list", "watch")},
-    *{("sluice.dev", f"{r}/status", "patch", None) for r in ("upstreams", "modelroutes", "errorbudgets")},
-    # The ModelRoute finalizer sluice.dev/gateway-config (operator/src/reconcile/route.rs).
+    *{("sluice.dev", r, v, None) for r in ("upstreams", "modelroutes", "errorbudgets", "accountlimits") for v in ("get", "list", "watch")},
+    *{("sluice.dev", f"{r}/status", "patch", None) for r in ("upstreams", "modelroutes", "errorbudgets", "accountlimits")},
+    # The ModelRoute finalizer sluice.dev/gateway-config (operator/src/reconcile/route.rs)
+    # and the AccountLimit finalizer sluice.dev/limits (operator/src/reconcile/limits.rs).
     ("sluice.dev", "modelroutes", "patch", None),
+    ("sluice.dev", "accountlimits", "patch", None),
     ("events.k8s.io", "events", "create", None),
     ("events.k8s.io", "events", "patch", None),
     *{("", "secrets", v, None) for v in ("get", "list", "watch")},
@@ -70,9 +72,9 @@ def test_secret_writes_are_limited_to_the_ledger_secret(default_objects):
     assert writes == {("", "secrets", v, "sluice-ledger") for v in ("create", "patch", "delete")}
 
 
-def test_the_only_write_to_the_custom_resources_themselves_is_the_route_finalizer(default_objects):
+def test_the_only_writes_to_the_custom_resources_themselves_are_the_finalizers(default_objects):
     writes = {(r, v) for g, r, v, _ in grants(one(default_objects, "ClusterRole")) if g == "sluice.dev" and not r.endswith("/status") and v not in ("get", "list", "watch")}
-    assert writes == {("modelroutes", "patch")}
+    assert writes == {("modelroutes", "patch"), ("accountlimits", "patch")}
 
 
 def test_lease_role_only_with_leader_election(default_objects, non_default_objects):

@@ -17,7 +17,7 @@ from sluice_testsupport.controlplane import ControlPlane
 from sluice_testsupport.paths import REPO
 
 CEL = REPO / "crds" / "testdata" / "cel"
-KINDS = ("upstream", "modelroute", "errorbudget")
+KINDS = ("upstream", "modelroute", "errorbudget", "accountlimit")
 EXPECT = re.compile(r"^# expect: (\S+): (.*)$")
 #: One problem in a refusal, after `… is invalid: ` or, when there are several, `* `:
 #: `spec.x: Invalid value: "value": message` for a scalar, `spec.x: Invalid value:
@@ -126,9 +126,10 @@ def test_every_example_manifest_is_admitted(crds: ControlPlane, namespace: str) 
         result = crds.kubectl("apply", "-n", namespace, "-f", str(path), check=False)
         assert result.returncode == 0, f"{path.relative_to(REPO)}: {result.stderr}"
     kinds = {line.split(":", 1)[1].strip() for line in crds.kubectl(
-        "get", "upstreams,modelroutes,errorbudgets", "-n", namespace, "-o", "jsonpath={range .items[*]}kind: {.kind}\n{end}"
+        "get", "upstreams,modelroutes,errorbudgets,accountlimits", "-n", namespace,
+        "-o", "jsonpath={range .items[*]}kind: {.kind}\n{end}"
     ).stdout.splitlines() if line}
-    assert kinds == {"Upstream", "ModelRoute", "ErrorBudget"}, kinds
+    assert kinds == {"Upstream", "ModelRoute", "ErrorBudget", "AccountLimit"}, kinds
 
 
 def test_every_manifest_in_the_docs_is_admitted(crds: ControlPlane, namespace: str) -> None:
@@ -137,3 +138,33 @@ def test_every_manifest_in_the_docs_is_admitted(crds: ControlPlane, namespace: s
     for name, block in blocks:
         result = crds.kubectl("apply", "-n", namespace, "-f", "-", input=block, check=False)
         assert result.returncode == 0, f"{name}: {result.stderr}\n{block}"
+
+
+ACCOUNT_LIMIT = """\
+apiVersion: sluice.dev/v1alpha1
+kind: AccountLimit
+metadata: {name: subject}
+spec: {account: %s%s, rpm: 600}
+"""
+
+
+def test_an_account_limits_subject_cannot_change_but_its_limits_can(crds: ControlPlane, namespace: str) -> None:
+    """The AccountLimit's transition rules (which the fixtures cannot show: they judge an
+    update): `account` and `keyId` stay as created, so that the operator never leaves a
+    former subject's limits behind; the limits themselves change freely."""
+    msg = {m.group(1): m.group(2) for m in re.finditer(r'pub const (\w+): &str =\s*"((?:[^"\\]|\\.)*)";',
+                                                          (REPO / "crds/src/schema.rs").read_text())}
+
+    def apply(account: str, key: str = "", check: bool = True):
+        return crds.kubectl("apply", "-n", namespace, "-f", "-", input=ACCOUNT_LIMIT % (account, key), check=check)
+
+    apply("team-a", ", keyId: 7")
+    crds.kubectl("patch", "-n", namespace, "accountlimit", "subject", "--type=merge", "-p", '{"spec": {"rpm": 60, "tpm": 100}}')
+    assert crds.kubectl_json("get", "accountlimit", "subject", "-n", namespace, "-o", "json")["spec"]["rpm"] == 60
+    cases = [("team-b", ", keyId: 7", ("spec.account", msg["ACCOUNT_IMMUTABLE"])),
+             ("team-a", ", keyId: 8", ("spec.keyId", msg["KEY_IMMUTABLE"])),
+             ("team-a", "", ("spec.keyId", msg["KEY_IMMUTABLE"]))]
+    for account, key, want in cases:
+        result = apply(account, key, check=False)
+        assert result.returncode != 0, f"{account}{key} was admitted"
+        assert refusal(result) == {want}, result.stderr

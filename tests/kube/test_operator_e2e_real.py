@@ -6,7 +6,8 @@ What the real server adds: the operator authenticates as the chart's ServiceAcco
 TokenRequest token; the chart's ServiceAccount, ClusterRole and ClusterRoleBinding
 rendered and applied), so the chart's RBAC is enforced on every call; server-side apply,
 the status subresource, defaulting, owner references (OwnerReferencesPermissionEnforcement
-on), garbage collection and namespaces are the real ones; step 11 reads the operator's
+on), garbage collection and namespaces are the real ones; step 11 writes an AccountLimit into
+the ledger as the chart's ServiceAccount; step 12 reads the operator's
 calls from the apiserver's audit log instead of kube-fake's request log.
 """
 

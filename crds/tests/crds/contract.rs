@@ -21,9 +21,12 @@ fn names(list: &[(String, String, String)]) -> Vec<&str> {
 
 #[test]
 fn every_kind_is_namespaced_in_sluice_dev_v1alpha1_with_status_and_short_name() {
-    for (kind, plural, short) in
-        [("Upstream", "upstreams", "ups"), ("ModelRoute", "modelroutes", "mr"), ("ErrorBudget", "errorbudgets", "eb")]
-    {
+    for (kind, plural, short) in [
+        ("Upstream", "upstreams", "ups"),
+        ("ModelRoute", "modelroutes", "mr"),
+        ("ErrorBudget", "errorbudgets", "eb"),
+        ("AccountLimit", "accountlimits", "al"),
+    ] {
         let crd = crd(kind);
         assert_eq!(crd.metadata.name.as_deref(), Some(format!("{plural}.sluice.dev").as_str()));
         assert_eq!(crd.spec.group, sluice_crds::GROUP);
@@ -45,10 +48,11 @@ fn every_kind_is_namespaced_in_sluice_dev_v1alpha1_with_status_and_short_name() 
 
 #[test]
 fn printer_columns_are_the_documented_ones_ending_with_age() {
-    let expected: [(&str, &[&str]); 3] = [
+    let expected: [(&str, &[&str]); 4] = [
         ("Upstream", &["PROTOCOL", "REGION", "SUCCESS", "TTFB-P99", "CIRCUIT", "AGE"]),
         ("ModelRoute", &["MODEL", "GATEWAY", "CANDIDATES", "AVAILABILITY", "FAILOVERS", "READY", "AGE"]),
         ("ErrorBudget", &["OBJECTIVE", "WINDOW", "CONSUMED", "REMAINING", "BURN-1H", "STATE", "AGE"]),
+        ("AccountLimit", &["ACCOUNT", "KEY", "RPM", "TPM", "CONCURRENCY", "DAILY-SPEND", "APPLIED", "AGE"]),
     ];
     for (kind, want) in expected {
         let cols = columns(kind);
@@ -60,7 +64,7 @@ fn printer_columns_are_the_documented_ones_ending_with_age() {
 
 #[test]
 fn printer_columns_point_at_fields_that_exist() {
-    let paths: Vec<(String, String)> = ["Upstream", "ModelRoute", "ErrorBudget"]
+    let paths: Vec<(String, String)> = ["Upstream", "ModelRoute", "ErrorBudget", "AccountLimit"]
         .iter()
         .flat_map(|k| columns(k).into_iter().map(move |(_, _, p)| (k.to_string(), p)))
         .collect();

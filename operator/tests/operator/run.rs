@@ -23,6 +23,7 @@ fn list_kind(path: &str) -> (&'static str, &'static str) {
         "modelroutes" => ("sluice.dev/v1alpha1", "ModelRouteList"),
         "upstreams" => ("sluice.dev/v1alpha1", "UpstreamList"),
         "errorbudgets" => ("sluice.dev/v1alpha1", "ErrorBudgetList"),
+        "accountlimits" => ("sluice.dev/v1alpha1", "AccountLimitList"),
         "secrets" => ("v1", "SecretList"),
         "configmaps" => ("v1", "ConfigMapList"),
         "deployments" => ("apps/v1", "DeploymentList"),
@@ -94,7 +95,7 @@ async fn the_operator_lists_and_watches_everything_reconciles_and_stops_cleanly(
 
     let calls = seen.lock().unwrap().clone();
     let has = |call: &str| calls.iter().any(|c| c == call);
-    for crd in ["modelroutes", "upstreams", "errorbudgets"] {
+    for crd in ["modelroutes", "upstreams", "errorbudgets", "accountlimits"] {
         assert!(has(&format!("GET /apis/sluice.dev/v1alpha1/{crd}?&limit=1")), "CRD check of {crd}: {calls:#?}");
         let lists = calls.iter().filter(|c| *c == &format!("GET /apis/sluice.dev/v1alpha1/{crd}?&limit=500")).count();
         assert_eq!(lists, 2, "{crd} is watched twice (own controller and a trigger): {calls:#?}");

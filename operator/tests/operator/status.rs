@@ -188,11 +188,12 @@ async fn missing_crds_fail_fast_with_a_hint() {
 async fn installed_crds_are_checked_in_the_watched_namespace() {
     let (client, mut api) = mock_client();
     let list = |kind: &str| json!({"apiVersion": "sluice.dev/v1alpha1", "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": []});
-    let (a, b, c) = (list("ModelRoute"), list("Upstream"), list("ErrorBudget"));
+    let (a, b, c, d) = (list("ModelRoute"), list("Upstream"), list("ErrorBudget"), list("AccountLimit"));
     let server = tokio::spawn(async move {
         api.expect("GET", "/apis/sluice.dev/v1alpha1/namespaces/team-a/modelroutes?&limit=1", object(a)).await;
         api.expect("GET", "/apis/sluice.dev/v1alpha1/namespaces/team-a/upstreams?&limit=1", object(b)).await;
         api.expect("GET", "/apis/sluice.dev/v1alpha1/namespaces/team-a/errorbudgets?&limit=1", object(c)).await;
+        api.expect("GET", "/apis/sluice.dev/v1alpha1/namespaces/team-a/accountlimits?&limit=1", object(d)).await;
         api
     });
     sluice_operator::check_crds(&client, Some("team-a")).await.unwrap();

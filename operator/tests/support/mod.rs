@@ -175,6 +175,7 @@ pub fn stores(
         routes: store(routes),
         upstreams: store(upstreams),
         budgets: store(budgets),
+        limits: store(Vec::new()),
         configmaps: store(configmaps),
         deployments: store(deployments),
     }

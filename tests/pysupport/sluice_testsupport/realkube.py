@@ -154,7 +154,9 @@ class RealKube(Kubectl):
         self.closed = True
         namespaces = [n for n in self._all_namespaces() if self.in_scope(n)]
         for ns in namespaces:
-            routes = self.kubectl("get", "modelroutes", "-n", ns, "-o", "name", check=False).stdout.split()
+            # Finalized kinds: their finalizers would keep the namespace terminating.
+            routes = self.kubectl("get", "modelroutes,accountlimits", "-n", ns, "-o", "name",
+                                  check=False).stdout.split()
             for r in routes:
                 self.kubectl("patch", r, "-n", ns, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
                              check=False)
@@ -193,7 +195,7 @@ def refused_by_rbac(records: list[dict]) -> list[str]:
 
 
 #: Every kind the operator watches (see operator/src/controllers.rs).
-WATCHED = ("modelroutes,upstreams,errorbudgets,deployments,configmaps,services,poddisruptionbudgets,secrets,"
+WATCHED = ("modelroutes,upstreams,errorbudgets,accountlimits,deployments,configmaps,services,poddisruptionbudgets,secrets,"
            "leases")
 
 #: The HTTP method of each audited verb.
