@@ -43,6 +43,9 @@ pub struct CounterSnapshot {
     /// Access tokens issued by the fake token and metadata endpoints.
     #[serde(default)]
     pub tokens_issued: u64,
+    /// Embedding inputs received, over all embeddings requests.
+    #[serde(default)]
+    pub embedding_inputs: u64,
 }
 
 /// Shared counters behind [`super::ChaosState`].
@@ -56,6 +59,7 @@ pub(crate) struct Counters {
     models: AtomicU64,
     by_protocol: [AtomicU64; Protocol::ALL.len()],
     tokens_issued: AtomicU64,
+    embedding_inputs: AtomicU64,
 }
 
 /// Marks one inference request as in flight until dropped.
@@ -78,6 +82,7 @@ impl Counters {
             models: AtomicU64::new(0),
             by_protocol: std::array::from_fn(|_| AtomicU64::new(0)),
             tokens_issued: AtomicU64::new(0),
+            embedding_inputs: AtomicU64::new(0),
         }
     }
 
@@ -115,6 +120,10 @@ impl Counters {
 
     pub(crate) fn token_issued(&self) {
         self.tokens_issued.fetch_add(1, SeqCst);
+    }
+
+    pub(crate) fn embedding_inputs(&self, n: u64) {
+        self.embedding_inputs.fetch_add(n, SeqCst);
     }
 
     pub(crate) fn requests_for(&self, protocol: Protocol) -> u64 {
@@ -162,6 +171,7 @@ impl Counters {
                 })
                 .collect(),
             tokens_issued: self.tokens_issued.load(SeqCst),
+            embedding_inputs: self.embedding_inputs.load(SeqCst),
         }
     }
 
@@ -179,6 +189,7 @@ impl Counters {
             c.store(0, SeqCst);
         }
         self.tokens_issued.store(0, SeqCst);
+        self.embedding_inputs.store(0, SeqCst);
     }
 }
 

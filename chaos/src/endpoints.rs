@@ -126,6 +126,9 @@ async fn inference(state: ChaosState, endpoint: Endpoint, deployment: Option<Str
     if let Some(deployment) = deployment {
         req.model = deployment;
     }
+    if endpoint == Endpoint::Embedding {
+        counters.embedding_inputs(req.input_hashes.len() as u64);
+    }
     let failure = plan.failure(req.answers_tool);
     let streaming = req.stream && endpoint != Endpoint::Embedding && failure.is_none();
     stream::sleep(plan.headers_delay).await;
@@ -197,7 +200,7 @@ fn answer(
         Some(call) => wire::tool_call_body(&meta, call, usage, finish),
         None => {
             let text = if chunks < plan.chunks { wire::truncate(&plan.content, chunks) } else { plan.content.clone() };
-            wire::full_body(&meta, &text, usage, finish, req.inputs)
+            wire::full_body(&meta, &text, usage, finish, &req.input_hashes)
         }
     };
     let cut = match (plan.reset_after, plan.hang_after) {

@@ -21,8 +21,10 @@ pub(crate) struct InferenceRequest {
     pub(crate) max_tokens: Option<u64>,
     /// Estimate: text bytes / 4, rounded up, at least 1.
     pub(crate) prompt_tokens: u64,
-    /// Embedding inputs (1 for a single string).
-    pub(crate) inputs: u64,
+    /// A hash of each embedding input, in order: its vector is made from it, so the
+    /// same input always gets the same embedding and different ones (almost surely)
+    /// different ones.
+    pub(crate) input_hashes: Vec<u64>,
     /// Names of the function tools the request declares (chat).
     pub(crate) tools: Vec<String>,
     /// The last message is a tool result (role `tool`): answered in text,
@@ -97,11 +99,11 @@ impl InferenceRequest {
     pub(crate) fn parse(body: &[u8]) -> Result<Self, serde_json::Error> {
         let raw: RawRequest = serde_json::from_slice(body)?;
         let bytes = raw.messages.bytes + raw.prompt.bytes + raw.input.bytes;
-        let inputs = match raw.input.kind {
-            Kind::Seq => raw.input.items.max(1),
-            _ => 1,
-        };
         let tools = raw.tools.into_iter().flatten().filter_map(|t| t.function?.name).collect();
+        let input_hashes = match raw.input.kind {
+            Kind::Str | Kind::Seq => input_hashes(body),
+            _ => Vec::new(),
+        };
         Ok(Self {
             answers_tool: raw.messages.kind == Kind::Seq && raw.messages.tool,
             tools,
@@ -110,7 +112,7 @@ impl InferenceRequest {
             include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
             max_tokens: raw.max_completion_tokens.or(raw.max_tokens),
             prompt_tokens: bytes.div_ceil(4).max(1),
-            inputs,
+            input_hashes,
         })
     }
 
@@ -120,6 +122,27 @@ impl InferenceRequest {
             Some(max) => u32::try_from(max).map_or(scripted, |max| scripted.min(max)),
             None => scripted,
         }
+    }
+}
+
+/// The hash of each embedding input (a string, a token array, or a list of either).
+fn input_hashes(body: &[u8]) -> Vec<u64> {
+    #[derive(Deserialize)]
+    struct Input {
+        input: serde_json::Value,
+    }
+    let hash = |v: &serde_json::Value| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        v.to_string().hash(&mut h);
+        h.finish()
+    };
+    match serde_json::from_slice::<Input>(body).map(|i| i.input) {
+        Ok(serde_json::Value::Array(items)) if items.iter().all(|i| i.is_string() || i.is_array()) => {
+            items.iter().map(hash).collect()
+        }
+        Ok(one) => vec![hash(&one)],
+        Err(_) => Vec::new(),
     }
 }
 
@@ -222,7 +245,7 @@ mod tests {
         assert_eq!(r.prompt_tokens, 3);
         assert_eq!(r.completion_chunks(5), 3);
         let r = InferenceRequest::parse(br#"{"model":"e","input":["a","b",[1,2]]}"#).unwrap();
-        assert_eq!((r.inputs, r.prompt_tokens), (3, 3));
+        assert_eq!((r.input_hashes.len(), r.prompt_tokens), (3, 3));
         let r = InferenceRequest::parse(b"{}").unwrap();
         assert_eq!((r.model.as_str(), r.prompt_tokens, r.stream), ("chaos-model", 1, false));
         assert!(r.tools.is_empty() && !r.answers_tool);

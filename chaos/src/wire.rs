@@ -36,8 +36,20 @@ pub(crate) const MODELS_BODY: &str = concat!(
     r#""owned_by":"sluice-chaos"}]}"#
 );
 
-/// A fixed embedding vector: enough shape for clients, no maths.
-const EMBEDDING: &str = "[0.0125,-0.0250,0.0375,-0.0500,0.0625,-0.0750,0.0875,-0.1000]";
+/// The embedding of an input: 8 numbers made from its hash, enough shape for clients
+/// and the same for the same input, no maths.
+fn push_embedding(out: &mut Vec<u8>, hash: u64) {
+    out.push(b'[');
+    for k in 0..8 {
+        if k > 0 {
+            out.push(b',');
+        }
+        let byte = (hash >> (k * 8)) & 0xff;
+        let value = (byte as f64 - 127.5) / 1000.0;
+        out.extend_from_slice(format!("{value:.4}").as_bytes());
+    }
+    out.push(b']');
+}
 
 pub(crate) const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
 pub(crate) const MALFORMED_EVENT: &[u8] = b"data: {not json\n\n";
@@ -95,7 +107,7 @@ pub(crate) fn word(i: u32) -> &'static str {
 }
 
 /// A non-streaming answer: chat, completion or embedding.
-pub(crate) fn full_body(meta: &Meta<'_>, text: &[u8], usage: Usage, finish: &str, inputs: u64) -> Bytes {
+pub(crate) fn full_body(meta: &Meta<'_>, text: &[u8], usage: Usage, finish: &str, inputs: &[u64]) -> Bytes {
     let mut out = Vec::with_capacity(256 + text.len());
     match meta.endpoint {
         Endpoint::Chat => {
@@ -112,14 +124,14 @@ pub(crate) fn full_body(meta: &Meta<'_>, text: &[u8], usage: Usage, finish: &str
         }
         Endpoint::Embedding => {
             out.extend_from_slice(br#"{"object":"list","data":["#);
-            for i in 0..inputs {
+            for (i, hash) in inputs.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
                 out.extend_from_slice(br#"{"object":"embedding","index":"#);
-                push_u64(&mut out, i);
+                push_u64(&mut out, i as u64);
                 out.extend_from_slice(br#","embedding":"#);
-                out.extend_from_slice(EMBEDDING.as_bytes());
+                push_embedding(&mut out, *hash);
                 out.push(b'}');
             }
             out.extend_from_slice(br#"],"model":"#);
@@ -279,7 +291,7 @@ mod tests {
     fn rendered_bodies_are_valid_json() {
         let meta = Meta { endpoint: Endpoint::Chat, seq: 42, created: 7, model: "m\"\u{1}x" };
         let usage = Usage { prompt: 2, completion: 5 };
-        let body = full_body(&meta, &content(5), usage, "stop", 1);
+        let body = full_body(&meta, &content(5), usage, "stop", &[1]);
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["id"], "chatcmpl-chaos-42");
         assert_eq!(v["model"], "m\"\u{1}x");
@@ -296,8 +308,12 @@ mod tests {
             assert_eq!(v["object"], "chat.completion.chunk");
         }
         let embed = Meta { endpoint: Endpoint::Embedding, ..meta };
-        let v: Value = serde_json::from_slice(&full_body(&embed, b"", usage, "", 2)).unwrap();
-        assert_eq!(v["data"].as_array().unwrap().len(), 2);
+        let v: Value = serde_json::from_slice(&full_body(&embed, b"", usage, "", &[7, 9, 7])).unwrap();
+        assert_eq!(v["data"].as_array().unwrap().len(), 3);
+        // The same input, the same embedding; another input, another one.
+        assert_eq!(v["data"][0]["embedding"], v["data"][2]["embedding"]);
+        assert_ne!(v["data"][0]["embedding"], v["data"][1]["embedding"]);
+        assert_eq!(v["data"][1]["embedding"].as_array().unwrap().len(), 8);
         assert_eq!(truncate(&content(5), 2), Bytes::from_static(b"The upstream "));
     }
 }

@@ -146,6 +146,25 @@ pub struct Route {
     pub candidates: Vec<Candidate>,
     /// Metric handles.
     pub metrics: RouteMetrics,
+    /// What the route caches, for how long, and for whom (docs/design.md §13).
+    pub cache: CachePolicy,
+}
+
+/// A route's cache policy (docs/design.md §13).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CachePolicy {
+    /// How long an entry is served.
+    pub ttl: std::time::Duration,
+    /// Every caller of the route shares its entries (else each account has its own).
+    pub shared: bool,
+    /// `/v1/embeddings` cached per input item (on by default).
+    pub embeddings: bool,
+}
+
+impl Default for CachePolicy {
+    fn default() -> Self {
+        Self { ttl: std::time::Duration::from_secs(24 * 3600), shared: false, embeddings: true }
+    }
 }
 
 /// One loaded config version.
@@ -282,7 +301,12 @@ impl Runtime {
                 .iter()
                 .filter_map(|c| upstreams.get(&c.upstream).map(|u| Candidate { cfg: c.clone(), upstream: u.clone() }))
                 .collect();
-            let route = Route { cfg: r.clone(), candidates, metrics: RouteMetrics::new(metrics, &r.name) };
+            let route = Route {
+                cfg: r.clone(),
+                candidates,
+                metrics: RouteMetrics::new(metrics, &r.name),
+                cache: CachePolicy::default(),
+            };
             routes.insert(r.model.clone(), Arc::new(route));
         }
         Ok(Runtime { snapshot, routes, upstreams })

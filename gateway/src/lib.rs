@@ -6,7 +6,9 @@
 //! - [`server`] accepts connections and routes each to a handler ([`server::router()`]);
 //!   [`server::handle`] is one OpenAI request from start to end.
 //! - [`request`] parses the client's request, reading only what the gateway needs.
-//! - [`billing`] finds the paying account and reserves the most the request can cost.
+//! - [`billing`] finds the paying account, admits the request by its limits and
+//!   reserves the most it can cost.
+//! - [`cache`] answers what it already knows (embeddings per input item).
 //! - [`route`] decides which candidate comes next: health and circuit breaker
 //!   ([`route::health`]), order ([`route::order`]), the walks with failover, backoff
 //!   and hedging ([`route::walk`]).
@@ -29,6 +31,7 @@ pub mod answer;
 pub mod attempt;
 pub mod auth;
 pub mod billing;
+pub mod cache;
 pub mod checks;
 pub mod cmd;
 pub mod config;

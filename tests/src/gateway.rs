@@ -46,6 +46,8 @@ pub struct GatewayOptions {
     /// Trace export (`--otlp-endpoint`, `--otlp-protocol`, …); `None` leaves what the
     /// environment says (normally off).
     pub traces: Option<TraceArgs>,
+    /// `--cache-redis`: the shared cache tier.
+    pub cache_redis: Option<String>,
 }
 
 impl Default for GatewayOptions {
@@ -61,6 +63,7 @@ impl Default for GatewayOptions {
             body_timeout: None,
             secrets: Vec::new(),
             traces: None,
+            cache_redis: None,
         }
     }
 }
@@ -208,6 +211,7 @@ fn serve_args(manifests: &Path, ledger: &str, opts: &GatewayOptions) -> anyhow::
     if let Some(traces) = &opts.traces {
         args.traces = traces.clone();
     }
+    args.cache_redis.clone_from(&opts.cache_redis);
     Ok(cli.serve)
 }
 

@@ -35,6 +35,7 @@ pub mod load;
 pub mod manifest;
 pub mod metrics;
 pub mod process;
+pub mod redis;
 pub mod rollups;
 pub mod upstream;
 

@@ -13,6 +13,8 @@ mod billing_hangups;
 mod billing_overdraft;
 #[path = "scenarios/billing_usage.rs"]
 mod billing_usage;
+#[path = "scenarios/cache.rs"]
+mod cache;
 #[path = "scenarios/crash.rs"]
 mod crash;
 #[path = "scenarios/crash_load.rs"]

@@ -66,7 +66,7 @@ async fn counters_are_exact() {
     assert_eq!(v["script"], json!({}));
     let want = json!({"requests": 7, "by_status": {"200": 4, "503": 2}, "streams_started": 1,
                       "resets": 1, "hangs": 0, "in_flight": 0, "models": 0,
-                      "by_protocol": {"openai": 7}, "tokens_issued": 0});
+                      "by_protocol": {"openai": 7}, "tokens_issued": 0, "embedding_inputs": 0});
     assert_eq!(v["counters"], want);
     assert_eq!((c.state.requests(), c.state.requests_with_status(200)), (7, 4));
     c.state.clear_counters();

@@ -115,6 +115,8 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
         grant_validity: Duration::from_secs(30),
         grant_max: 10 * sluice_ledger::NANOS_PER_USD,
         limit_lease_max: 20,
+        cache_max_bytes: crate::cache::DEFAULT_MAX_BYTES,
+        cache_redis: None,
         settle_window: Duration::from_millis(2),
         body_timeout: crate::server::state::DEFAULT_BODY_TIMEOUT,
         shutdown_delay: Duration::ZERO,

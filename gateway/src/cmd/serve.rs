@@ -73,6 +73,14 @@ pub struct ServeArgs {
     /// so the bound by which limits can be passed (docs/design.md §5b).
     #[arg(long, default_value = "2", env = "SLUICE_LIMIT_LEASE_MAX", value_parser = parse_lease_max)]
     pub limit_lease_max: u32,
+    /// Bytes the in-process cache tier holds at most (docs/design.md §13); 0 turns the
+    /// cache off.
+    #[arg(long, default_value_t = crate::cache::DEFAULT_MAX_BYTES, env = "SLUICE_CACHE_MAX_BYTES")]
+    pub cache_max_bytes: u64,
+    /// The shared cache tier every gateway reads: `redis://HOST:PORT[/DB]`, `rediss://…`
+    /// (TLS) or `unix://PATH`. Without it each gateway caches for itself.
+    #[arg(long, env = "SLUICE_CACHE_REDIS_URL")]
+    pub cache_redis: Option<String>,
     /// How long a settlement batch collects before it commits (group commit).
     #[arg(long, default_value = "2ms", env = "SLUICE_SETTLE_WINDOW", value_parser = parse_duration)]
     pub settle_window: Duration,
@@ -154,6 +162,19 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
         let observer: Arc<dyn LimiterObserver> = Arc::new(gw.metrics.limits.clone());
         gw.limiter = Some(Limiter::new(ledger, cfg, Some(observer)));
     }
+    gw.cache = match args.cache_max_bytes {
+        0 => None,
+        bytes => {
+            let shared = match &args.cache_redis {
+                Some(url) => Some(
+                    crate::cache::shared::Shared::new(url, gw.metrics.cache.shared_errors.clone())
+                        .map_err(|e| anyhow::anyhow!("--cache-redis {}: {e}", redact(url)))?,
+                ),
+                None => None,
+            };
+            Some(crate::cache::Cache::new(bytes, shared))
+        }
+    };
     gw.max_body = args.max_body_bytes;
     gw.reservation_ttl = args.reservation_ttl;
     gw.body_timeout = args.body_timeout;

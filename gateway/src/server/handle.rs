@@ -12,6 +12,7 @@ use sluice_ledger::limits::{Ask, Standing};
 
 use crate::answer;
 use crate::billing::{self, Held};
+use crate::cache::{self, key::Scope};
 use crate::config::Route;
 use crate::error::ApiError;
 use crate::headers::{RequestId, X_REQUEST_ID};
@@ -84,6 +85,16 @@ async fn serve(
         },
         None => None,
     };
+    if endpoint == Endpoint::Embeddings && route.cache.embeddings && gw.cache.is_some() {
+        let scope = match (&account, route.cache.shared) {
+            (Some(a), false) => Scope::Account(a.id),
+            _ => Scope::Shared,
+        };
+        if let Some(plan) = cache::embeddings::Plan::of(&req, &route, &scope) {
+            let directive = cache::Directive::of(headers);
+            return cache::embeddings::serve(gw, &route, &req, request_id, plan, directive, held, started, trace).await;
+        }
+    }
     let ctx = DispatchCtx {
         secrets: &gw.secrets,
         settings: &gw.settings,

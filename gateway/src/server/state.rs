@@ -57,6 +57,8 @@ pub struct Gateway {
     pub biller: Option<Biller>,
     /// Limits of keys and accounts (docs/design.md §5b); `None` without a ledger.
     pub limiter: Option<sluice_ledger::limits::Limiter>,
+    /// The response and embedding cache (docs/design.md §13); `None` turns it off.
+    pub cache: Option<crate::cache::Cache>,
     /// Client auth.
     pub auth: AuthMode,
     /// Key → account answers of the ledger, briefly (docs/design.md §5a).
@@ -92,6 +94,7 @@ impl Gateway {
             ledger,
             biller: None,
             limiter: None,
+            cache: Some(crate::cache::Cache::new(crate::cache::DEFAULT_MAX_BYTES, None)),
             auth,
             keys,
             max_body: 8 * 1024 * 1024,

@@ -211,6 +211,9 @@ pub struct Metrics {
     /// Limits (docs/design.md §5b): `sluice_limit_rejections_total{limit,key_kind}`,
     /// `sluice_limit_lease_takes_total{limit,result}`.
     pub limits: LimitMetrics,
+    /// The cache (docs/design.md §13): `sluice_cache_requests_total{route,kind,result}`,
+    /// `sluice_cache_bytes`, `sluice_cache_shared_errors_total`.
+    pub cache: CacheMetrics,
     /// `sluice_stream_events_dropped_total`: SSE events that were not valid JSON.
     pub dropped_events: Counter,
     /// `sluice_synthetic_checks_total{route,upstream,outcome}`.
@@ -243,6 +246,18 @@ impl Metrics {
         let synthetic_checks = Family::<SyntheticLabel, Counter>::default();
         let grants = GrantMetrics::default();
         let limits = LimitMetrics::default();
+        let cache = CacheMetrics::default();
+        registry.register(
+            "cache_requests",
+            "Requests a route's cache answered (hit), sent upstream (miss) or was told to leave alone (bypass), by kind",
+            cache.requests.clone(),
+        );
+        registry.register("cache_bytes", "Bytes the in-process cache tier holds", cache.bytes.clone());
+        registry.register(
+            "cache_shared_errors",
+            "Failed or slow reads and writes of the shared cache tier (each one a miss)",
+            cache.shared_errors.clone(),
+        );
         registry.register(
             "limit_rejections",
             "Requests refused over a limit of their key or account, by limit and whose",
@@ -321,6 +336,7 @@ impl Metrics {
             config_reloads,
             grants,
             limits,
+            cache,
             dropped_events,
             synthetic_checks,
         }
@@ -391,6 +407,59 @@ impl BillerObserver for GrantMetrics {
 
     fn settle_retry(&self) {
         self.retries.inc();
+    }
+}
+
+/// `{route,kind,result}` of a cache lookup.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabel {
+    /// Route name.
+    pub route: String,
+    /// `embeddings` or `completions`.
+    pub kind: &'static str,
+    /// `hit`, `miss` or `bypass`.
+    pub result: &'static str,
+}
+
+/// How a request met the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheResult {
+    /// Answered from it, no upstream.
+    Hit,
+    /// Went upstream (an embeddings batch: for at least one input).
+    Miss,
+    /// Told to neither read nor store.
+    Bypass,
+}
+
+/// The cache metrics.
+#[derive(Clone, Debug, Default)]
+pub struct CacheMetrics {
+    /// `sluice_cache_requests_total{route,kind,result}`.
+    pub requests: Family<CacheLabel, Counter>,
+    /// `sluice_cache_bytes`.
+    pub bytes: Gauge,
+    /// `sluice_cache_shared_errors_total`.
+    pub shared_errors: Counter,
+}
+
+/// A route's cache counter of one kind.
+pub struct RouteCache<'a> {
+    metrics: &'a Metrics,
+    route: &'a str,
+    kind: &'static str,
+}
+
+impl RouteCache<'_> {
+    /// Counts one request.
+    pub fn count(&self, result: CacheResult) {
+        let result = match result {
+            CacheResult::Hit => "hit",
+            CacheResult::Miss => "miss",
+            CacheResult::Bypass => "bypass",
+        };
+        let label = CacheLabel { route: self.route.to_owned(), kind: self.kind, result };
+        self.metrics.cache.requests.get_or_create(&label).inc();
     }
 }
 
@@ -491,6 +560,11 @@ struct ApiMetrics {
 }
 
 impl RouteMetrics {
+    /// The route's cache counter of `kind` (`embeddings`, `completions`).
+    pub fn cache<'a>(&'a self, metrics: &'a Metrics, kind: &'static str) -> RouteCache<'a> {
+        RouteCache { metrics, route: &self.route, kind }
+    }
+
     /// Resolves the handles of route `name`.
     pub fn new(m: &Metrics, name: &str) -> Self {
         let route = RouteLabel { route: name.to_string() };

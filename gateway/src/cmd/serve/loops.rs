@@ -58,6 +58,18 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
             }
         }));
     }
+    if gw.cache.is_some() {
+        let g = gw.clone();
+        handles.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                if let Some(c) = &g.cache {
+                    g.metrics.cache.bytes.set(i64::try_from(c.local_bytes()).unwrap_or(i64::MAX));
+                }
+            }
+        }));
+    }
     handles.push(tokio::spawn(crate::checks::probe::run(gw.clone())));
     handles.push(tokio::spawn(crate::checks::synthetic::run(gw.clone(), gateway_id.clone())));
     if let Some(ledger) = gw.ledger.clone() {

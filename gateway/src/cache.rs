@@ -1,0 +1,273 @@
+//! The response and embedding cache (docs/design.md §13): exact-match answers kept in
+//! two tiers, an in-process one bounded by bytes ([`moka`]) in front of a shared one
+//! every gateway reads (Redis, optional, [`shared`]). A key is a SHA-256 of what can
+//! change the answer and of a scope (the account, unless the route shares its cache),
+//! so one tenant never reads another's answer.
+//!
+//! The shared tier can fail without failing a request: an error or a slow answer is a
+//! miss, and after one the tier is skipped for [`shared::PAUSE`].
+//!
+//! [`embeddings`] caches `/v1/embeddings` per input item.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::HeaderMap;
+use http::header::CACHE_CONTROL;
+use sha2::{Digest, Sha256};
+
+pub mod embeddings;
+pub mod key;
+pub mod shared;
+
+/// What the in-process tier holds at most by default (`--cache-max-bytes`).
+pub const DEFAULT_MAX_BYTES: u64 = 128 * 1024 * 1024;
+/// Bytes counted per entry beyond its key and value (moka's own bookkeeping, roughly).
+const OVERHEAD: u32 = 96;
+
+/// A cache key: SHA-256 of what can change the answer, and of its scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key(pub [u8; 32]);
+
+impl Key {
+    /// The key of `parts`, each length-prefixed so no two lists of parts collide.
+    pub fn of(parts: &[&[u8]]) -> Key {
+        let mut h = Sha256::new();
+        for p in parts {
+            h.update((p.len() as u64).to_be_bytes());
+            h.update(p);
+        }
+        Key(h.finalize().into())
+    }
+
+    /// As stored in the shared tier: `sluice:c:` and the hex digest.
+    pub fn shared_name(&self) -> String {
+        let mut name = String::with_capacity(9 + 64);
+        name.push_str("sluice:c:");
+        for b in self.0 {
+            name.push_str(&format!("{b:02x}"));
+        }
+        name
+    }
+}
+
+/// One cached answer (or one embedding).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// When it was stored (unix ms).
+    pub stored_at_ms: i64,
+    /// How long it lives from then.
+    pub ttl: Duration,
+    /// The model id the upstream named in the answer.
+    pub model: String,
+    /// The cached bytes.
+    pub body: Bytes,
+}
+
+impl Entry {
+    /// A new entry stored now.
+    pub fn new(model: &str, body: Bytes, ttl: Duration) -> Self {
+        Self { stored_at_ms: now_ms(), ttl, model: model.to_owned(), body }
+    }
+
+    /// Its age at `now_ms`.
+    pub fn age(&self, now_ms: i64) -> Duration {
+        Duration::from_millis(u64::try_from(now_ms - self.stored_at_ms).unwrap_or(0))
+    }
+
+    /// The shared tier's form: stored-at and ttl (ms, big-endian), the model's length
+    /// and the model, then the body.
+    pub fn encode(&self) -> Bytes {
+        let model = self.model.as_bytes();
+        let len = u16::try_from(model.len()).unwrap_or(u16::MAX);
+        let mut out = BytesMut::with_capacity(18 + model.len() + self.body.len());
+        out.put_i64(self.stored_at_ms);
+        out.put_u64(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX));
+        out.put_u16(len);
+        out.put_slice(&model[..usize::from(len)]);
+        out.put_slice(&self.body);
+        out.freeze()
+    }
+
+    /// Reads [`encode`](Self::encode)'s form; `None` for anything else.
+    pub fn decode(bytes: &[u8]) -> Option<Entry> {
+        let stored_at_ms = i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+        let ttl = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
+        let len = usize::from(u16::from_be_bytes(bytes.get(16..18)?.try_into().ok()?));
+        let model = std::str::from_utf8(bytes.get(18..18 + len)?).ok()?.to_owned();
+        let body = Bytes::copy_from_slice(bytes.get(18 + len..)?);
+        Some(Entry { stored_at_ms, ttl: Duration::from_millis(ttl), model, body })
+    }
+
+    fn weight(&self) -> u32 {
+        let size = self.body.len() + self.model.len() + 32;
+        u32::try_from(size).unwrap_or(u32::MAX).saturating_add(OVERHEAD)
+    }
+
+    fn expired(&self, now_ms: i64) -> bool {
+        self.age(now_ms) >= self.ttl
+    }
+}
+
+/// What a request's headers ask of the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Directive {
+    /// Read and store.
+    Use,
+    /// `Cache-Control: no-cache` or `x-sluice-cache: refresh`: do not read, store the
+    /// fresh answer.
+    Refresh,
+    /// `Cache-Control: no-store` or `x-sluice-cache: bypass`: neither read nor store.
+    Bypass,
+}
+
+impl Directive {
+    /// From the request's `Cache-Control` and `x-sluice-cache` headers.
+    pub fn of(headers: &HeaderMap) -> Directive {
+        let words = headers
+            .get_all(CACHE_CONTROL)
+            .iter()
+            .chain(headers.get_all("x-sluice-cache").iter())
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|w| w.trim().to_ascii_lowercase())
+            .collect::<Vec<_>>();
+        if words.iter().any(|w| w == "no-store" || w == "bypass") {
+            Directive::Bypass
+        } else if words.iter().any(|w| w == "no-cache" || w == "refresh") {
+            Directive::Refresh
+        } else {
+            Directive::Use
+        }
+    }
+}
+
+/// The process's cache: the in-process tier and, when configured, the shared one.
+pub struct Cache {
+    local: moka::sync::Cache<Key, Arc<Entry>>,
+    shared: Option<shared::Shared>,
+}
+
+struct PerEntry;
+
+impl moka::Expiry<Key, Arc<Entry>> for PerEntry {
+    fn expire_after_create(&self, _: &Key, e: &Arc<Entry>, _: std::time::Instant) -> Option<Duration> {
+        Some(e.ttl.saturating_sub(e.age(now_ms())))
+    }
+}
+
+impl Cache {
+    /// A cache of at most `max_bytes` in process, reading `shared` behind it.
+    pub fn new(max_bytes: u64, shared: Option<shared::Shared>) -> Self {
+        let local = moka::sync::Cache::builder()
+            .max_capacity(max_bytes)
+            .weigher(|_: &Key, e: &Arc<Entry>| e.weight())
+            .expire_after(PerEntry)
+            .build();
+        Self { local, shared }
+    }
+
+    /// The entries of `keys`, in order: the in-process tier first, then one round trip
+    /// to the shared tier for what it lacks (entries found there are kept in process).
+    pub async fn get_many(&self, keys: &[Key]) -> Vec<Option<Arc<Entry>>> {
+        let now = now_ms();
+        let mut found: Vec<Option<Arc<Entry>>> =
+            keys.iter().map(|k| self.local.get(k).filter(|e| !e.expired(now))).collect();
+        let Some(shared) = &self.shared else { return found };
+        let missing: Vec<usize> = (0..keys.len()).filter(|i| found[*i].is_none()).collect();
+        if missing.is_empty() {
+            return found;
+        }
+        let names: Vec<Key> = missing.iter().map(|i| keys[*i]).collect();
+        for (i, entry) in missing.into_iter().zip(shared.get_many(&names).await) {
+            if let Some(e) = entry.filter(|e| !e.expired(now)) {
+                let e = Arc::new(e);
+                self.local.insert(keys[i], e.clone());
+                found[i] = Some(e);
+            }
+        }
+        found
+    }
+
+    /// Stores `entries` in both tiers; the shared tier is written in the background.
+    pub fn put_many(&self, entries: Vec<(Key, Entry)>) {
+        if entries.is_empty() {
+            return;
+        }
+        let mut for_shared = Vec::new();
+        for (key, entry) in entries {
+            if self.shared.is_some() {
+                for_shared.push((key, entry.clone()));
+            }
+            self.local.insert(key, Arc::new(entry));
+        }
+        if let Some(shared) = &self.shared {
+            shared.put_many(for_shared);
+        }
+    }
+
+    /// Bytes the in-process tier holds (for `sluice_cache_bytes`).
+    pub fn local_bytes(&self) -> u64 {
+        self.local.run_pending_tasks();
+        self.local.weighted_size()
+    }
+}
+
+/// Unix ms now.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_the_shared_form() {
+        let e = Entry {
+            stored_at_ms: 1_700_000_000_123,
+            ttl: Duration::from_secs(60),
+            model: "m-1".into(),
+            body: Bytes::from_static(b"[0.5]"),
+        };
+        assert_eq!(Entry::decode(&e.encode()), Some(e));
+        assert_eq!(Entry::decode(b"short"), None);
+    }
+
+    #[test]
+    fn keys_prefix_each_part_with_its_length() {
+        assert_ne!(Key::of(&[b"ab", b"c"]), Key::of(&[b"a", b"bc"]));
+        assert_eq!(Key::of(&[b"x"]).shared_name().len(), 9 + 64);
+    }
+
+    #[test]
+    fn directives_follow_cache_control_and_the_sluice_header() {
+        let of = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, http::HeaderValue::from_static(v));
+            }
+            Directive::of(&h)
+        };
+        assert_eq!(of(&[]), Directive::Use);
+        assert_eq!(of(&[("cache-control", "max-age=0, no-cache")]), Directive::Refresh);
+        assert_eq!(of(&[("cache-control", "no-store")]), Directive::Bypass);
+        assert_eq!(of(&[("x-sluice-cache", "refresh")]), Directive::Refresh);
+        assert_eq!(of(&[("x-sluice-cache", "Bypass")]), Directive::Bypass);
+    }
+
+    #[tokio::test]
+    async fn the_local_tier_is_bounded_by_bytes_and_expires_entries() {
+        let cache = Cache::new(10_000, None);
+        let key = |i: u32| Key::of(&[&i.to_be_bytes()]);
+        let big = Bytes::from(vec![b'0'; 1_000]);
+        for i in 0..50 {
+            cache.put_many(vec![(key(i), Entry::new("m", big.clone(), Duration::from_secs(60)))]);
+        }
+        assert!(cache.local_bytes() <= 10_000, "{}", cache.local_bytes());
+        let old = Entry { stored_at_ms: now_ms() - 61_000, ..Entry::new("m", big, Duration::from_secs(60)) };
+        cache.put_many(vec![(key(99), old)]);
+        assert_eq!(cache.get_many(&[key(99)]).await, vec![None]);
+    }
+}
