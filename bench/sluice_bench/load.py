@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .procs import CLK, Service, cpu_seconds, postgres_pids, rss_mb
 from .settings import BODY, LOAD_CPU, OHA, P99_BOUND_MS, PERCENTILES, log
+from .systems import lease_takes
 
 
 @dataclass
@@ -29,6 +30,9 @@ class System:
     # More ports serving the same thing (another gateway process): the load is split
     # evenly, one oha process per port at its share of the rate (oha targets one URL).
     more_ports: list[int] = field(default_factory=list)
+    # The key carries limits (docs/design.md §5b): each run counts the gateway's lease
+    # takes (ledger transactions) per 1,000 requests.
+    limited: bool = False
 
     def pids(self) -> list[int]:
         out = []
@@ -58,6 +62,10 @@ FOREIGN_LIMIT_PCT = 25.0
 MAX_RETRIES = 2
 # Repeats stop when they have cost this many seconds in the whole run (set per mode).
 RETRY_BUDGET = {"left": 150.0}
+# A limit meter unused for 2 s stops renewing its lease (docs/design.md §5b), checked
+# every 250 ms: a limited run's takes are read this long after it ends, so that a
+# renewal its last requests caused is counted with it.
+LEASE_IDLE_S = 2.5
 
 
 def check_alive() -> None:
@@ -133,6 +141,7 @@ def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns:
 
     sampler = threading.Thread(target=sample, daemon=True)
     load1 = os.getloadavg()[0]
+    takes0 = lease_takes(system.port) if system.limited else None
     cpu0, pg0, t0 = cpu_seconds(pids), cpu_seconds(pg), time.time()
     busy0, ours0 = total_busy_seconds(), ours_seconds()
     sampler.start()
@@ -161,6 +170,10 @@ def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns:
     foreign = (busy1 - busy0) - (ours1 - ours0) - oha_cpu - (pg1 - pg0)
     stop.set()
     sampler.join()
+    takes = None
+    if takes0 is not None:
+        time.sleep(LEASE_IDLE_S)
+        takes = lease_takes(system.port) - takes0
     for p in procs:
         err = p.stderr.read().decode(errors="replace") if p.stderr else ""
         if p.returncode != 0:
@@ -196,6 +209,9 @@ def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns:
         "codes": codes,
         "error_kinds": errors,
     }
+    if takes is not None:
+        res["lease_takes"] = takes
+        res["lease_takes_per_1k"] = 1000 * takes / sent if sent else None
     res["sustained"] = sustained(res)
     return res
 
@@ -212,6 +228,7 @@ def sustained(r: dict) -> bool:
 def describe(r: dict) -> str:
     l = r["lat_ms"]
     fmt = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+    takes = f" lease takes {r['lease_takes']} ({fmt(r['lease_takes_per_1k'])}/1k req)" if "lease_takes" in r else ""
     return (f"{r['system']:>14} @{r['rate']:>6}/s p50 {fmt(l['p50'])} p99 {fmt(l['p99'])} p99.9 {fmt(l['p99.9'])} ms "
             f"ok {r['success']*100:.2f}% rps {r['achieved_rps']:.0f} cpu {r['cpu_pct']:.0f}% rss {r['rss_mb']:.0f}MB "
-            f"oha-cpu {r['oha_cpu_pct']:.0f}% other {r['foreign_cpu_pct']:.0f}%{' SUSTAINED' if r['sustained'] else ''}")
+            f"oha-cpu {r['oha_cpu_pct']:.0f}% other {r['foreign_cpu_pct']:.0f}%{takes}{' SUSTAINED' if r['sustained'] else ''}")

@@ -25,11 +25,13 @@ from .procs import Service
 from .settings import ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, FULL, LOAD_CPU, QUICK, ROOT, SCALING_CONNS, free_port, log
 from .stats import answered_in_full
 from .systems import (
+    LIMIT_FLAGS,
     billing_key,
     chaos,
     create_pg_db,
     drop_pg_db,
     failover_manifests,
+    limited_key,
     nginx_conf,
     post_json,
     sluice_manifests,
@@ -96,6 +98,7 @@ def main() -> int:
         man = work / "sluice.yaml"
         man.write_text(sluice_manifests(mock_port))
         results["configs"] = {"sluice.yaml": man.read_text()}
+        results["limit_flags"] = LIMIT_FLAGS
         systems = [System("direct", "direct (mock)", mock_port, services=[mock]),
                    System("direct-anthropic", "direct (mock), Anthropic protocol", mock_port, path="/v1/messages",
                           headers={"anthropic-version": "2023-06-01"}, services=[mock], body=ANTHROPIC_DIRECT_BODY)]
@@ -104,18 +107,25 @@ def main() -> int:
         systems.append(System("sluice-anthropic", "sluice, billing off, Anthropic protocol (translated)", p_off, services=[s_off],
                               body=ANTHROPIC_BODY))
         led = f"sqlite://{work}/billing.db"
-        key = billing_key(led)
+        key, key_lim = billing_key(led), limited_key(led)
         s_sq, p_sq = start_sluice("sluice-sqlite", work, man, led, "keys")
         systems.append(System("sluice-sqlite", "sluice, billing on SQLite", p_sq, headers={"authorization": f"Bearer {key}"},
                               services=[s_sq]))
+        # The same gateway and account through a second key whose limits do not bind at
+        # the bench's rates: side by side with its unlimited twin, what limits cost.
+        systems.append(System("sluice-sqlite-limited", "sluice, billing on SQLite, key with limits", p_sq,
+                              headers={"authorization": f"Bearer {key_lim}"}, services=[s_sq], limited=True))
         if not args.no_postgres:
             try:
                 pg_url = create_pg_db()
                 pg_created = True
-                key_pg = billing_key(pg_url)
+                key_pg, key_pg_lim = billing_key(pg_url), limited_key(pg_url)
                 s_pg, p_pg = start_sluice("sluice-pg", work, man, pg_url, "keys")
                 systems.append(System("sluice-pg", "sluice, billing on Postgres", p_pg,
                                       headers={"authorization": f"Bearer {key_pg}"}, services=[s_pg], ledger_cpu=True))
+                systems.append(System("sluice-pg-limited", "sluice, billing on Postgres, key with limits", p_pg,
+                                      headers={"authorization": f"Bearer {key_pg_lim}"}, services=[s_pg], ledger_cpu=True,
+                                      limited=True))
                 # Two more gateway processes on the same database, account and key, each
                 # holding its own grant; the second on the load generator's core (the
                 # only other core on a 2-core box: see bench/README.md).
@@ -140,9 +150,13 @@ def main() -> int:
 
         # sanity: every system answers the body with 200 before any timing
         for s in systems:
-            status, _, body = post_json(s.port, s.path, json.loads(s.body or BODY), s.headers)
+            status, hdrs, body = post_json(s.port, s.path, json.loads(s.body or BODY), s.headers)
             if status != 200:
                 raise RuntimeError(f"{s.key} answered {status}: {body[:300]!r}")
+            # A limited key's answers say where it stands: without the header, the
+            # limits are not in force and the run would measure an unlimited key.
+            if s.limited and "x-ratelimit-limit-requests" not in {k.lower() for k in hdrs}:
+                raise RuntimeError(f"{s.key} answered without x-ratelimit-* headers: its key's limits are not in force")
 
         # ---- warm-up, then the rate matrix, systems alternated and rotated per round
         log(f"mode {mode.name}: {len(systems)} systems, rates {mode.rates}, {mode.rounds} round(s) of {mode.duration}s")

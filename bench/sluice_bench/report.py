@@ -8,11 +8,11 @@ from pathlib import Path
 from .plot import plot
 from .settings import ROOT
 from .stats import added_by_round, answered_in_full, by, capacity, ceiling, combine, f, litellm_ceiling, ratio, us
-from .targets import targets
+from .targets import LIMITED_TWINS, targets
 
 # Why the Postgres billing rows are slow: one hot account row per request until balance
 # grants land (docs/design.md §5a); the tables link each of them there.
-SLOW_WHY = {"sluice-pg": ROOT / "bench" / "PROFILE.md"}
+SLOW_WHY = {"sluice-pg": ROOT / "bench" / "PROFILE.md", "sluice-pg-limited": ROOT / "bench" / "PROFILE.md"}
 
 
 def results_dir(out_dir: Path) -> Path:
@@ -66,7 +66,9 @@ def render(results: dict, out_dir: Path) -> Path:
       "'Other work' is the CPU that processes outside the benchmark used during the run (the machine is shared); a run "
       f"during which it exceeded {results.get('foreign_limit_pct', 25):.0f} % of a core was repeated (up to twice) and the "
       "least disturbed try kept. A system whose `ok` falls while the others stay at 100 % failed inside: its log "
-      "lines are counted at the end of this page.")
+      "lines are counted at the end of this page. Each 'key with limits' row is the billing row above it (the same "
+      "gateway process and account) through a second key whose limits do not bind at these rates: what holding a key "
+      "to limits costs, with no request refused (see [Limits on a key](#limits-on-a-key)).")
     w("")
     for rate in rates:
         w(f"### {rate} req/s")
@@ -111,6 +113,34 @@ def render(results: dict, out_dir: Path) -> Path:
             w(f"| {rate} | {label} | {us(a['p50'])} | {us(a['p90'])} | {us(a['p99'])} | {us(a['p99.9'])} | "
               f"{f(r50, 2) + '×' if r50 is not None else '–'} | {f(r99, 2) + '×' if r99 is not None else '–'} |")
     w("")
+
+    # ---------------- limits
+    lim_rows = [(key, twin, rate) for key, twin, _ in LIMITED_TWINS for rate in rates
+                if by(runs, key, rate) and by(runs, twin, rate)]
+    if lim_rows:
+        w("## Limits on a key")
+        w("")
+        w("A key with requests, tokens and concurrency limits far above the offered rates (`admin key create bench "
+          f"{' '.join(results.get('limit_flags', []))}`), on the same gateway and account as the unlimited key of the row "
+          "it is compared with. Each request asks the key's three meters, admitted in memory from the gateway's leases; "
+          "a lease that runs low is grown by one ledger transaction (a take), which is what the last columns count, "
+          "from the gateway's `sluice_limit_lease_takes_total` read before each run and 2.5 s after it (so a renewal "
+          "its last requests caused is in). Giving a lease back (once the key is idle for 2 s, or its window ends) is a "
+          "transaction too, which that metric does not count: about one per meter per run here. Extra = limited − "
+          "unlimited per round, then the median over rounds.")
+        w("")
+        w("| rate | billing on | p50 ms unlimited | p50 ms limited | extra p50 µs | p99 ms unlimited | p99 ms limited | "
+          "extra p99 µs | requests | lease takes | takes per 1,000 requests |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|")
+        backend = {key: what for key, _, what in LIMITED_TWINS}
+        for key, twin, rate in sorted(lim_rows, key=lambda x: x[2]):
+            c, t = combine(by(runs, key, rate)), combine(by(runs, twin, rate))
+            extra = added_by_round(runs, key, rate, baseline=twin)
+            sent = c["ok"] + c["non2xx"] + c["errors"]
+            w(f"| {rate} | {backend[key]} | {f(t['lat_ms']['p50'])} | {f(c['lat_ms']['p50'])} | {us(extra['p50'])} | "
+              f"{f(t['lat_ms']['p99'])} | {f(c['lat_ms']['p99'])} | {us(extra['p99'])} | {sent:,} | "
+              f"{c.get('lease_takes', '–')} | {f(c.get('lease_takes_per_1k'), 2)} |")
+        w("")
 
     # ---------------- ceiling
     w("## Highest rate sustained (p99 < 5 ms, no errors, ≥ 95 % of the offered rate answered)")
@@ -350,7 +380,9 @@ def render(results: dict, out_dir: Path) -> Path:
     w("- The mock is `sluice-gateway chaos` with an empty script: answers at once (`first_byte_ms` 0).")
     w("- sluice, billing off: `serve --auth none` (SLI rollups still flushed to a SQLite file every 10 s). Billing on: "
       "`--auth keys` with an account and key made by `sluice-gateway admin`; each request authenticates, reserves and "
-      "settles in the ledger (SQLite file, or a dedicated Postgres database `sluice_bench` that is dropped at the end).")
+      "settles in the ledger (SQLite file, or a dedicated Postgres database `sluice_bench` that is dropped at the end). "
+      "Key with limits: the same gateway and account through a second key made with limit flags (docs/design.md §5b) "
+      "that no run reaches; the bench checks its answers carry `x-ratelimit-*` headers before timing.")
     w("- A run counts as sustained when p99 < 5 ms, no non-2xx answer, no transport error, and at least 95 % of the offered "
       "rate was answered (a few requests cut by oha's deadline at the end of a run are not errors).")
     w("- A rate counts as answered in full, whatever the latency, when every answer was 2xx and at least 99 % of the "

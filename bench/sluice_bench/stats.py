@@ -38,6 +38,11 @@ def combine(rounds: list[dict]) -> dict | None:
         out["ledger_cpu_pct"] = statistics.median([r["ledger_cpu_pct"] for r in rounds])
     for k in ("ok", "non2xx", "errors", "aborted_at_deadline"):
         out[k] = sum(r[k] for r in rounds)
+    # A limited key's lease takes, pooled over the rounds.
+    if all("lease_takes" in r for r in rounds):
+        out["lease_takes"] = sum(r["lease_takes"] for r in rounds)
+        sent = out["ok"] + out["non2xx"] + out["errors"]
+        out["lease_takes_per_1k"] = 1000 * out["lease_takes"] / sent if sent else None
     # Sustained: the median round keeps p99 under the bound and keeps up, and no round
     # had an error (one noisy round on a shared machine does not fail a rate).
     p99 = out["lat_ms"]["p99"]
@@ -53,10 +58,11 @@ def combine(rounds: list[dict]) -> dict | None:
 BASELINES = {"sluice-anthropic": "direct-anthropic"}
 
 
-def added_by_round(runs: list[dict], system: str, rate: int) -> dict:
-    """via − direct per percentile (µs), per round (same round, same machine state), then the median."""
+def added_by_round(runs: list[dict], system: str, rate: int, baseline: str | None = None) -> dict:
+    """via − baseline per percentile (µs), per round (same round, same machine state), then
+    the median. The baseline is the direct run (BASELINES) unless one is given."""
     per: dict[str, list[float]] = {p: [] for p in PERCENTILES}
-    baseline = BASELINES.get(system, "direct")
+    baseline = baseline or BASELINES.get(system, "direct")
     for r in by(runs, system, rate):
         d = [x for x in by(runs, baseline, rate) if x.get("round") == r.get("round")]
         if not d:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
+import re
 import subprocess
 import threading
 import time
@@ -84,6 +85,33 @@ def admin(ledger: str, *args: str) -> str:
 def billing_key(ledger: str) -> str:
     admin(ledger, "account", "create", "bench", "--balance", "1000000")
     return admin(ledger, "key", "create", "bench").splitlines()[-1].strip()
+
+
+# The limited systems' key (docs/design.md §5b): requests, tokens and concurrency limits
+# far above anything the bench offers, so every request is admitted from the gateway's
+# leases and none is refused: the runs measure what holding a key to limits costs.
+LIMIT_FLAGS = ["--rpm", "100000000", "--tpm", "100000000000", "--concurrency", "100000"]
+
+
+def limited_key(ledger: str) -> str:
+    """A second key on `billing_key`'s account, with LIMIT_FLAGS."""
+    return admin(ledger, "key", "create", "bench", *LIMIT_FLAGS).splitlines()[-1].strip()
+
+
+LEASE_TAKES = re.compile(r"^sluice_limit_lease_takes_total(?:\{[^}]*\})?\s+(\S+)", re.MULTILINE)
+
+
+def lease_takes(port: int) -> int:
+    """The gateway's `sluice_limit_lease_takes_total`, summed over its labels: one ledger
+    transaction per take."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    c.request("GET", "/metrics")
+    r = c.getresponse()
+    text = r.read().decode()
+    c.close()
+    if r.status != 200:
+        raise RuntimeError(f"127.0.0.1:{port}/metrics answered {r.status}")
+    return round(sum(float(v) for v in LEASE_TAKES.findall(text)))
 
 
 def sluice_manifests(mock_port: int) -> str:
