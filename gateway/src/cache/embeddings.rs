@@ -22,7 +22,7 @@ use crate::config::Route;
 use crate::error::ApiError;
 use crate::headers::RequestId;
 use crate::request::{ClientRequest, Endpoint};
-use crate::route::{self, DispatchCtx};
+use crate::route;
 use crate::server::Gateway;
 use crate::telemetry::metrics::CacheResult;
 use crate::telemetry::traces::RequestTrace;
@@ -161,14 +161,7 @@ pub async fn serve(
         Some(ClientRequest::parse(Endpoint::Embeddings, &bytes)?)
     };
     let asked = sub.as_ref().unwrap_or(req);
-    let ctx = DispatchCtx {
-        secrets: &gw.secrets,
-        settings: &gw.settings,
-        metrics: &gw.metrics,
-        request_id,
-        sli: &gw.sli,
-        trace: &trace,
-    };
+    let ctx = gw.dispatch_ctx(request_id, &trace);
     let dispatched = route::dispatch(&ctx, route, asked).await;
     let mut d = match dispatched {
         Ok(d) => d,

@@ -17,7 +17,7 @@ use crate::config::Route;
 use crate::error::ApiError;
 use crate::headers::{RequestId, X_REQUEST_ID};
 use crate::request::{ClientRequest, Endpoint};
-use crate::route::{self, DispatchCtx};
+use crate::route;
 use crate::server::Gateway;
 use crate::telemetry::traces::RequestTrace;
 
@@ -95,14 +95,7 @@ async fn serve(
             return cache::embeddings::serve(gw, &route, &req, request_id, plan, directive, held, started, trace).await;
         }
     }
-    let ctx = DispatchCtx {
-        secrets: &gw.secrets,
-        settings: &gw.settings,
-        metrics: &gw.metrics,
-        request_id,
-        sli: &gw.sli,
-        trace: &trace,
-    };
+    let ctx = gw.dispatch_ctx(request_id, &trace);
     let dispatched = route::dispatch(&ctx, &route, &req).await;
     match dispatched {
         Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, held, started, trace)),

@@ -81,6 +81,22 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// What the dispatcher needs of this gateway for one request.
+    pub fn dispatch_ctx<'a>(
+        &'a self,
+        request_id: &'a crate::headers::RequestId,
+        trace: &'a crate::telemetry::traces::RequestTrace,
+    ) -> crate::route::DispatchCtx<'a> {
+        crate::route::DispatchCtx {
+            secrets: &self.secrets,
+            settings: &self.settings,
+            metrics: &self.metrics,
+            request_id,
+            sli: &self.sli,
+            trace,
+        }
+    }
+
     /// A gateway with no config yet.
     pub fn new(settings: HealthSettings, secrets: Secrets, ledger: Option<Ledger>, auth: AuthMode) -> Self {
         // Only keys need the change feed (it costs a LISTEN connection on Postgres).
