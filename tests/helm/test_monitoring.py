@@ -46,7 +46,7 @@ def test_prometheus_rule_structure():
     rule = one(objects(NON_DEFAULT), "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     groups = rule["spec"]["groups"]
-    assert [g["name"] for g in groups] == ["sluice-slo.rules", "sluice-slo.alerts", "sluice-gateway.alerts"]
+    assert [g["name"] for g in groups] == ["sluice-slo.rules", "sluice-slo.alerts", "sluice-gateway.alerts", "sluice-operator.alerts"]
     for g in groups:
         assert set(g) == {"name", "rules"}
         for r in g["rules"]:
@@ -74,6 +74,18 @@ def test_burn_rate_alerts_use_the_sre_workbook_tiers_and_the_objective():
             f"sluice_route:error_ratio:rate{long} > ({rate} * 0.0005) and sluice_route:error_ratio:rate{short} > ({rate} * 0.0005)"
         )
         assert alerts[name]["labels"] == {"severity": severity, "long_window": long, "short_window": short}
+
+
+def test_the_operator_forbidden_alert_waits_out_an_apiserver_restart():
+    alerts = {r["alert"]: r for r in rule_groups(NON_DEFAULT)[3]["rules"]}
+    assert set(alerts) == {"SluiceOperatorForbidden"}
+    alert = alerts["SluiceOperatorForbidden"]
+    assert " ".join(alert["expr"].split()) == (
+        "sum by (namespace, verb, resource) (increase(sluice_operator_forbidden_total[5m])) > 0"
+    )
+    # `for` twice the window: one burst of refusals holds the expression for about one window.
+    assert alert["for"] == "10m"
+    assert alert["labels"] == {"severity": "ticket"}
 
 
 def test_error_ratio_counts_5xx_and_429_and_leaves_client_errors_out():
@@ -197,8 +209,58 @@ tests:
 """
 
 
-@pytest.mark.parametrize("tests", [PROMTOOL_TESTS, PROMTOOL_RECOVERY], ids=["burning-vs-client-errors", "recovery"])
-def test_promtool_unit_tests_of_the_burn_rate_alerts(tmp_path, tests):
+# The operator's refusals, scraped every 30 s as its ServiceMonitor does, for 40 minutes:
+#   - `get leases`: a missing rule, refused at every retry on both replicas: one alert
+#     (summed over the pods), firing once the 5-minute increase has been above 0 for 10m;
+#   - `patch modelroutes/status`: refused twice before, then 3 times within a second by a
+#     kube-apiserver restarted at 10m: it never fires;
+#   - `list configmaps`: first refused by that restart (a new series): it never fires.
+FORBIDDEN_ALERT = """
+          - exp_labels: {severity: ticket, namespace: sluice-system, verb: get, resource: leases.coordination.k8s.io}
+            exp_annotations:
+              summary: "The sluice operator in sluice-system may not get leases.coordination.k8s.io"
+              description: "The API server has refused this call of the operator at least once in every 5 minutes for 10 minutes: its ClusterRole (or Role) lacks the rule, so what the call would read or write is left undone. A short burst of refusals, as a restarted kube-apiserver gives for about a second while its authorization caches fill, does not fire. Runbook: docs/operate.md#operator-permission-denied"
+              runbook_url: "https://github.com/sluice-dev/sluice/blob/main/docs/operate.md#operator-permission-denied"
+""".strip("\n")
+PROMTOOL_FORBIDDEN = """
+rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 30s
+    input_series:
+      - series: 'sluice_operator_forbidden_total{namespace="sluice-system", pod="op-a", verb="get", resource="leases.coordination.k8s.io"}'
+        values: '1+1x80'
+      - series: 'sluice_operator_forbidden_total{namespace="sluice-system", pod="op-b", verb="get", resource="leases.coordination.k8s.io"}'
+        values: '1+1x80'
+      - series: 'sluice_operator_forbidden_total{namespace="sluice-system", pod="op-a", verb="patch", resource="modelroutes.sluice.dev/status"}'
+        values: '2x19 5x60'
+      - series: 'sluice_operator_forbidden_total{namespace="sluice-system", pod="op-a", verb="list", resource="configmaps"}'
+        values: '_x20 3x60'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: SluiceOperatorForbidden
+        exp_alerts: []
+      - eval_time: 12m
+        alertname: SluiceOperatorForbidden
+        exp_alerts:
+ALERT
+      - eval_time: 21m
+        alertname: SluiceOperatorForbidden
+        exp_alerts:
+ALERT
+      - eval_time: 40m
+        alertname: SluiceOperatorForbidden
+        exp_alerts:
+ALERT
+""".replace("ALERT", FORBIDDEN_ALERT)
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [PROMTOOL_TESTS, PROMTOOL_RECOVERY, PROMTOOL_FORBIDDEN],
+    ids=["burning-vs-client-errors", "recovery", "operator-forbidden"],
+)
+def test_promtool_unit_tests_of_the_alerts(tmp_path, tests):
     promtool = needs_promtool()
     values = {**NON_DEFAULT, "prometheusRule": {"enabled": True, "objective": "99.9"}}
     write_rules(tmp_path, values)
