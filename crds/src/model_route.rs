@@ -67,6 +67,10 @@ pub struct ModelRouteSpec {
     /// `interval` (docs/design.md §10); off unless set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synthetic: Option<SyntheticSpec>,
+    /// The route's response and embedding cache (docs/design.md §13); embeddings are
+    /// cached and completions are not unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheSpec>,
 }
 
 /// A route's synthetic checks (docs/design.md §10).
@@ -82,6 +86,63 @@ pub struct SyntheticSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 4096))]
     pub max_tokens: Option<u32>,
+}
+
+/// A route's response and embedding cache (docs/design.md §13).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CacheSpec {
+    /// How long an entry is served fresh, 1s..720h (30 days); default `24h`.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::schema::CACHE_DURATION_RULE).message(crate::schema::msg::CACHE_TTL))]
+    pub ttl: Option<String>,
+    /// Who reads an entry: the `account` of the request's key (default) or every
+    /// caller of the route (`shared`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<CacheScope>,
+    /// `/v1/embeddings` cached per input item; default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<bool>,
+    /// Which completions are cached, whole: `never` (default), `deterministic` or `always`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<CompletionCaching>,
+    /// How long past `ttl` an entry may still answer when every candidate failed,
+    /// 1s..720h (30 days); default none.
+    #[schemars(length(max = crate::schema::max_len::DURATION))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::schema::CACHE_DURATION_RULE).message(crate::schema::msg::CACHE_STALE_IF_ERROR))]
+    pub stale_if_error: Option<String>,
+    /// USD per answer served from the cache (one completion, or one embedding input),
+    /// e.g. `"0.0001"`; default `"0"`.
+    #[schemars(length(max = 17))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(MONEY_RULE).message(crate::schema::msg::CACHE_PRICE))]
+    pub price: Option<String>,
+}
+
+/// Who reads a cache entry (`cache.scope`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheScope {
+    /// The account of the request's key: one tenant never reads another's entry.
+    #[default]
+    Account,
+    /// Every caller of the route.
+    Shared,
+}
+
+/// Which completions a route caches (`cache.completions`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CompletionCaching {
+    /// None (the default).
+    #[default]
+    Never,
+    /// Those whose answer is determined: `temperature` 0, or a `seed`.
+    Deterministic,
+    /// Every completion, whatever its sampling.
+    Always,
 }
 
 /// How the first candidate is picked.

@@ -11,12 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error_budget::{BurnAlert, ErrorBudget};
 use crate::manifests::Manifests;
-use crate::model_route::{ModelRoute, Price};
+use crate::model_route::{CacheScope, CacheSpec, ModelRoute, Price};
 use crate::problem::{Problem, Severity};
 use crate::snapshot::{
-    AlertConfig, AuthConfig, AwsConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, GcpConfig,
-    LatencyConfig, PriceConfig, ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, Snapshot, SyntheticConfig,
-    UpstreamConfig,
+    AlertConfig, AuthConfig, AwsConfig, BudgetConfig, CacheConfig, CandidateConfig, CircuitBreakerConfig, FirstByte,
+    GcpConfig, LatencyConfig, PriceConfig, ProbeConfig, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, Snapshot,
+    SyntheticConfig, UpstreamConfig,
 };
 use crate::upstream::{ANTHROPIC_VERSION, AWS_SECRET_KEYS, Protocol, Upstream, UpstreamSpec};
 use crate::{duration, validate};
@@ -45,6 +45,8 @@ pub mod defaults {
     pub const SYNTHETIC_INTERVAL_MS: u64 = 90_000;
     /// `max_tokens` of a synthetic check.
     pub const SYNTHETIC_MAX_TOKENS: u32 = 1;
+    /// How long a cache entry is served fresh (`cache.ttl`).
+    pub const CACHE_TTL_MS: u64 = 24 * 3_600_000;
     /// Gateway group.
     pub const GATEWAY: &str = "default";
     /// Namespace of a manifest without one.
@@ -330,12 +332,30 @@ fn resolve_routes(
                 interval_ms: ms(s.interval.as_deref(), defaults::SYNTHETIC_INTERVAL_MS),
                 max_tokens: s.max_tokens.unwrap_or(defaults::SYNTHETIC_MAX_TOKENS),
             }),
+            cache: spec.cache.as_ref().map(cache_config).unwrap_or_default(),
         });
     }
     out
 }
 
-/// USD per 1M tokens (validated decimal string) → nanodollars per 1M tokens.
+/// A route's `cache`, defaults filled in (`CacheConfig::default()`: no `cache` at all).
+fn cache_config(c: &CacheSpec) -> CacheConfig {
+    let d = CacheConfig::default();
+    CacheConfig {
+        ttl_ms: ms(c.ttl.as_deref(), d.ttl_ms),
+        shared: c.scope.unwrap_or_default() == CacheScope::Shared,
+        embeddings: c.embeddings.unwrap_or(d.embeddings),
+        completions: c.completions.unwrap_or(d.completions),
+        stale_if_error_ms: ms(c.stale_if_error.as_deref(), d.stale_if_error_ms),
+        // USD per answer → nanodollars per answer (the same ×1e9 as a candidate's
+        // price per 1M tokens, whose unit stays per 1M tokens).
+        price_nanos: c.price.as_deref().and_then(usd_to_nanos).unwrap_or(d.price_nanos),
+    }
+}
+
+/// USD (validated decimal string) → nanodollars, exactly: a candidate's price per 1M
+/// tokens → nanodollars per 1M tokens, the cache's price per answer → nanodollars per
+/// answer.
 pub fn usd_to_nanos(text: &str) -> Option<u64> {
     let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
     if frac.len() > 9 || whole.is_empty() {

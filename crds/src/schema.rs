@@ -29,6 +29,14 @@ pub const DURATION_OR_AUTO_RULE: &str =
 /// A [`DURATION_RULE`] duration of at least one second (a synthetic check's interval);
 /// CEL's `duration()` reads the same `<int><unit>` groups.
 pub const SYNTHETIC_INTERVAL_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) >= duration('1s')";
+/// A [`DURATION_RULE`] duration between one second and 720h (30 days): a cache entry's
+/// `ttl` and `staleIfError`. A number too large for its unit is refused before
+/// `duration()` reads it (4 digits of hours, 6 of minutes, 8 of seconds, 11 of
+/// milliseconds, leading zeros aside, are all beyond 30 days), so that no value within
+/// `maxLength` overflows CEL's duration and fails to evaluate instead of being refused.
+pub const CACHE_DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$') \
+    && !self.matches('[1-9][0-9]{3,}h|[1-9][0-9]{5,}m([0-9]|$)|[1-9][0-9]{7,}s|[1-9][0-9]{10,}ms') \
+    && duration(self) >= duration('1s') && duration(self) <= duration('720h')";
 /// A non-negative USD amount with at most 9 decimals.
 pub const MONEY_RULE: &str = "self.matches('^[0-9]{1,7}(\\\\.[0-9]{1,9})?$')";
 /// Message for [`MONEY_RULE`].
@@ -84,6 +92,11 @@ pub mod msg {
     pub const RETRY_ON: &str =
         "retryOn may only list 408, 429 and 5xx statuses: other 4xx are client errors and are passed through";
     pub const SYNTHETIC_INTERVAL: &str = "synthetic.interval must be a duration of at least 1s, e.g. 90s";
+    pub const CACHE_TTL: &str = "cache.ttl must be a duration between 1s and 720h (30 days), e.g. 24h";
+    pub const CACHE_STALE_IF_ERROR: &str =
+        "cache.staleIfError must be a duration between 1s and 720h (30 days), e.g. 1h";
+    pub const CACHE_PRICE: &str =
+        "cache.price must be a decimal string of USD per answer served from the cache, e.g. \"0.0001\"";
     pub const TIMESLICE_REQUIRED: &str = "timeslice is required when method is timeslices";
     pub const ROUTES_UNIQUE: &str = "routes must not repeat a route";
     pub const OBJECTIVE: &str = "objective must be a decimal string strictly between 50 and 100, e.g. \"99.95\"";

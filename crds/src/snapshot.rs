@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error_budget::BudgetMethod;
+pub use crate::model_route::CompletionCaching;
 use crate::model_route::{FirstByteAction, MidStreamAction, Selection};
 use crate::upstream::AWS_SECRET_KEYS;
 pub use crate::upstream::Protocol;
@@ -226,6 +227,51 @@ pub struct RouteConfig {
     /// Synthetic checks of every candidate (docs/design.md §10); `None`: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synthetic: Option<SyntheticConfig>,
+    /// What the route caches (docs/design.md §13); snapshots without it read as the
+    /// defaults.
+    #[serde(default, skip_serializing_if = "CacheConfig::is_default")]
+    pub cache: CacheConfig,
+}
+
+/// A route's response and embedding cache, resolved (docs/design.md §13).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CacheConfig {
+    /// How long an entry is served fresh.
+    pub ttl_ms: u64,
+    /// Every caller of the route reads the same entries (`scope: shared`); else each
+    /// account has its own.
+    pub shared: bool,
+    /// `/v1/embeddings` cached per input item.
+    pub embeddings: bool,
+    /// Which completions are cached, whole.
+    pub completions: CompletionCaching,
+    /// How long past `ttl` an entry may still answer when every candidate failed; 0: never.
+    #[serde(default)]
+    pub stale_if_error_ms: u64,
+    /// Charged per answer served from the cache (a completion, or one embedding input).
+    #[serde(default)]
+    pub price_nanos: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            ttl_ms: crate::resolve::defaults::CACHE_TTL_MS,
+            shared: false,
+            embeddings: true,
+            completions: CompletionCaching::Never,
+            stale_if_error_ms: 0,
+            price_nanos: 0,
+        }
+    }
+}
+
+impl CacheConfig {
+    /// The defaults, which snapshots leave out.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// A route's synthetic checks, resolved.

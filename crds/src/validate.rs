@@ -126,6 +126,15 @@ pub fn is_synthetic_interval(text: &str) -> bool {
     matches(&DURATION, text) && crate::duration::parse(text).ok().is_none_or(|d| d >= std::time::Duration::from_secs(1))
 }
 
+/// The CRD's cache duration rule (`cache.ttl`, `cache.staleIfError`): a duration in
+/// ms, s, m, h between one second and 720h (30 days). One too long for
+/// [`crate::duration::parse`] (over a century) is too long here too.
+pub fn is_cache_duration(text: &str) -> bool {
+    const MIN: std::time::Duration = std::time::Duration::from_secs(1);
+    const MAX: std::time::Duration = std::time::Duration::from_secs(720 * 3_600);
+    matches(&DURATION, text) && crate::duration::parse(text).is_ok_and(|d| (MIN..=MAX).contains(&d))
+}
+
 /// An alert window in minutes, as the CEL rule computes it; `None` unless it matches
 /// the alert window pattern.
 fn alert_window_minutes(window: &str) -> Option<u64> {
@@ -267,6 +276,19 @@ pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
             c.bounded_rule(interval, max_len::DURATION, is_synthetic_interval, field, msg::SYNTHETIC_INTERVAL);
         }
         c.range(s.max_tokens, "spec.synthetic.maxTokens", 1, 4096);
+    }
+    if let Some(cache) = &spec.cache {
+        for (value, field, message) in [
+            (&cache.ttl, "spec.cache.ttl", msg::CACHE_TTL),
+            (&cache.stale_if_error, "spec.cache.staleIfError", msg::CACHE_STALE_IF_ERROR),
+        ] {
+            if let Some(v) = value {
+                c.bounded_rule(v, max_len::DURATION, is_cache_duration, field, message);
+            }
+        }
+        if let Some(price) = &cache.price {
+            c.rule(matches(&MONEY, price), "spec.cache.price", msg::CACHE_PRICE);
+        }
     }
     c.0
 }

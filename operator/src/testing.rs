@@ -68,6 +68,7 @@ pub fn route(namespace: &str, name: &str, model: &str, gateway: Option<&str>, up
         backoff: None,
         default_max_tokens: None,
         synthetic: None,
+        cache: None,
     };
     let mut metadata = meta(namespace, name, "modelroute");
     metadata.finalizers = Some(vec![FINALIZER.into()]);

@@ -53,3 +53,26 @@ def test_helm_loads_them_as_crds_and_does_not_render_them():
 def test_no_template_defines_a_crd():
     for template in (CHART / "templates").iterdir():
         assert "kind: CustomResourceDefinition" not in template.read_text(), template.name
+
+
+def test_enum_values_read_as_strings_in_yaml_1_1():
+    """kubectl and Helm read these files as YAML 1.1 (go-yaml v2), as PyYAML does, where
+    a plain `off`, `on`, `yes` or `no` is a boolean: an enum value spelt so must reach
+    the API server as the string it is in the Rust types (crdgen quotes such scalars)."""
+    def enums(node, path):
+        if isinstance(node, dict):
+            if node.get("type") == "string" and "enum" in node:
+                yield path, node["enum"]
+            for key, child in node.items():
+                yield from enums(child, f"{path}.{key}")
+        elif isinstance(node, list):
+            for i, child in enumerate(node):
+                yield from enums(child, f"{path}[{i}]")
+
+    seen = {}
+    for name in EXPECTED:
+        crd = yaml.safe_load((CRD_DIR / name).read_text())
+        for path, values in enums(crd, name):
+            assert all(isinstance(v, str) for v in values), (path, values)
+            seen[path.rsplit(".", 1)[-1]] = values
+    assert seen["completions"] == ["never", "deterministic", "always"], seen

@@ -10,7 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut out = std::io::stdout().lock();
             for crd in sluice_crds::crds() {
                 out.write_all(b"---\n")?;
-                out.write_all(serde_yaml::to_string(&crd)?.as_bytes())?;
+                out.write_all(sluice_crds::crd_yaml(&crd)?.as_bytes())?;
             }
         }
         [flag, dir] if flag == "--dir" => {

@@ -125,6 +125,8 @@ const UPSTREAM: &str = "upstream must be the name of an Upstream (a DNS subdomai
 const AT_MOST_32: &str = "must be at most 32 characters";
 const AT_MOST_2048: &str = "must be at most 2048 characters";
 const MONEY: &str = "price must be a decimal string of USD per 1M tokens, e.g. \"15.00\"";
+const CACHE_PRICE: &str =
+    "cache.price must be a decimal string of USD per answer served from the cache, e.g. \"0.0001\"";
 
 #[rustfmt::skip] // one row per line reads as a table
 fn rows() -> Vec<Row> {
@@ -164,6 +166,9 @@ fn rows() -> Vec<Row> {
         r("ModelRoute", "spec.backoff.base", Length, None, 32, duration, "", AT_MOST_32),
         r("ModelRoute", "spec.backoff.maxTotal", Length, None, 32, duration, "", AT_MOST_32),
         r("ModelRoute", "spec.synthetic.interval", Length, None, 32, duration, "", AT_MOST_32),
+        r("ModelRoute", "spec.cache.ttl", Length, None, 32, duration, "", AT_MOST_32),
+        r("ModelRoute", "spec.cache.staleIfError", Length, None, 32, duration, "", AT_MOST_32),
+        r("ModelRoute", "spec.cache.price", Length, None, 17, money, "", CACHE_PRICE),
         r("ModelRoute", "spec.candidates", Items, Some(1), 8, candidates, "must list 1 to 8 candidates, got 0", "must list 1 to 8 candidates, got 9"),
         r("ModelRoute", "spec.candidates[1].upstream", Length, None, 253, letters, "", UPSTREAM),
         r("ModelRoute", "spec.candidates[0].model", Length, Some(1), 256, letters, "must be 1 to 256 characters", "must be 1 to 256 characters"),

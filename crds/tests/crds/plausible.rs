@@ -19,6 +19,18 @@ fn duration() -> impl Strategy<Value = String> {
     prop_oneof!["[0-9]{1,3}(ms|s|m|h|d)", "([0-9]{1,2}(ms|s|m|h)){1,3}", "0{1,2}(ms|s|m)(0(s|ms))?", "[0-9a-z. ]{0,5}",]
 }
 
+/// Durations near and across the cache's bounds (1s, 720h) and CEL's duration range, all
+/// within the schema's 32 characters.
+fn cache_duration() -> impl Strategy<Value = String> {
+    prop_oneof![
+        duration(),
+        "(0|999|1000|1001)ms|(0|1)s|(719|720|721)h|(43199|43200|43201)m|(2591999|2592000|2592001)s",
+        "(2591999999|2592000000|2592000001|10000000000)ms|(719h59m(59|60|61)s|720h1ms|719h60m)",
+        "0{0,19}[1-9][0-9]{0,10}(ms|s|m|h)",
+        "([1-9][0-9]{0,6}(ms|s|m|h)){2,3}",
+    ]
+}
+
 fn opt<T: std::fmt::Debug + Clone + 'static>(
     s: impl Strategy<Value = T> + 'static,
 ) -> impl Strategy<Value = Option<T>> {
@@ -186,6 +198,14 @@ fn model_route() -> impl Strategy<Value = Value> {
     let backoff = (opt(1..=20u32), opt(duration()), opt(duration()));
     let model = prop_oneof!["[a-z]{1,4}-[0-9]", "[A-Za-z0-9._:/@ -]{0,10}", "m{120,130}"];
     let gateway = "[a-zA-Z0-9-]{0,4}|g{39,42}";
+    let cache = (
+        opt(cache_duration()),
+        opt(prop::sample::select(vec!["account", "shared"])),
+        opt(any::<bool>()),
+        opt(prop::sample::select(vec!["never", "deterministic", "always"])),
+        opt(cache_duration()),
+        opt(money()),
+    );
     (
         name(),
         namespace(),
@@ -197,8 +217,9 @@ fn model_route() -> impl Strategy<Value = Value> {
         opt(failover),
         opt(backoff),
         opt(1..=10_000_000u32),
+        opt(cache),
     )
-        .prop_map(|(name, ns, model, gateway, deadline, selection, candidates, failover, backoff, max_tokens)| {
+        .prop_map(|(name, ns, model, gateway, deadline, selection, candidates, failover, backoff, max_tokens, cache)| {
             let candidates: Vec<Value> = candidates
                 .into_iter()
                 .map(|(upstream, model, weight, price)| {
@@ -244,6 +265,20 @@ fn model_route() -> impl Strategy<Value = Value> {
                 }),
             );
             put(&mut spec, "defaultMaxTokens", max_tokens.map(Value::from));
+            put(
+                &mut spec,
+                "cache",
+                cache.map(|(ttl, scope, embeddings, completions, stale, price)| {
+                    let mut c = json!({});
+                    put(&mut c, "ttl", ttl.map(Value::from));
+                    put(&mut c, "scope", scope.map(Value::from));
+                    put(&mut c, "embeddings", embeddings.map(Value::from));
+                    put(&mut c, "completions", completions.map(Value::from));
+                    put(&mut c, "staleIfError", stale.map(Value::from));
+                    put(&mut c, "price", price.map(Value::from));
+                    c
+                }),
+            );
             json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "ModelRoute", "metadata": meta(name, ns), "spec": spec})
         })
 }

@@ -120,6 +120,49 @@ fn a_bad_duration_names_its_field() {
 }
 
 #[test]
+fn bad_cache_settings_are_refused_at_once_with_the_cel_rules_messages() {
+    let with = |cache: &str| {
+        let text = format!("{UPSTREAMS}{}  cache: {cache}\n", route("chat", "gpt-4o", &["primary"]));
+        let resolved = resolve_text(&text);
+        assert_eq!(resolved.snapshot.routes.is_empty(), !resolved.is_clean(), "{cache}: a refused route is left out");
+        problems(&resolved)
+    };
+    let ttl = "error: ModelRoute default/chat: spec.cache.ttl: cache.ttl must be a duration between 1s and 720h (30 days), e.g. 24h";
+    let stale = "error: ModelRoute default/chat: spec.cache.staleIfError: cache.staleIfError must be a duration between 1s and 720h (30 days), e.g. 1h";
+    let price = "error: ModelRoute default/chat: spec.cache.price: cache.price must be a decimal string of USD per answer served from the cache, e.g. \"0.0001\"";
+    assert_eq!(with("{ttl: 30d, staleIfError: 0s, price: \"$0.01\"}"), [ttl, stale, price]);
+    for bad in ["999ms", "720h1ms", "721h", "1000h", "99999999999999999999999h", "1.5h", "24"] {
+        assert_eq!(with(&format!("{{ttl: \"{bad}\"}}")), [ttl], "ttl {bad}");
+    }
+    for bad in ["0s", "43201m", "2592001s", "99999999999999999999ms"] {
+        assert_eq!(with(&format!("{{staleIfError: \"{bad}\"}}")), [stale], "staleIfError {bad}");
+    }
+    for bad in ["-1", "0.0000000001", "12345678", "1e-4", ""] {
+        assert_eq!(with(&format!("{{price: \"{bad}\"}}")), [price], "price {bad:?}");
+    }
+    assert_eq!(
+        with(&format!("{{ttl: \"{}\"}}", "1".repeat(33))),
+        ["error: ModelRoute default/chat: spec.cache.ttl: must be at most 32 characters"]
+    );
+    assert_eq!(
+        with("{scope: tenant}"),
+        ["error: ModelRoute default/chat: spec.cache.scope: unknown variant `tenant`, expected `account` or `shared`"]
+    );
+    // `off` is not a value: `never` is (a plain `off` would be the boolean `false` to kubectl).
+    assert_eq!(
+        with("{completions: off}"),
+        [
+            "error: ModelRoute default/chat: spec.cache.completions: unknown variant `off`, expected one of `never`, `deterministic`, `always`"
+        ]
+    );
+    for good in
+        ["{ttl: 1s, staleIfError: 720h}", "{ttl: 719h59m60s, staleIfError: 43200m}", "{price: \"9999999.999999999\"}"]
+    {
+        assert_eq!(with(good), Vec::<String>::new(), "{good}");
+    }
+}
+
+#[test]
 fn an_unknown_field_is_refused_with_its_path() {
     let text = format!(
         "{UPSTREAMS}{}",

@@ -7,11 +7,12 @@ use crate::common;
 use std::collections::BTreeMap;
 
 use sluice_crds::error_budget::BudgetMethod;
-use sluice_crds::model_route::{FirstByteAction, Selection};
+use sluice_crds::model_route::{CompletionCaching, FirstByteAction, Selection};
 use sluice_crds::resolve::{defaults, usd_to_nanos};
 use sluice_crds::snapshot::{
-    AlertConfig, AuthConfig, BudgetConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, GcpConfig, LatencyConfig,
-    PriceConfig, ProbeConfig, Protocol, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, SyntheticConfig, UpstreamConfig,
+    AlertConfig, AuthConfig, BudgetConfig, CacheConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, GcpConfig,
+    LatencyConfig, PriceConfig, ProbeConfig, Protocol, RouteConfig, SNAPSHOT_FORMAT, SecretKeyConfig, SyntheticConfig,
+    UpstreamConfig,
 };
 use sluice_crds::{Snapshot, load_paths, resolve};
 
@@ -126,6 +127,7 @@ fn expected_quickstart() -> Snapshot {
         backoff_max_total_ms: 10 * S,
         default_max_tokens: 4096,
         synthetic: Some(SyntheticConfig { interval_ms: 90 * S, max_tokens: 1 }),
+        cache: CacheConfig::default(),
     };
     let gpt = RouteConfig {
         key: "default/gpt-4o".into(),
@@ -297,6 +299,18 @@ fn minimal_manifests_get_the_documented_defaults() {
     );
     assert_eq!(route.default_max_tokens, defaults::MAX_TOKENS);
     assert_eq!(route.synthetic, None, "synthetic checks are off unless set");
+    assert_eq!(
+        route.cache,
+        CacheConfig {
+            ttl_ms: 24 * H,
+            shared: false,
+            embeddings: true,
+            completions: CompletionCaching::Never,
+            stale_if_error_ms: 0,
+            price_nanos: 0
+        },
+        "embeddings cached per account for 24h, completions not, nothing charged"
+    );
 
     let budget = &snap.budgets[0];
     assert_eq!((budget.objective_ratio, budget.window_ms, budget.method), (0.99, H, BudgetMethod::Occurrences));
@@ -332,6 +346,66 @@ fn synthetic_checks_resolve_with_their_defaults() {
     assert_eq!(with("{}"), Some(defaults));
     assert_eq!((defaults.interval_ms, defaults.max_tokens), (90 * S, 1));
     assert_eq!(with("{interval: 1000ms, maxTokens: 16}"), Some(SyntheticConfig { interval_ms: S, max_tokens: 16 }));
+}
+
+/// The route of `MINIMAL` with `cache: <cache>`, resolved without a problem.
+fn cache_of(cache: &str) -> CacheConfig {
+    let text = MINIMAL.replace("model: m\n", &format!("model: m\n  cache: {cache}\n"));
+    let resolved = common::resolve_text(&text);
+    assert_eq!(common::problems(&resolved), Vec::<String>::new(), "{cache}");
+    resolved.snapshot.routes[0].cache
+}
+
+#[test]
+fn the_cache_resolves_with_its_defaults_field_by_field() {
+    let defaults = CacheConfig::default();
+    assert_eq!(cache_of("{}"), defaults, "`cache: {{}}` resolves as no `cache` at all");
+    assert_eq!(defaults.ttl_ms, defaults::CACHE_TTL_MS);
+    assert_eq!(cache_of("{ttl: 1h30m}"), CacheConfig { ttl_ms: 90 * MIN, ..defaults });
+    assert_eq!(cache_of("{ttl: 1s}").ttl_ms, S);
+    assert_eq!(cache_of("{ttl: 720h}").ttl_ms, 30 * D);
+    assert_eq!(cache_of("{scope: account}"), defaults);
+    assert_eq!(cache_of("{scope: shared}"), CacheConfig { shared: true, ..defaults });
+    assert_eq!(cache_of("{embeddings: false}"), CacheConfig { embeddings: false, ..defaults });
+    assert_eq!(cache_of("{completions: never}"), defaults);
+    assert_eq!(
+        cache_of("{completions: deterministic}"),
+        CacheConfig { completions: CompletionCaching::Deterministic, ..defaults }
+    );
+    assert_eq!(cache_of("{completions: always}").completions, CompletionCaching::Always);
+    assert_eq!(cache_of("{staleIfError: 2h}"), CacheConfig { stale_if_error_ms: 2 * H, ..defaults });
+    assert_eq!(
+        cache_of("{ttl: 10m, scope: shared, embeddings: false, completions: always, staleIfError: 1s, price: \"1\"}"),
+        CacheConfig {
+            ttl_ms: 10 * MIN,
+            shared: true,
+            embeddings: false,
+            completions: CompletionCaching::Always,
+            stale_if_error_ms: S,
+            price_nanos: USD,
+        }
+    );
+}
+
+/// `cache.price` is USD per answer (not per 1M tokens like a candidate's): nanodollars
+/// per answer are USD × 1e9, exactly.
+#[test]
+fn the_cache_price_is_nanodollars_per_answer() {
+    let price = |usd: &str| cache_of(&format!("{{price: \"{usd}\"}}")).price_nanos;
+    assert_eq!(price("0.0001"), 100_000, "a tenth of a millidollar per answer");
+    assert_eq!(price("0"), 0);
+    assert_eq!(price("0.000000001"), 1, "one nanodollar, the smallest step");
+    assert_eq!(price("2.5"), 2_500_000_000);
+    assert_eq!(price("9999999.999999999"), 9_999_999_999_999_999);
+    // The same amount as a candidate's input price would be per 1M tokens: 1e6 times less
+    // per token, never per answer.
+    let both = MINIMAL
+        .replace("price: {input: \"0.000000001\"", "price: {input: \"0.0001\"")
+        .replace("model: m\n", "model: m\n  cache: {price: \"0.0001\"}\n");
+    let route = &common::resolve_text(&both).snapshot.routes[0];
+    let candidate = route.candidates[0].price.expect("priced");
+    assert_eq!(candidate.input_per_mtok_nanos, route.cache.price_nanos);
+    assert_eq!(candidate.cost_nanos(1, 0), 1, "1e5 nanodollars per 1M tokens: one token costs 0.1, rounded up");
 }
 
 #[test]
