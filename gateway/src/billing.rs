@@ -49,8 +49,9 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
 }
 
 /// The most a request can use: tokens (its input bound plus the output it may ask for)
-/// and cost on its route's dearest candidate (docs/design.md §5).
-pub fn ask(route: &Route, req: &ClientRequest) -> Ask {
+/// and cost: on its route's dearest candidate, plus `from_cache` answers at the route's
+/// cache price, the most a partial cache hit can add (docs/design.md §5, §13).
+pub fn ask(route: &Route, req: &ClientRequest, from_cache: u64) -> Ask {
     let output = req.reserved_output(route.cfg.default_max_tokens);
     let estimate = route
         .candidates
@@ -58,7 +59,8 @@ pub fn ask(route: &Route, req: &ClientRequest) -> Ask {
         .filter_map(|c| c.cfg.price)
         .map(|p| p.cost_nanos(req.input_bound, output))
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .saturating_add(route.cache.price_nanos.saturating_mul(from_cache));
     Ask {
         tokens: i64::try_from(req.input_bound.saturating_add(output)).unwrap_or(i64::MAX),
         spend_nanos: i64::try_from(estimate).unwrap_or(i64::MAX),
@@ -141,6 +143,9 @@ fn reaches_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
 pub struct Held {
     pub(crate) reservation: Option<(Hold, OpenGauge)>,
     pub(crate) limits: Option<Admission>,
+    /// Answers served from the cache (a completion, or embedding inputs), charged at the
+    /// route's cache price when the hold settles (docs/design.md §13).
+    pub(crate) cached: u64,
 }
 
 pub(crate) struct OpenGauge(Gauge);
@@ -148,15 +153,22 @@ pub(crate) struct OpenGauge(Gauge);
 impl Held {
     fn new(reservation: Hold, open: &Gauge) -> Self {
         open.inc();
-        Self { reservation: Some((reservation, OpenGauge(open.clone()))), limits: None }
+        Self { reservation: Some((reservation, OpenGauge(open.clone()))), limits: None, cached: 0 }
     }
 
     /// What a request holds: its reservation and its limits' admission, if either.
     pub fn of(reservation: Option<Held>, limits: Option<Admission>) -> Option<Held> {
         match (reservation, limits) {
             (Some(held), limits) => Some(Held { limits, ..held }),
-            (None, Some(limits)) => Some(Held { reservation: None, limits: Some(limits) }),
+            (None, Some(limits)) => Some(Held { reservation: None, limits: Some(limits), cached: 0 }),
             (None, None) => None,
+        }
+    }
+
+    /// Counts `n` answers served from the cache, to be charged with the rest.
+    pub fn served_from_cache(held: &mut Option<Held>, n: u64) {
+        if let Some(h) = held {
+            h.cached += n;
         }
     }
 }

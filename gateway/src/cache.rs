@@ -7,7 +7,8 @@
 //! The shared tier can fail without failing a request: an error or a slow answer is a
 //! miss, and after one the tier is skipped for [`shared::PAUSE`].
 //!
-//! [`embeddings`] caches `/v1/embeddings` per input item.
+//! [`embeddings`] caches `/v1/embeddings` per input item, [`completions`] the other
+//! inbound APIs' answers whole.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,9 +18,17 @@ use http::HeaderMap;
 use http::header::CACHE_CONTROL;
 use sha2::{Digest, Sha256};
 
+pub mod completions;
 pub mod embeddings;
 pub mod key;
 pub mod shared;
+
+/// `x-sluice-cache` on answers: `hit`, `stale`, `miss` or `bypass`; on requests:
+/// `refresh` or `bypass` (see [`Directive`]).
+pub const X_SLUICE_CACHE: &str = "x-sluice-cache";
+/// `x-sluice-cache-hits`: of an embeddings batch, the inputs answered from the cache,
+/// `HITS/INPUTS`.
+pub const X_SLUICE_CACHE_HITS: &str = "x-sluice-cache-hits";
 
 /// What the in-process tier holds at most by default (`--cache-max-bytes`).
 pub const DEFAULT_MAX_BYTES: u64 = 128 * 1024 * 1024;
@@ -100,6 +109,12 @@ impl Entry {
         Some(Entry { stored_at_ms, ttl: Duration::from_millis(ttl), model, body })
     }
 
+    /// Whether it is still fresh at `now_ms` on a route that serves entries `ttl` long
+    /// (an entry is kept longer than that for `staleIfError`).
+    pub fn fresh(&self, now_ms: i64, ttl: Duration) -> bool {
+        self.age(now_ms) < ttl
+    }
+
     fn weight(&self) -> u32 {
         let size = self.body.len() + self.model.len() + 32;
         u32::try_from(size).unwrap_or(u32::MAX).saturating_add(OVERHEAD)
@@ -128,7 +143,7 @@ impl Directive {
         let words = headers
             .get_all(CACHE_CONTROL)
             .iter()
-            .chain(headers.get_all("x-sluice-cache").iter())
+            .chain(headers.get_all(X_SLUICE_CACHE).iter())
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(|w| w.trim().to_ascii_lowercase())

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::Uri;
 use sluice_crds::Snapshot;
-use sluice_crds::snapshot::{CandidateConfig, Protocol, RouteConfig, UpstreamConfig};
+use sluice_crds::snapshot::{CacheConfig, CandidateConfig, CompletionCaching, Protocol, RouteConfig, UpstreamConfig};
 
 use crate::attempt::native::NativeUris;
 use crate::auth::{self, Credentials};
@@ -153,17 +153,44 @@ pub struct Route {
 /// A route's cache policy (docs/design.md §13).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachePolicy {
-    /// How long an entry is served.
-    pub ttl: std::time::Duration,
+    /// How long an entry is served fresh.
+    pub ttl: Duration,
+    /// How long past `ttl` an entry may still answer when every candidate failed.
+    pub stale_if_error: Duration,
     /// Every caller of the route shares its entries (else each account has its own).
     pub shared: bool,
     /// `/v1/embeddings` cached per input item (on by default).
     pub embeddings: bool,
+    /// Which completions are cached, whole (none by default).
+    pub completions: CompletionCaching,
+    /// Charged per answer served from the cache (a completion, or one embedding input).
+    pub price_nanos: u64,
+}
+
+impl CachePolicy {
+    /// How long an entry is kept: served fresh for `ttl`, then only when every
+    /// candidate failed, for `stale_if_error`.
+    pub fn lifetime(&self) -> Duration {
+        self.ttl + self.stale_if_error
+    }
+}
+
+impl From<&CacheConfig> for CachePolicy {
+    fn from(c: &CacheConfig) -> Self {
+        Self {
+            ttl: Duration::from_millis(c.ttl_ms),
+            stale_if_error: Duration::from_millis(c.stale_if_error_ms),
+            shared: c.shared,
+            embeddings: c.embeddings,
+            completions: c.completions,
+            price_nanos: c.price_nanos,
+        }
+    }
 }
 
 impl Default for CachePolicy {
     fn default() -> Self {
-        Self { ttl: std::time::Duration::from_secs(24 * 3600), shared: false, embeddings: true }
+        Self::from(&CacheConfig::default())
     }
 }
 
@@ -305,7 +332,7 @@ impl Runtime {
                 cfg: r.clone(),
                 candidates,
                 metrics: RouteMetrics::new(metrics, &r.name),
-                cache: CachePolicy::default(),
+                cache: CachePolicy::from(&r.cache),
             };
             routes.insert(r.model.clone(), Arc::new(route));
         }

@@ -163,6 +163,8 @@ def start_credentialed_chaos(name: str, logdir: Path) -> Chaos:
 # ---------------------------------------------------------------- manifests
 
 CHAT_MODEL = "test-chat"
+# The chat route that caches deterministic completions (docs/design.md §13).
+CACHED_MODEL = "test-cached-chat"
 EMBED_MODEL = "test-embed"
 INSTRUCT_MODEL = "test-instruct"
 
@@ -170,6 +172,10 @@ INSTRUCT_MODEL = "test-instruct"
 PRIMARY_CHAT, BACKUP_CHAT = "chat-primary-v1", "chat-backup-v1"
 PRIMARY_EMBED, BACKUP_EMBED = "embed-primary-v1", "embed-backup-v1"
 PRIMARY_INSTRUCT, BACKUP_INSTRUCT = "instruct-primary-v1", "instruct-backup-v1"
+
+# USD per answer served from the cache on the cached route.
+CACHE_PRICE_NANOS = 1_000_000
+CACHE_PRICE = "0.001"
 
 # USD per 1M tokens; small enough that $10 covers everything, big enough that
 # a $0.01 wallet cannot reserve max_tokens=100000 ($0.20 of output).
@@ -180,7 +186,7 @@ def manifests(primary_url: str, backup_url: str, protocol: str = "openai",
               mid_stream: str = "error") -> str:
     """The upstreams speak `protocol`; the routes break streams as `mid_stream` says."""
 
-    def route(name: str, model: str, p_id: str, b_id: str) -> str:
+    def route(name: str, model: str, p_id: str, b_id: str, extra: str = "") -> str:
         return f"""\
 apiVersion: sluice.dev/v1alpha1
 kind: ModelRoute
@@ -197,7 +203,7 @@ spec:
     midStream: {mid_stream}
   backoff: {{maxAttempts: 2, base: 10ms, maxTotal: 100ms}}
   defaultMaxTokens: 256
-"""
+{extra}"""
 
     def upstream(name: str, url: str) -> str:
         return f"""\
@@ -214,6 +220,8 @@ spec:
         upstream("primary", primary_url),
         upstream("backup", backup_url),
         route("chat", CHAT_MODEL, PRIMARY_CHAT, BACKUP_CHAT),
+        route("cached", CACHED_MODEL, PRIMARY_CHAT, BACKUP_CHAT,
+              f'  cache: {{completions: deterministic, price: "{CACHE_PRICE}"}}\n'),
         route("embed", EMBED_MODEL, PRIMARY_EMBED, BACKUP_EMBED),
         route("instruct", INSTRUCT_MODEL, PRIMARY_INSTRUCT, BACKUP_INSTRUCT),
     ]

@@ -1,6 +1,6 @@
 """Non-streaming chat completions through the real `openai` SDK."""
 
-from conftest import CHAT_MODEL, EMBED_MODEL, INSTRUCT_MODEL, PRIMARY_CHAT
+from conftest import CACHED_MODEL, CHAT_MODEL, EMBED_MODEL, INSTRUCT_MODEL, PRIMARY_CHAT
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 # What the chaos upstream answers with 5 content chunks (its default).
@@ -57,4 +57,4 @@ def test_request_id_is_made_when_absent(gateway):
 
 def test_models_list_names_the_routes(gateway):
     ids = sorted(m.id for m in gateway.client().models.list())
-    assert ids == sorted([CHAT_MODEL, EMBED_MODEL, INSTRUCT_MODEL])
+    assert ids == sorted([CHAT_MODEL, CACHED_MODEL, EMBED_MODEL, INSTRUCT_MODEL])

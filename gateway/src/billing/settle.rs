@@ -5,12 +5,18 @@ use crate::relay::sse::Usage;
 
 use super::Held;
 
+/// The name a settlement gives instead of an upstream's when the answer came from the
+/// cache (docs/design.md §13): the bill's "cache hit" line. Upstream keys are
+/// `namespace/name`, so it names none of them.
+pub const CACHE_HIT: &str = "cache";
+
 /// Settles with what each attempt used at its candidate's price (one attempt, or those of
-/// a resumed stream, docs/design.md §4.5), or releases when nothing was used. Returns once
+/// a resumed stream, docs/design.md §4.5) and the hold's `cached` answers served from the cache at
+/// the route's cache price, or releases when nothing was used. Returns once
 /// the settlement committed (docs/design.md §5a), `true`; `false` when it failed. Dropping
 /// the future does not cancel the settlement. Errors are logged, not returned.
 pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Option<Held>) -> bool {
-    let Some(Held { reservation, limits }) = reservation else { return true };
+    let Some(Held { reservation, limits, cached }) = reservation else { return true };
     let mut charge: Option<(i64, sluice_ledger::Usage)> = None;
     for (candidate, u) in charges {
         let Some(c) = route.candidates.get(*candidate) else { continue };
@@ -24,6 +30,13 @@ pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Opti
         *total = total.saturating_add(cost);
         usage.input_tokens += u.prompt_tokens;
         usage.output_tokens += u.completion_tokens;
+    }
+    if cached > 0 {
+        let cost = i64::try_from(route.cache.price_nanos.saturating_mul(cached)).unwrap_or(i64::MAX);
+        let (total, _) = charge.get_or_insert_with(|| {
+            (0, sluice_ledger::Usage { input_tokens: 0, output_tokens: 0, upstream: Some(CACHE_HIT.to_owned()) })
+        });
+        *total = total.saturating_add(cost);
     }
     if let Some(limits) = limits {
         let (cost, tokens) = charge.as_ref().map_or((0, 0), |(cost, u)| (*cost, u.input_tokens + u.output_tokens));

@@ -15,7 +15,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::key::{INERT, Scope, canonical};
-use super::{Directive, Entry, Key, now_ms};
+use super::{Directive, Entry, Key, X_SLUICE_CACHE, X_SLUICE_CACHE_HITS, now_ms};
 use crate::answer::{self, Ending};
 use crate::billing::Held;
 use crate::config::Route;
@@ -27,12 +27,6 @@ use crate::server::Gateway;
 use crate::telemetry::metrics::CacheResult;
 use crate::telemetry::traces::RequestTrace;
 
-/// `x-sluice-cache`: `hit`, `miss` or `bypass`.
-pub const X_SLUICE_CACHE: &str = "x-sluice-cache";
-/// `x-sluice-cache-hits`: of an embeddings batch, the inputs answered from the cache,
-/// `HITS/INPUTS`.
-pub const X_SLUICE_CACHE_HITS: &str = "x-sluice-cache-hits";
-
 /// A request's inputs and their keys.
 pub struct Plan {
     items: Vec<Value>,
@@ -42,6 +36,11 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// How many inputs the request holds.
+    pub fn inputs(&self) -> u64 {
+        self.items.len() as u64
+    }
+
     /// The plan of an embeddings request, or `None` when its `input` is not a form the
     /// cache splits (then it goes upstream whole, uncached).
     pub fn of(req: &ClientRequest, route: &Route, scope: &Scope) -> Option<Plan> {
@@ -107,13 +106,20 @@ pub async fn serve(
     request_id: &RequestId,
     plan: Plan,
     directive: Directive,
-    held: Option<Held>,
+    mut held: Option<Held>,
     started: Instant,
     trace: RequestTrace,
 ) -> Result<Response, ApiError> {
     let Some(cache) = &gw.cache else { return Err(ApiError::Internal("no cache".into())) };
-    let found = match directive {
-        Directive::Use => cache.get_many(&plan.keys).await,
+    let found: Vec<Option<Arc<Entry>>> = match directive {
+        Directive::Use => {
+            let span = trace.cache_lookup();
+            let now = now_ms();
+            let found = cache.get_many(&plan.keys).await;
+            let found: Vec<_> = found.into_iter().map(|e| e.filter(|e| e.fresh(now, route.cache.ttl))).collect();
+            span.result(if found.iter().all(Option::is_some) { "hit" } else { "miss" });
+            found
+        }
         Directive::Refresh | Directive::Bypass => plan.keys.iter().map(|_| None).collect(),
     };
     let hits = found.iter().filter(|f| f.is_some()).count();
@@ -121,6 +127,7 @@ pub async fn serve(
     let metrics = route.metrics.cache(&gw.metrics, "embeddings");
     if hits == total {
         metrics.count(CacheResult::Hit);
+        Held::served_from_cache(&mut held, hits as u64);
         let now = now_ms();
         let entries: Vec<Arc<Entry>> = found.into_iter().flatten().collect();
         let age = entries.iter().map(|e| e.age(now)).max().unwrap_or_default();
@@ -181,7 +188,7 @@ pub async fn serve(
         if fresh.iter().all(Option::is_some) {
             let model = a.model.clone().unwrap_or_default();
             if directive != Directive::Bypass {
-                let ttl = route.cache.ttl;
+                let ttl = route.cache.lifetime();
                 let stored = missing
                     .iter()
                     .zip(&fresh)
@@ -209,6 +216,10 @@ pub async fn serve(
         return Err(ApiError::UpstreamsUnavailable(
             "the upstream's embeddings answer did not hold one embedding per input sent; nothing was cached".into(),
         ));
+    }
+    if d.started.status.is_success() {
+        // The known inputs are part of a good answer: charged at the cache price.
+        Held::served_from_cache(&mut held, hits as u64);
     }
     let mut response = answer::answer(gw, route, req, d, held, started, trace).await;
     let h = response.headers_mut();

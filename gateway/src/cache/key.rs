@@ -19,6 +19,15 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// The scope of a request by `account` (`None` without keys) on a route whose
+    /// cache is `shared` or not.
+    pub fn of(account: Option<&sluice_ledger::AccountRef>, shared: bool) -> Scope {
+        match account {
+            Some(a) if !shared => Scope::Account(a.id),
+            _ => Scope::Shared,
+        }
+    }
+
     /// The bytes hashed into the key.
     pub fn bytes(&self) -> Vec<u8> {
         match self {

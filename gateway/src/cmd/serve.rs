@@ -172,7 +172,7 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
                 ),
                 None => None,
             };
-            Some(crate::cache::Cache::new(bytes, shared))
+            Some(Arc::new(crate::cache::Cache::new(bytes, shared)))
         }
     };
     gw.max_body = args.max_body_bytes;

@@ -186,6 +186,22 @@ impl Format {
         }
     }
 
+    /// Whether `events` (a whole stream as the client was sent it) ended complete: with
+    /// `[DONE]`, `message_stop` or `response.completed`, not an error event.
+    pub fn completes(self, events: &[u8]) -> bool {
+        let trimmed = events.trim_ascii_end();
+        let last = match trimmed.windows(2).rposition(|w| w == b"\n\n") {
+            Some(at) => &trimmed[at + 2..],
+            None => trimmed,
+        };
+        let has = |needle: &[u8]| last.windows(needle.len()).any(|w| w == needle);
+        match self {
+            Format::OpenAi => last == b"data: [DONE]",
+            Format::Messages => has(b"message_stop"),
+            Format::Responses => has(b"response.completed"),
+        }
+    }
+
     /// A keep-alive for a silent stream: Messages' `ping` event, else an SSE comment
     /// (which every SSE client skips).
     pub fn keep_alive(self) -> Bytes {
@@ -445,6 +461,19 @@ fn classify(raw: Bytes) -> Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_completes_with_its_apis_last_event_only() {
+        let chat = b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
+        assert!(Format::OpenAi.completes(chat));
+        assert!(!Format::OpenAi.completes(b"data: {\"choices\":[]}\n\ndata: {\"error\":{}}\n\n"));
+        let messages = b"event: message_delta\ndata: {}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        assert!(Format::Messages.completes(messages));
+        assert!(!Format::Messages.completes(b"event: message_start\ndata: {}\n\nevent: error\ndata: {}\n\n"));
+        assert!(Format::Responses.completes(b"event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n"));
+        assert!(!Format::Responses.completes(b"event: response.failed\ndata: {}\n\n"));
+        assert!(!Format::OpenAi.completes(b""));
+    }
 
     #[test]
     fn splits_events_across_chunks() {

@@ -12,10 +12,12 @@ use sluice_ledger::limits::{Ask, Standing};
 
 use crate::answer;
 use crate::billing::{self, Held};
+use crate::cache::completions::{Lookup, Served};
 use crate::cache::{self, key::Scope};
 use crate::config::Route;
 use crate::error::ApiError;
 use crate::headers::{RequestId, X_REQUEST_ID};
+use crate::relay;
 use crate::request::{ClientRequest, Endpoint};
 use crate::route;
 use crate::server::Gateway;
@@ -62,7 +64,14 @@ async fn serve(
     let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
     let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
     let trace = RequestTrace::start(gw.traces.as_ref(), headers, endpoint, &req.model, &route, &body);
-    let ask = billing::ask(&route, &req);
+    let scope = Scope::of(account.as_ref(), route.cache.shared);
+    let plan = (endpoint == Endpoint::Embeddings && route.cache.embeddings && gw.cache.is_some())
+        .then(|| cache::embeddings::Plan::of(&req, &route, &scope))
+        .flatten();
+    let cached = Lookup::of(gw, &route, &req, &scope, headers);
+    // What may be served from the cache is reserved at the cache price too.
+    let from_cache = plan.as_ref().map_or(u64::from(cached.is_on()), cache::embeddings::Plan::inputs);
+    let ask = billing::ask(&route, &req, from_cache);
     let held = match &account {
         Some(a) => match hold(gw, &route, &req, a, request_id, ask, standings).await {
             Ok(held) => held,
@@ -85,22 +94,32 @@ async fn serve(
         },
         None => None,
     };
-    if endpoint == Endpoint::Embeddings && route.cache.embeddings && gw.cache.is_some() {
-        let scope = match (&account, route.cache.shared) {
-            (Some(a), false) => Scope::Account(a.id),
-            _ => Scope::Shared,
-        };
-        if let Some(plan) = cache::embeddings::Plan::of(&req, &route, &scope) {
-            let directive = cache::Directive::of(headers);
-            return cache::embeddings::serve(gw, &route, &req, request_id, plan, directive, held, started, trace).await;
-        }
+    if let Some(plan) = plan {
+        let directive = cache::Directive::of(headers);
+        return cache::embeddings::serve(gw, &route, &req, request_id, plan, directive, held, started, trace).await;
+    }
+    if let Some(hit) = cached.find(gw, &route, &trace).await {
+        return Ok(cache::completions::answer(gw, &route, &req, hit, Served::Hit, held, started, trace).await);
     }
     let ctx = gw.dispatch_ctx(request_id, &trace);
     let dispatched = route::dispatch(&ctx, &route, &req).await;
     match dispatched {
-        Ok(d) if req.stream => Ok(answer::stream_answer(gw, route, &req, d, held, started, trace)),
-        Ok(d) => Ok(answer::answer(gw, &route, &req, d, held, started, trace).await),
-        Err(f) => Ok(answer::failure(gw, &route, endpoint, f, held, started, trace).await),
+        Ok(d) if req.stream => {
+            let format = relay::sse::Format::of(endpoint);
+            let response = answer::stream_answer(gw, route.clone(), &req, d, held, started, trace);
+            Ok(cached.keep_stream(&route, format, response))
+        }
+        Ok(d) => {
+            let body = d.started.first.clone();
+            Ok(cached.keep_whole(&route, answer::answer(gw, &route, &req, d, held, started, trace).await, body))
+        }
+        Err(f) => match cached.stale(gw, &route, &f).await {
+            Some(entry) => {
+                let served = Served::Stale { attempts: f.attempts };
+                Ok(cache::completions::answer(gw, &route, &req, entry, served, held, started, trace).await)
+            }
+            None => Ok(answer::failure(gw, &route, endpoint, f, held, started, trace).await),
+        },
     }
 }
 

@@ -58,7 +58,7 @@ pub struct Gateway {
     /// Limits of keys and accounts (docs/design.md §5b); `None` without a ledger.
     pub limiter: Option<sluice_ledger::limits::Limiter>,
     /// The response and embedding cache (docs/design.md §13); `None` turns it off.
-    pub cache: Option<crate::cache::Cache>,
+    pub cache: Option<Arc<crate::cache::Cache>>,
     /// Client auth.
     pub auth: AuthMode,
     /// Key → account answers of the ledger, briefly (docs/design.md §5a).
@@ -110,7 +110,7 @@ impl Gateway {
             ledger,
             biller: None,
             limiter: None,
-            cache: Some(crate::cache::Cache::new(crate::cache::DEFAULT_MAX_BYTES, None)),
+            cache: Some(Arc::new(crate::cache::Cache::new(crate::cache::DEFAULT_MAX_BYTES, None))),
             auth,
             keys,
             max_body: 8 * 1024 * 1024,

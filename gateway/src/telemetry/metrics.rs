@@ -430,6 +430,20 @@ pub enum CacheResult {
     Miss,
     /// Told to neither read nor store.
     Bypass,
+    /// Answered from an entry past its `ttl` because every candidate failed.
+    Stale,
+}
+
+impl CacheResult {
+    /// The `result` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheResult::Hit => "hit",
+            CacheResult::Miss => "miss",
+            CacheResult::Bypass => "bypass",
+            CacheResult::Stale => "stale",
+        }
+    }
 }
 
 /// The cache metrics.
@@ -453,12 +467,7 @@ pub struct RouteCache<'a> {
 impl RouteCache<'_> {
     /// Counts one request.
     pub fn count(&self, result: CacheResult) {
-        let result = match result {
-            CacheResult::Hit => "hit",
-            CacheResult::Miss => "miss",
-            CacheResult::Bypass => "bypass",
-        };
-        let label = CacheLabel { route: self.route.to_owned(), kind: self.kind, result };
+        let label = CacheLabel { route: self.route.to_owned(), kind: self.kind, result: result.as_str() };
         self.metrics.cache.requests.get_or_create(&label).inc();
     }
 }

@@ -1,6 +1,6 @@
 //! OpenTelemetry traces of requests (docs/design.md §11), with the GenAI semantic
-//! conventions: one SERVER span per client request (`chat <model>`) and one CLIENT span
-//! per upstream attempt under it.
+//! conventions: one SERVER span per client request (`chat <model>`), and under it one
+//! CLIENT span per upstream attempt and an INTERNAL span per cache lookup.
 //!
 //! Tracing is off unless an OTLP endpoint is configured ([`TraceArgs`]); a gateway
 //! without one has no [`Tracing`], every [`RequestTrace`] is empty and no span is made
@@ -178,6 +178,15 @@ impl RequestTrace {
         AttemptTrace(Some(Mutex::new(r.tracer.build_with_context(builder, &parent))))
     }
 
+    /// Starts the span of a cache lookup (`cache lookup`, INTERNAL); it ends when
+    /// [`CacheTrace::result`] records what was found.
+    pub fn cache_lookup(&self) -> CacheTrace {
+        let Some(r) = &self.0 else { return CacheTrace(None) };
+        let parent = Context::new().with_remote_span_context(r.context.clone());
+        let builder = SpanBuilder { span_kind: Some(SpanKind::Internal), ..SpanBuilder::from_name("cache lookup") };
+        CacheTrace(Some(r.tracer.build_with_context(builder, &parent)))
+    }
+
     /// Whether the request is traced (tracing is on and this is not an empty trace).
     pub fn is_on(&self) -> bool {
         self.0.is_some()
@@ -242,6 +251,18 @@ impl RequestTrace {
 fn response_model(span: &mut Span, model: Option<&str>) {
     if let Some(m) = model.filter(|m| !m.is_empty()) {
         span.set_attribute(KeyValue::new("gen_ai.response.model", m.to_owned()));
+    }
+}
+
+/// The span of a cache lookup; empty when tracing is off.
+pub struct CacheTrace(Option<Span>);
+
+impl CacheTrace {
+    /// Records the lookup's result (`sluice.cache.result`: `hit` or `miss`) and ends it.
+    pub fn result(self, result: &'static str) {
+        if let Some(mut span) = self.0 {
+            span.set_attribute(KeyValue::new("sluice.cache.result", result));
+        }
     }
 }
 

@@ -83,3 +83,143 @@ async fn a_redis_outage_fails_no_request_and_ends() -> anyhow::Result<()> {
     assert!(shared_again, "the shared tier was not used again after Redis came back");
     Ok(())
 }
+
+/// A route that caches deterministic completions, on one chaos upstream.
+async fn completions_gateway(stale_if_error: Option<&str>) -> anyhow::Result<(ChaosUpstream, TestGateway)> {
+    let up = ChaosUpstream::start("writer").await?;
+    let mut route = route("chat", "chat-model", &[("writer", 100)]).with("spec.cache.completions", "deterministic");
+    if let Some(stale) = stale_if_error {
+        route = route.with("spec.cache.staleIfError", stale);
+    }
+    let gw = TestGateway::start(&yaml(&[up.doc(), route])).await?;
+    Ok((up, gw))
+}
+
+/// `(path, body)` of one completion on each inbound API, streamed or not.
+fn completion(api: &str, stream: bool, temperature: f64) -> (&'static str, String) {
+    let said = json!([{"role": "user", "content": "name a colour"}]);
+    let (path, body) = match api {
+        "chat" => ("/v1/chat/completions", json!({"model": "chat-model", "messages": said})),
+        "messages" => ("/v1/messages", json!({"model": "chat-model", "max_tokens": 64, "messages": said})),
+        _ => ("/v1/responses", json!({"model": "chat-model", "input": "name a colour"})),
+    };
+    let mut body = body;
+    body["temperature"] = json!(temperature);
+    if stream {
+        body["stream"] = json!(true);
+    }
+    (path, body.to_string())
+}
+
+#[tokio::test]
+async fn every_api_answers_a_repeated_completion_from_the_cache_whole_or_streamed() -> anyhow::Result<()> {
+    let (up, gw) = completions_gateway(None).await?;
+    let client = gw.client()?;
+    for api in ["chat", "messages", "responses"] {
+        for stream in [false, true] {
+            let (path, body) = completion(api, stream, 0.0);
+            let sent = up.requests();
+            let first = client.post(path, body.clone(), &[]).await?;
+            assert_eq!((first.status, first.header("x-sluice-cache")), (200, Some("miss")), "{api}: {}", first.text());
+            // Stored once the answer is complete: a stream's end reaches the cache just
+            // after its last byte reached the client.
+            let mut again = client.post(path, body.clone(), &[]).await?;
+            if again.header("x-sluice-cache") != Some("hit") {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                again = client.post(path, body.clone(), &[]).await?;
+            }
+            assert_eq!((again.status, again.header("x-sluice-cache")), (200, Some("hit")), "{api} stream={stream}");
+            assert_eq!(up.requests(), sent + 1, "{api} stream={stream}: the hit went upstream");
+            assert_eq!(again.text(), first.text(), "{api} stream={stream}: the replay differs");
+            assert!(again.header("age").is_some());
+            let kind = if stream { "text/event-stream" } else { "application/json" };
+            assert_eq!(again.header("content-type"), Some(kind));
+        }
+    }
+    // The stream and the whole answer are kept apart; a sampled request is not cached.
+    let (path, body) = completion("chat", false, 0.9);
+    let sent = up.requests();
+    for _ in 0..2 {
+        let r = client.post(path, body.clone(), &[]).await?;
+        assert_eq!(r.header("x-sluice-cache"), None, "a sampled completion was looked up");
+    }
+    assert_eq!(up.requests(), sent + 2);
+    let hits =
+        gw.count("sluice_cache_requests_total", &[("route", "chat"), ("kind", "completions"), ("result", "hit")]);
+    assert_eq!(hits, 6.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn errors_and_cut_streams_are_never_stored() -> anyhow::Result<()> {
+    let (up, gw) = completions_gateway(None).await?;
+    let client = gw.client()?;
+    let (path, body) = completion("chat", true, 0.0);
+    up.script(json!({"reset_after_chunks": 2}))?;
+    let cut = client.post(path, body.clone(), &[]).await?;
+    assert!(!cut.text().contains("[DONE]"), "the stream was not cut: {}", cut.text());
+    up.healthy();
+    let next = client.post(path, body.clone(), &[]).await?;
+    assert_eq!(next.header("x-sluice-cache"), Some("miss"), "a cut stream was replayed: {}", next.text());
+
+    let (path, body) = completion("chat", false, 0.0);
+    up.script(json!({"status": 400}))?;
+    assert_eq!(client.post(path, body.clone(), &[]).await?.status, 400);
+    up.healthy();
+    let next = client.post(path, body, &[]).await?;
+    assert_eq!((next.status, next.header("x-sluice-cache")), (200, Some("miss")), "an error was stored");
+    Ok(())
+}
+
+#[tokio::test]
+async fn stale_if_error_answers_from_the_cache_when_every_candidate_is_down() -> anyhow::Result<()> {
+    for stale in [Some("1h"), None] {
+        let (up, gw) = completions_gateway(stale).await?;
+        let client = gw.client()?;
+        let (path, body) = completion("messages", false, 0.0);
+        let stored = client.post(path, body.clone(), &[]).await?;
+        assert_eq!(stored.status, 200, "{}", stored.text());
+        up.script(json!({"status": 503}))?;
+        // `no-cache` passes the fresh entry by: the request goes upstream, which fails.
+        let r = client.post(path, body.clone(), &[("cache-control", "no-cache")]).await?;
+        match stale {
+            Some(_) => {
+                assert_eq!((r.status, r.header("x-sluice-cache")), (200, Some("stale")), "{}", r.text());
+                assert_eq!(r.text(), stored.text());
+                let n = gw.count(
+                    "sluice_cache_requests_total",
+                    &[("route", "chat"), ("kind", "completions"), ("result", "stale")],
+                );
+                assert_eq!(n, 1.0);
+            }
+            None => {
+                assert_eq!(r.status, 503, "{}", r.text());
+                assert_eq!(r.json()["type"], "error", "not Messages' error shape: {}", r.text());
+            }
+        }
+        // `no-store` never reads, not even a stale entry.
+        let r = client.post(path, body, &[("cache-control", "no-store")]).await?;
+        assert_eq!(r.status, 503);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_completion_one_gateway_stored_is_a_hit_on_another() -> anyhow::Result<()> {
+    let Some(redis) = RedisServer::start().await? else { return Ok(()) };
+    let up = ChaosUpstream::start("writer").await?;
+    let route = route("chat", "chat-model", &[("writer", 100)]).with("spec.cache.completions", "always");
+    let manifests = yaml(&[up.doc(), route]);
+    let opts = GatewayOptions { cache_redis: Some(redis.url.clone()), ..GatewayOptions::default() };
+    let a = TestGateway::start_with(&manifests, opts.clone()).await?;
+    let b = TestGateway::start_with(&manifests, opts).await?;
+    let (path, body) = completion("responses", true, 0.8);
+    let first = a.client()?.post(path, body.clone(), &[]).await?;
+    assert_eq!(first.header("x-sluice-cache"), Some("miss"));
+    assert!(eventually(Duration::from_secs(5), async || redis.keys().await == Some(1)).await, "A stored nothing");
+    let hit = b.client()?.post(path, body, &[]).await?;
+    assert_eq!(hit.header("x-sluice-cache"), Some("hit"), "B did not find what A stored");
+    assert_eq!(hit.text(), first.text());
+    assert_eq!(up.requests(), 1);
+    Ok(())
+}

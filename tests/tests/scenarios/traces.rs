@@ -393,3 +393,33 @@ async fn a_synthetic_check_is_traced_and_timed_like_a_client_request() -> anyhow
     assert_eq!(attempts.first(), Some(&("only".to_string(), "ok".to_string())), "{attempts:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_cache_lookup_is_a_span_under_the_request_with_its_result() -> anyhow::Result<()> {
+    let only = sluice_tests::ChaosUpstream::start("only").await?;
+    let docs =
+        [only.doc(), route("chat", "chat-model", &[("only", 100)]).with("spec.cache.completions", "deterministic")];
+    let (gw, spans, _receiver) = traced_gateway(&docs).await?;
+    let client = gw.client()?;
+    for _ in 0..2 {
+        assert_eq!(client.chat("chat-model", json!({"temperature": 0})).await?.status, 200);
+    }
+    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    let lookups = async || spans.all().iter().filter(|s| s.name == "cache lookup").count() == 2;
+    assert!(eventually(Duration::from_secs(10), lookups).await, "spans: {:?}", spans.all().len());
+    let all = spans.all();
+    let mut results = Vec::new();
+    for lookup in all.iter().filter(|s| s.name == "cache lookup") {
+        assert_eq!(lookup.kind, SpanKind::Internal as i32);
+        let parent = all.iter().find(|s| s.span_id == lookup.parent_span_id).context("the lookup's parent")?;
+        assert_eq!(parent.kind, SpanKind::Server as i32, "a lookup is under its request's span");
+        results.push(attributes(lookup)["sluice.cache.result"].as_str().unwrap_or_default().to_string());
+        // The request answered from the cache made no attempt.
+        if results.last().map(String::as_str) == Some("hit") {
+            assert!(attempts_under(&all, parent).is_empty());
+        }
+    }
+    results.sort();
+    assert_eq!(results, ["hit", "miss"]);
+    Ok(())
+}
