@@ -79,6 +79,7 @@ NON_DEFAULT: dict[str, Any] = {
         "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": 2, "memory": "1Gi"}},
         "env": [{"name": "HTTPS_PROXY", "value": "http://proxy.internal:3128"}, {"name": "NO_PROXY", "value": ".svc"}],
     },
+    "cache": {"maxBytes": 268435456, "redis": {"existingSecret": "redis-cache", "existingSecretKey": "uri"}},
     "image": {"registry": "registry.example.com/platform", "tag": "1.2.3", "pullPolicy": "Always"},
     "serviceMonitor": {"enabled": True},
     "prometheusRule": {"enabled": True, "objective": "99.95"},

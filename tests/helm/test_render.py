@@ -151,9 +151,11 @@ def test_operator_env_follows_non_default_values(non_default_objects):
     assert env["SLUICE_GATEWAY_REPLICAS"] == "4"
     assert env["SLUICE_GATEWAY_AUTH"] == "none"
     assert json.loads(env["SLUICE_GATEWAY_RESOURCES"]) == NON_DEFAULT["gateway"]["resources"]
-    # gateway.env, then the OTEL_* environment that tracing.* turns into (no grant flags:
-    # auth is none there).
+    # gateway.env, the cache flags of cache.*, then the OTEL_* environment that tracing.*
+    # turns into (no grant flags: auth is none there).
     assert json.loads(env["SLUICE_GATEWAY_ENV"]) == NON_DEFAULT["gateway"]["env"] + [
+        {"name": "SLUICE_CACHE_MAX_BYTES", "value": "268435456"},
+        {"name": "SLUICE_CACHE_REDIS_URL", "valueFrom": {"secretKeyRef": {"name": "redis-cache", "key": "uri"}}},
         {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.observability:4317"},
         {"name": "OTEL_EXPORTER_OTLP_PROTOCOL", "value": "grpc"},
         {"name": "OTEL_TRACES_SAMPLER", "value": "traceidratio"},

@@ -84,6 +84,19 @@ app.kubernetes.io/managed-by: sluice-operator
 {{- end -}}
 
 {{/*
+cache.maxBytes as the gateways' SLUICE_CACHE_MAX_BYTES: empty when it is the gateway's own
+default (134217728, DEFAULT_MAX_BYTES in gateway/src/cache.rs), so that the default values
+leave the gateway pods as they were. int64: a number read from YAML is a float64, which
+toString would print as 1.34217728e+08.
+*/}}
+{{- define "sluice.cacheMaxBytes" -}}
+{{- $cache := .Values.cache | default dict -}}
+{{- if and (hasKey $cache "maxBytes") (ne (int64 $cache.maxBytes) 134217728) -}}
+{{- int64 $cache.maxBytes -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Cross-field checks the schema cannot express well; each names the values to change.
 Included once, from the operator Deployment.
 */}}
@@ -106,6 +119,19 @@ Included once, from the operator Deployment.
 {{- end -}}
 {{- if and .Values.statusPage.ingress.enabled (not .Values.statusPage.enabled) -}}
 {{- fail "statusPage.ingress.enabled needs statusPage.enabled=true: the Ingress routes to the operator's status page" -}}
+{{- end -}}
+{{- $redis := (.Values.cache | default dict).redis | default dict -}}
+{{- if and $redis.url $redis.existingSecret -}}
+{{- fail "cache.redis.url and cache.redis.existingSecret are both set: choose one (cache.redis.url is written in plain text into the Deployments; cache.redis.existingSecret names a Secret, in every gateway namespace, holding the URL)" -}}
+{{- end -}}
+{{- $cacheMaxBytes := include "sluice.cacheMaxBytes" . -}}
+{{- range .Values.gateway.env | default list -}}
+{{- if and (eq .name "SLUICE_CACHE_REDIS_URL") (or $redis.url $redis.existingSecret) -}}
+{{- fail "gateway.env sets SLUICE_CACHE_REDIS_URL while cache.redis.url or cache.redis.existingSecret sets it too: keep only the cache.redis value" -}}
+{{- end -}}
+{{- if and (eq .name "SLUICE_CACHE_MAX_BYTES") $cacheMaxBytes -}}
+{{- fail "gateway.env sets SLUICE_CACHE_MAX_BYTES while cache.maxBytes sets it too: keep only cache.maxBytes" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
