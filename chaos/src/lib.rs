@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `openai` | `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models` (also without `/v1`) |
 //! | `openai` (Responses API) | `/v1/responses`, `/responses`: a `response` object, or `event:`-named SSE with `sequence_number` (`response.created` … `response.completed`/`response.incomplete`); unknown members (`max_tokens` too) refused with `unknown_parameter` |
-//! | `azure-openai` | `/openai/deployments/{deployment}/chat/completions?api-version=…` (also without `/openai`; no `api-version`: Azure's 404) |
+//! | `azure-openai` | `/openai/deployments/{deployment}/chat/completions?api-version=…` (also without `/openai`; no `api-version`: Azure's 404); its Responses API at `/openai/responses?api-version=…`, the deployment as `model` |
 //! | `anthropic` | `/v1/messages`, `/messages` (`anthropic-version` header and `max_tokens` required); `…/messages/count_tokens` (the same estimate the answers bill) |
 //! | `vertex-anthropic` | `/v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict` (body `anthropic_version: vertex-2023-10-16`, no `model`) |
 //! | `vertex-gemini` | `/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (both Vertex protocols also under `/v1beta1/`, which `google-genai` calls) |
@@ -259,6 +259,7 @@ pub fn router(state: ChaosState) -> Router {
         .route("/models", get(endpoints::models))
         .route("/openai/deployments/{deployment}/chat/completions", post(endpoints::azure))
         .route("/deployments/{deployment}/chat/completions", post(endpoints::azure))
+        .route("/openai/responses", post(native::azure_responses))
         .route("/v1/responses", post(native::responses))
         .route("/responses", post(native::responses))
         .route("/v1/messages", post(native::messages))

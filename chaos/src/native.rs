@@ -104,6 +104,21 @@ pub(crate) async fn responses(State(state): State<ChaosState>, request: Request)
     inference(state, Ok(call), request).await
 }
 
+/// `POST /openai/responses?api-version=…` (and `/responses` under a base that ends in
+/// `/openai`): Azure OpenAI's Responses API, the deployment as the body's `model`,
+/// checked with the `api-key` header and counted under `azure-openai`; without
+/// `api-version` Azure answers 404.
+pub(crate) async fn azure_responses(State(state): State<ChaosState>, request: Request) -> Response {
+    let query = request.uri().query().unwrap_or_default();
+    let versioned = query.split('&').any(|p| p.strip_prefix("api-version=").is_some_and(|v| !v.is_empty()));
+    if !versioned {
+        let body = serde_json::json!({"error": {"code": "404", "message": "Resource not found"}});
+        return super::plan::json_response(http::StatusCode::NOT_FOUND, bytes::Bytes::from(body.to_string()));
+    }
+    let call = Call { family: Family::Responses, ..Call::new(Protocol::AzureOpenAi, None, false) };
+    inference(state, Ok(call), request).await
+}
+
 /// `POST /v1/messages/count_tokens` and `/messages/count_tokens`: the input tokens
 /// the same request is billed by this fake (its estimate: text bytes / 4). Credentials
 /// and the script's failure (`fail_on_tool_result` too) apply as to a call; it is not

@@ -21,6 +21,8 @@ mod crash;
 mod crash_load;
 #[path = "scenarios/deadline.rs"]
 mod deadline;
+#[path = "scenarios/demo.rs"]
+mod demo;
 #[path = "scenarios/demotion.rs"]
 mod demotion;
 #[path = "scenarios/drain.rs"]

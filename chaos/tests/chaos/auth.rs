@@ -101,6 +101,13 @@ async fn api_keys_go_in_each_providers_header() {
     assert_eq!(c.call_json(azure, &chat, &[("api-key", KEY)]).await.0, 200);
     let (status, v) = c.call_json(azure, &chat, &[("api-key", "wrong")]).await;
     assert_eq!((status, v["error"]["code"].as_str()), (401, Some("401")));
+    // Azure's Responses API: the deployment is the body's `model`, the key `api-key`.
+    let asked = json!({"model": "d", "input": "hi"});
+    let responses = "/openai/responses?api-version=2025-04-01-preview";
+    let (status, v) = c.call_json(responses, &asked, &[("api-key", KEY)]).await;
+    assert_eq!((status, v["object"].as_str()), (200, Some("response")), "{v}");
+    assert_eq!(c.call_json(responses, &asked, &[("api-key", "wrong")]).await.0, 401);
+    assert_eq!(c.call_json("/openai/responses", &asked, &[("api-key", KEY)]).await.0, 404, "no api-version");
     let bearer = format!("Bearer {KEY}");
     assert_eq!(c.call_json("/v1/chat/completions", &chat, &[("authorization", &bearer)]).await.0, 200);
     let (status, v) = c.call_json("/v1/chat/completions", &chat, &[("authorization", "Bearer wrong")]).await;

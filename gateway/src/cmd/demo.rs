@@ -1,6 +1,7 @@
 //! `sluice-gateway demo`: the quickstart's founding routes on chaos upstreams that speak
 //! each provider's protocol and check its credentials, a gateway on the quickstart
-//! manifests, and open-loop traffic through five acts: healthy; Anthropic overloaded
+//! manifests, and open-loop traffic (Chat Completions, Messages and Responses, as the
+//! OpenAI SDKs, Claude Code and Codex send them) through five acts: healthy; Anthropic overloaded
 //! (529), so Claude is served from Vertex AI; Anthropic back; OpenAI throttles (429), so
 //! gpt-4o is served from Azure; healthy. Every second a line shows which upstream served,
 //! failovers with their reasons and latency; a summary, the bill and the error budgets

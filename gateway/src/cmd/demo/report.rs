@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use super::cast::Member;
-use super::traffic::Sample;
+use super::traffic::{Api, Sample};
 
 /// Colours, only on a terminal.
 pub struct Style {
@@ -208,6 +208,16 @@ impl Report {
                 ms(lat.last().copied()),
             )?;
         }
+        let by_api: Vec<String> = Api::ALL
+            .iter()
+            .map(|api| {
+                let asked: Vec<&Sample> = self.all.iter().filter(|s| s.api == *api).collect();
+                let ok = asked.iter().filter(|s| s.ok).count();
+                format!("{} {ok}/{}", api.path().trim_start_matches('/'), asked.len())
+            })
+            .collect();
+        writeln!(out)?;
+        writeln!(out, "  by API (ok/requests)         {}", by_api.join(", "))?;
         let availability = if total == 0 { 0.0 } else { 100.0 * ok as f64 / total as f64 };
         let text = format!("{availability:.2}% ({ok}/{total})");
         let painted = if ok == total { style.green(&text) } else { style.yellow(&text) };

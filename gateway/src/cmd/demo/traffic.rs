@@ -5,12 +5,65 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
+/// The inbound API a request speaks, as the client that speaks it would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/chat/completions`: the OpenAI SDKs.
+    Chat,
+    /// `/v1/messages`: Claude Code and the Anthropic SDKs.
+    Messages,
+    /// `/v1/responses`: Codex.
+    Responses,
+}
+
+impl Api {
+    /// Every API, in summary order.
+    pub const ALL: [Api; 3] = [Api::Chat, Api::Messages, Api::Responses];
+
+    /// Its path after `/v1`.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/chat/completions",
+            Api::Messages => "/messages",
+            Api::Responses => "/responses",
+        }
+    }
+
+    /// The event that ends its complete stream.
+    fn last_event(self) -> &'static [u8] {
+        match self {
+            Api::Chat => b"data: [DONE]",
+            Api::Messages => b"message_stop",
+            Api::Responses => b"response.completed",
+        }
+    }
+
+    /// A request for `model` in its shape.
+    fn body(self, model: &str, stream: bool) -> serde_json::Value {
+        let said = "Say hello in eight words.";
+        match self {
+            Api::Responses => {
+                serde_json::json!({"model": model, "stream": stream, "max_output_tokens": 256, "input": said})
+            }
+            Api::Chat | Api::Messages => serde_json::json!({
+                "model": model,
+                "stream": stream,
+                "max_tokens": 256,
+                "messages": [{"role": "user", "content": said}],
+            }),
+        }
+    }
+}
+
 /// One answered request.
 #[derive(Debug, Clone)]
 pub struct Sample {
     /// Model asked for.
     pub model: &'static str,
-    /// Answered fully and correctly (2xx, and a stream that ended with `[DONE]`).
+    /// The API it spoke.
+    pub api: Api,
+    /// Answered fully and correctly (2xx, and a stream that ended with its API's last
+    /// event).
     pub ok: bool,
     /// `x-sluice-upstream`.
     pub upstream: Option<String>,
@@ -37,19 +90,19 @@ pub async fn drive(
     while start.elapsed() < duration {
         tick.tick().await;
         i += 1;
-        // Six in ten for Claude (half of them streamed), three for GPT-4o, one for Gemini.
-        let (model, stream) = match i % 10 {
-            0..=5 => ("claude-opus-4", i.is_multiple_of(2)),
-            6..=8 => ("gpt-4o", i.is_multiple_of(3)),
-            _ => ("gemini-2.5-pro", false),
+        // Six in ten for Claude (half of them streamed; every other one through the
+        // Messages API, as Claude Code sends it), three for GPT-4o (one in three through
+        // the Responses API, as Codex sends it), one for Gemini.
+        let (model, stream, api) = match i % 10 {
+            0..=5 => ("claude-opus-4", i.is_multiple_of(2), if i % 4 < 2 { Api::Messages } else { Api::Chat }),
+            6..=8 => ("gpt-4o", i.is_multiple_of(3), if i % 10 == 7 { Api::Responses } else { Api::Chat }),
+            _ => ("gemini-2.5-pro", false, Api::Chat),
         };
-        let body = serde_json::json!({
-            "model": model,
-            "stream": stream,
-            "max_tokens": 256,
-            "messages": [{"role": "user", "content": "Say hello in eight words."}],
-        });
-        let request = client.post(format!("{base}/chat/completions")).bearer_auth(&key).json(&body);
+        let request = client
+            .post(format!("{base}{}", api.path()))
+            .bearer_auth(&key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&api.body(model, stream));
         let tx = tx.clone();
         tasks.push(tokio::spawn(async move {
             let began = Instant::now();
@@ -73,16 +126,20 @@ pub async fn drive(
                             }
                         }
                     }
-                    let complete = !stream || body.windows(12).any(|w| w == b"data: [DONE]");
+                    let last = api.last_event();
+                    let complete = !stream || body.windows(last.len()).any(|w| w == last);
                     Sample {
                         model,
+                        api,
                         ok: (200..300).contains(&status) && read_ok && complete,
                         upstream,
                         failovers,
                         latency: began.elapsed(),
                     }
                 }
-                Err(_) => Sample { model, ok: false, upstream: None, failovers: Vec::new(), latency: began.elapsed() },
+                Err(_) => {
+                    Sample { model, api, ok: false, upstream: None, failovers: Vec::new(), latency: began.elapsed() }
+                }
             };
             let _ = tx.send(sample);
         }));
