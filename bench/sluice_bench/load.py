@@ -33,6 +33,9 @@ class System:
     # The key carries limits (docs/design.md §5b): each run counts the gateway's lease
     # takes (ledger transactions) per 1,000 requests.
     limited: bool = False
+    # The `x-sluice-cache` its answers must carry (`hit`, `miss`), checked before timing
+    # (docs/design.md §13); None: not a cache run.
+    cache: str | None = None
 
     def pids(self) -> list[int]:
         out = []

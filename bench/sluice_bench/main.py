@@ -22,7 +22,7 @@ from .host import machine, scan_logs, versions
 from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
 from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
-from .settings import ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, FULL, LOAD_CPU, QUICK, ROOT, SCALING_CONNS, free_port, log
+from .settings import ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, CACHE_BODY, FULL, LOAD_CPU, QUICK, ROOT, SCALING_CONNS, free_port, log
 from .stats import answered_in_full
 from .systems import (
     LIMIT_FLAGS,
@@ -104,6 +104,15 @@ def main() -> int:
                           headers={"anthropic-version": "2023-06-01"}, services=[mock], body=ANTHROPIC_DIRECT_BODY)]
         s_off, p_off = start_sluice("sluice-off", work, man, f"sqlite://{work}/off.db", "none")
         systems.append(System("sluice", "sluice, billing off", p_off, services=[s_off]))
+        # The same gateway on the route that caches deterministic completions, side by
+        # side with the uncached row: every request the same, so each is a hit after the
+        # first; and with `cache-control: no-cache`, which skips the lookup, goes upstream
+        # and stores the fresh answer (a miss's key and store, without its read).
+        systems.append(System("sluice-cache-hit", "sluice, billing off, cache hit", p_off, services=[s_off],
+                              body=CACHE_BODY, cache="hit"))
+        systems.append(System("sluice-cache-miss", "sluice, billing off, cache miss (no-cache: upstream, then stored)",
+                              p_off, headers={"cache-control": "no-cache"}, services=[s_off], body=CACHE_BODY,
+                              cache="miss"))
         systems.append(System("sluice-anthropic", "sluice, billing off, Anthropic protocol (translated)", p_off, services=[s_off],
                               body=ANTHROPIC_BODY))
         led = f"sqlite://{work}/billing.db"
@@ -150,9 +159,19 @@ def main() -> int:
 
         # sanity: every system answers the body with 200 before any timing
         for s in systems:
+            if s.cache == "hit":
+                # Prime the entry: the first of these requests goes upstream and is stored.
+                status, _, body = post_json(s.port, s.path, json.loads(s.body or BODY), s.headers)
+                if status != 200:
+                    raise RuntimeError(f"{s.key} answered {status} to the priming request: {body[:300]!r}")
             status, hdrs, body = post_json(s.port, s.path, json.loads(s.body or BODY), s.headers)
             if status != 200:
                 raise RuntimeError(f"{s.key} answered {status}: {body[:300]!r}")
+            # A cache run must be what it says: hits answered from the cache, misses sent
+            # upstream; otherwise the side by side measures something else.
+            got = {k.lower(): v for k, v in hdrs.items()}.get("x-sluice-cache")
+            if s.cache is not None and got != s.cache:
+                raise RuntimeError(f"{s.key} answered with x-sluice-cache: {got or '(none)'}, expected {s.cache}")
             # A limited key's answers say where it stands: without the header, the
             # limits are not in force and the run would measure an unlimited key.
             if s.limited and "x-ratelimit-limit-requests" not in {k.lower() for k in hdrs}:

@@ -18,10 +18,14 @@ def plot(results: dict, path: Path) -> bool:
         return False
     runs = results.get("runs", []) + results.get("ceiling_runs", [])
     lruns = results.get("litellm_runs", [])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.6), sharey=True)
     systems = list(results.get("systems", {}).items()) + [("litellm", "LiteLLM proxy")]
+    # One legend row per three systems below the plots; 20 colours, so no two systems
+    # share one (the default cycle has 10).
+    legend_rows = -(-len(systems) // 3)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6 + 0.22 * legend_rows), sharey=True)
+    colors = plt.get_cmap("tab20").colors
     for ax, p in zip(axes, ("p50", "p99")):
-        for key, label in systems:
+        for i, (key, label) in enumerate(systems):
             pts = []
             src = lruns if key == "litellm" else runs
             for rate in sorted({r["rate"] for r in src if r["system"] == key}):
@@ -29,7 +33,7 @@ def plot(results: dict, path: Path) -> bool:
                 if c and c["lat_ms"][p] is not None and c["success"] > 0.5:
                     pts.append((rate, c["lat_ms"][p]))
             if pts:
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label, color=colors[i % len(colors)])
         ax.axhline(P99_BOUND_MS, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -40,7 +44,7 @@ def plot(results: dict, path: Path) -> bool:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3)
     fig.suptitle("Zero-delay mock on 127.0.0.1; dotted line: the 5 ms p99 bound")
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.tight_layout(rect=(0, (0.1 + 0.2 * legend_rows) / (4.6 + 0.22 * legend_rows), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True

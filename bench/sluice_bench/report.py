@@ -8,7 +8,7 @@ from pathlib import Path
 from .plot import plot
 from .settings import ROOT
 from .stats import added_by_round, answered_in_full, by, capacity, ceiling, combine, f, litellm_ceiling, ratio, us
-from .targets import LIMITED_TWINS, targets
+from .targets import CACHE_HIT_ADDED_P50_US, CACHE_MISS_EXTRA_P50_US, CACHE_RATE, LIMITED_TWINS, targets
 
 # Why the Postgres billing rows are slow: one hot account row per request until balance
 # grants land (docs/design.md §5a); the tables link each of them there.
@@ -32,6 +32,7 @@ def render(results: dict, out_dir: Path) -> Path:
     systems = {k: f"[{v}]({rel(SLOW_WHY[k], md_path.parent)}#billing)" if k in SLOW_WHY else v
                for k, v in results.get("systems", {}).items()}
     rates = mode["rates"]
+    has_cache = any(k.startswith("sluice-cache-") for k in systems)
     L: list[str] = []
     w = L.append
 
@@ -68,7 +69,9 @@ def render(results: dict, out_dir: Path) -> Path:
       "least disturbed try kept. A system whose `ok` falls while the others stay at 100 % failed inside: its log "
       "lines are counted at the end of this page. Each 'key with limits' row is the billing row above it (the same "
       "gateway process and account) through a second key whose limits do not bind at these rates: what holding a key "
-      "to limits costs, with no request refused (see [Limits on a key](#limits-on-a-key)).")
+      "to limits costs, with no request refused (see [Limits on a key](#limits-on-a-key))."
+      + (" The cache hit and miss rows are the billing-off gateway on a route that caches deterministic completions "
+         "(see [Response cache](#response-cache))." if has_cache else ""))
     w("")
     for rate in rates:
         w(f"### {rate} req/s")
@@ -140,6 +143,49 @@ def render(results: dict, out_dir: Path) -> Path:
             w(f"| {rate} | {backend[key]} | {f(t['lat_ms']['p50'])} | {f(c['lat_ms']['p50'])} | {us(extra['p50'])} | "
               f"{f(t['lat_ms']['p99'])} | {f(c['lat_ms']['p99'])} | {us(extra['p99'])} | {sent:,} | "
               f"{c.get('lease_takes', '–')} | {f(c.get('lease_takes_per_1k'), 2)} |")
+        w("")
+
+    # ---------------- response cache
+    cache_rates = [rate for rate in rates if by(runs, "sluice", rate)
+                   and (by(runs, "sluice-cache-hit", rate) or by(runs, "sluice-cache-miss", rate))]
+    if cache_rates:
+        w("## Response cache")
+        w("")
+        w("The billing-off gateway's route `bench-cached` is the benchmark route (the same mock) under another model name, "
+          "with `cache: {completions: deterministic}` (docs/design.md §13). **Hit**: the `sluice` row's request to that "
+          "model with `temperature: 0`; every request is the same, so each is answered from the gateway's in-process "
+          "cache after the first (the bench sends one priming request and checks the next answer says "
+          "`x-sluice-cache: hit` before timing). **Miss**: the same request with `cache-control: no-cache`, which skips "
+          "the lookup, goes upstream and stores the fresh answer (`x-sluice-cache: miss`, checked before timing): what a "
+          "miss costs over no cache (computing the key, storing the answer) without the read a plain miss also makes (one "
+          "in-process lookup that finds nothing; no shared tier here).")
+        w("")
+        w("**The gateway's own floor.** A hit never reaches an upstream, so its added latency is compared with the mock "
+          "answering directly (`direct`): the same loopback HTTP hop from the same load generator, the least any answer "
+          "costs here. Hit added = hit − direct; it is what the gateway spends on a hit (parsing, the key, the lookup, "
+          "writing the answer) beyond what the mock spends making its answer, and can be below zero. Miss extra = miss − "
+          "no cache: the `sluice` row, the same gateway and mock on the uncached route (the same request but for the "
+          "model name and `temperature`). Both per round (same round, same machine "
+          "state), then the median over rounds. Targets at "
+          f"{CACHE_RATE // 1000}k req/s: hit added p50 ≤ {CACHE_HIT_ADDED_P50_US:.0f} µs, miss extra p50 ≤ "
+          f"{CACHE_MISS_EXTRA_P50_US:.0f} µs.")
+        w("")
+        w("| rate | direct p50 ms | no cache p50 ms | no cache p99 ms | hit p50 ms | hit p99 ms | miss p50 ms | miss p99 ms | "
+          "hit added p50 µs | hit added p99 µs | miss extra p50 µs | miss extra p99 µs | CPU % no cache / hit / miss |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for rate in cache_rates:
+            d, n = combine(by(runs, "direct", rate)), combine(by(runs, "sluice", rate))
+            h, m = combine(by(runs, "sluice-cache-hit", rate)), combine(by(runs, "sluice-cache-miss", rate))
+            ha = added_by_round(runs, "sluice-cache-hit", rate, baseline="direct") if h and d else {}
+            me = added_by_round(runs, "sluice-cache-miss", rate, baseline="sluice") if m else {}
+
+            def lat(c, p):
+                return f(c["lat_ms"][p]) if c else "–"
+
+            cpu = " / ".join(f"{c['cpu_pct']:.0f}" if c else "–" for c in (n, h, m))
+            w(f"| {rate} | {lat(d, 'p50')} | {lat(n, 'p50')} | {lat(n, 'p99')} | {lat(h, 'p50')} | {lat(h, 'p99')} | "
+              f"{lat(m, 'p50')} | {lat(m, 'p99')} | {us(ha.get('p50'))} | {us(ha.get('p99'))} | {us(me.get('p50'))} | "
+              f"{us(me.get('p99'))} | {cpu} |")
         w("")
 
     # ---------------- ceiling
@@ -383,6 +429,9 @@ def render(results: dict, out_dir: Path) -> Path:
       "settles in the ledger (SQLite file, or a dedicated Postgres database `sluice_bench` that is dropped at the end). "
       "Key with limits: the same gateway and account through a second key made with limit flags (docs/design.md §5b) "
       "that no run reaches; the bench checks its answers carry `x-ratelimit-*` headers before timing.")
+    if has_cache:
+        w(f"- Response cache (billing off): `{CACHE_BODY_DOC}` to the route `bench-cached` (`cache: {{completions: "
+          "deterministic}`), as is (hits) and with `cache-control: no-cache` (misses: upstream, then stored).")
     w("- A run counts as sustained when p99 < 5 ms, no non-2xx answer, no transport error, and at least 95 % of the offered "
       "rate was answered (a few requests cut by oha's deadline at the end of a run are not errors).")
     w("- A rate counts as answered in full, whatever the latency, when every answer was 2xx and at least 99 % of the "
@@ -411,6 +460,8 @@ def render(results: dict, out_dir: Path) -> Path:
 
 
 BODY_DOC = '{"model":"bench-model","messages":[{"role":"user","content":"Say hello in one short sentence."}],"max_tokens":16}'
+CACHE_BODY_DOC = ('{"model":"bench-cached","messages":[{"role":"user","content":"Say hello in one short sentence."}],'
+                  '"max_tokens":16,"temperature":0}')
 
 
 def rel(p: Path, base: Path = ROOT) -> str:

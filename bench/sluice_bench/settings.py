@@ -43,6 +43,19 @@ ANTHROPIC_DIRECT_BODY = json.dumps(
     },
     separators=(",", ":"),
 )
+# The same request on the route that caches deterministic completions
+# (`cache: {completions: deterministic}`, docs/design.md §13), with `temperature: 0` so
+# that it is one: every repeat of it is answered from the gateway's cache.
+CACHE_MODEL = "bench-cached"
+CACHE_BODY = json.dumps(
+    {
+        "model": CACHE_MODEL,
+        "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
+        "max_tokens": 16,
+        "temperature": 0,
+    },
+    separators=(",", ":"),
+)
 P99_BOUND_MS = 5.0
 # Connections of the one-vs-two-gateways runs. With billing on, every answer waits for
 # its settlement's batch commit (a few ms), so 64 connections would cap any system at

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .procs import Service
-from .settings import ANTHROPIC_MODEL, BIN, MODEL, PG_ADMIN_URL, PG_DB, SUT_CPU, log
+from .settings import ANTHROPIC_MODEL, BIN, CACHE_MODEL, MODEL, PG_ADMIN_URL, PG_DB, SUT_CPU, log
 
 
 def wait_http(port: int, path: str, timeout: float = 90, method: str = "GET") -> None:
@@ -163,6 +163,22 @@ spec:
   candidates:
   - upstream: mock-anthropic
     model: {ANTHROPIC_MODEL}
+    price: {{input: "1.00", output: "2.00"}}
+---
+# The benchmark route again under another model name, caching deterministic completions
+# whole (docs/design.md §13): a repeated request with `temperature: 0` is answered from
+# the gateway's cache, without an upstream attempt.
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata:
+  name: bench-cached
+spec:
+  model: {CACHE_MODEL}
+  deadline: 30s
+  cache: {{completions: deterministic}}
+  candidates:
+  - upstream: mock
+    model: {MODEL}
     price: {{input: "1.00", output: "2.00"}}
 """
 

@@ -46,6 +46,7 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
                      f"p99 {f(c['lat_ms']['p99'])} ms", ok))
     rows += billing_targets(results)
     rows += limit_targets(results)
+    rows += cache_targets(results)
     best, _ = ceiling(results, "sluice")
     lc = litellm_ceiling(results)
     allruns = results.get("runs", []) + results.get("ceiling_runs", [])
@@ -149,11 +150,7 @@ def limit_targets(results: dict) -> list[tuple[str, str, bool | None]]:
         lim, unl = combine(by(runs, key, rate)), combine(by(runs, twin, rate))
         # An overloaded run's p50 is its queue, a disturbed one's the other work's: a few
         # µs are comparable only when both kept up on a quiet machine.
-        quiet = results.get("foreign_limit_pct", 25.0)
-        behind = [f"{name} answered {c['achieved_rps']:.0f} req/s, {c['success'] * 100:.2f} % ok"
-                  for name, c in (("limited", lim), ("unlimited", unl)) if not answered_in_full(c)]
-        behind += [f"other work used {c['foreign_cpu_pct']:.0f} % of a core during the {name} run"
-                   for name, c in (("limited", lim), ("unlimited", unl)) if c["foreign_cpu_pct"] > quiet]
+        behind = comparable(results, {"limited": lim, "unlimited": unl})
         rows.append((f"limited key adds ≤ {LIMIT_P50_SLACK_US:.0f} µs p50 over the unlimited key at {rate // 1000}k req/s "
                      f"(billing on {what}){note}",
                      f"p50 {f(lim['lat_ms']['p50'])} ms limited vs {f(unl['lat_ms']['p50'])} ms unlimited: {us(extra)} µs "
@@ -168,4 +165,55 @@ def limit_targets(results: dict) -> list[tuple[str, str, bool | None]]:
                      ", ".join(f"{f(v, 2)} at {r // 1000}k req/s" for r, v in per.items())
                      + " (`sluice_limit_lease_takes_total`, one transaction per take)",
                      max(per.values()) <= LIMIT_TAKES_PER_1K))
+    return rows
+
+
+#: The response cache's side by side (docs/design.md §13), on the billing-off gateway:
+#: (system, baseline, most µs its p50 may exceed the baseline's, what the row measures).
+#: A hit never reaches an upstream: its added latency is compared with the mock answering
+#: directly (the same loopback HTTP hop, the floor any answer pays); a miss, sent with
+#: `cache-control: no-cache` (no read; upstream; stored), with the same gateway's
+#: uncached route.
+CACHE_HIT_ADDED_P50_US = 50.0
+CACHE_MISS_EXTRA_P50_US = 10.0
+CACHE_RATE = 5000
+CACHE_PAIRS = (("sluice-cache-hit", "direct", CACHE_HIT_ADDED_P50_US, "cache hit adds", "over the mock answering directly"),
+               ("sluice-cache-miss", "sluice", CACHE_MISS_EXTRA_P50_US, "cache miss (no-cache: upstream, stored) adds",
+                "over the uncached route (`sluice`)"))
+
+
+def comparable(results: dict, pair: dict[str, dict]) -> list[str]:
+    """Why two runs' p50s are not comparable to a few µs: one of them did not keep up
+    (its p50 is its queue) or other work took more than the quiet limit (its p50 is the
+    other work's). Empty when they are."""
+    quiet = results.get("foreign_limit_pct", 25.0)
+    why = [f"{name} answered {c['achieved_rps']:.0f} req/s, {c['success'] * 100:.2f} % ok"
+           for name, c in pair.items() if not answered_in_full(c)]
+    why += [f"other work used {c['foreign_cpu_pct']:.0f} % of a core during the {name} run"
+            for name, c in pair.items() if c["foreign_cpu_pct"] > quiet]
+    return why
+
+
+def cache_targets(results: dict) -> list[tuple[str, str, bool | None]]:
+    """The response cache (issue 28): at 5k req/s (or the highest rate both ran) a hit
+    adds at most 50 µs p50 over the gateway's own floor, taken to be the mock answering
+    directly, and a miss at most 10 µs p50 over the same gateway without a cache (per
+    round, the system − its baseline, the median over rounds); only when both runs kept
+    up on a quiet machine, as for a limited key."""
+    runs = results.get("runs", [])
+    rows = []
+    for key, base, most, what, against in CACHE_PAIRS:
+        both = sorted({r["rate"] for r in runs if r["system"] == key} & {r["rate"] for r in runs if r["system"] == base})
+        if not both:
+            continue
+        rate = CACHE_RATE if CACHE_RATE in both else both[-1]
+        note = "" if rate == CACHE_RATE else f" ({CACHE_RATE // 1000}k req/s not run: the highest rate both ran)"
+        extra = added_by_round(runs, key, rate, baseline=base)["p50"]
+        c, b = combine(by(runs, key, rate)), combine(by(runs, base, rate))
+        behind = comparable(results, {key: c, base: b})
+        rows.append((f"{what} ≤ {most:.0f} µs p50 {against} at {rate // 1000}k req/s (billing off){note}",
+                     f"p50 {f(c['lat_ms']['p50'])} ms vs {f(b['lat_ms']['p50'])} ms `{base}`: {us(extra)} µs "
+                     f"(per round, median of {c['rounds']})"
+                     + (f"; not comparable: {'; '.join(behind)}" if behind else ""),
+                     not behind and extra is not None and extra <= most))
     return rows

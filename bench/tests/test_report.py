@@ -1,0 +1,227 @@
+"""Tests of the bench's report side (stats, targets, BENCHMARKS.md) on made-up runs: no
+gateway, load generator or network. Run from the repo root with
+`python3 -m unittest discover -s bench/tests` (or `pytest bench/tests`)."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sluice_bench import report, settings, stats, systems, targets  # noqa: E402 - after the path it is found on
+
+RATES = [1000, 5000]
+
+
+def run(system: str, rate: int, rnd: int, p50_ms: float, p99_ms: float | None = None, **over) -> dict:
+    """One oha run as load.run_oha_once records it, answered in full on a quiet machine."""
+    p99_ms = p50_ms * 3 if p99_ms is None else p99_ms
+    r = {
+        "system": system, "rate": rate, "round": rnd, "duration": 8,
+        "ok": rate * 8, "non2xx": 0, "errors": 0, "aborted_at_deadline": 0, "success": 1.0,
+        "achieved_rps": float(rate),
+        "lat_ms": {"p50": p50_ms, "p90": p50_ms * 2, "p99": p99_ms, "p99.9": p99_ms * 2},
+        "mean_ms": p50_ms, "cpu_pct": 40.0, "rss_mb": 20.0, "ledger_cpu_pct": None, "oha_cpu_pct": 30.0,
+        "foreign_cpu_pct": 2.0, "load1": 0.5, "codes": {"200": rate * 8}, "error_kinds": {},
+    }
+    r.update(over)
+    r["sustained"] = r["lat_ms"]["p99"] < settings.P99_BOUND_MS and r["non2xx"] == 0 and r["achieved_rps"] >= 0.95 * rate
+    return r
+
+
+# p50 in ms per system and rate, the same every round but for a per-round shift (every
+# system's run in a round shifted alike) that the per-round differences cancel; the
+# median shift is 0, so the medians over rounds are these figures.
+P50 = {
+    "direct": {1000: 0.100, 5000: 0.120},
+    "sluice": {1000: 0.180, 5000: 0.210},
+    "sluice-cache-hit": {1000: 0.130, 5000: 0.150},  # +30 µs over direct
+    "sluice-cache-miss": {1000: 0.185, 5000: 0.216},  # +5 µs / +6 µs over sluice
+    "nginx": {1000: 0.160, 5000: 0.190},
+}
+SHIFT_MS = [0.0, 0.050, -0.020]
+
+
+def results(p50: dict | None = None, rates: list[int] | None = None, **run_over) -> dict:
+    p50 = p50 or P50
+    rates = rates or RATES
+    runs = []
+    for rate in rates:
+        for rnd, shift in enumerate(SHIFT_MS):
+            for key, by_rate in p50.items():
+                if rate in by_rate:
+                    runs.append(run(key, rate, rnd, by_rate[rate] + shift, **run_over.get(key, {})))
+    return {
+        "mode": {"name": "full", "rates": rates, "rounds": len(SHIFT_MS), "duration": 8, "ceiling_rates": [],
+                 "ceiling_duration": 5, "failovers": 40},
+        "foreign_limit_pct": 25.0,
+        "started": "2026-01-01T00:00:00+00:00",
+        "elapsed_s": 60,
+        "load_start": [0.1, 0.1, 0.1],
+        "load_end": [0.2, 0.2, 0.2],
+        "systems": {"direct": "direct (mock)", "sluice": "sluice, billing off",
+                    "sluice-cache-hit": "sluice, billing off, cache hit",
+                    "sluice-cache-miss": "sluice, billing off, cache miss (no-cache: upstream, then stored)",
+                    "nginx": "nginx (proxy_pass)"},
+        "runs": runs,
+        "versions": {},
+    }
+
+
+def render(res: dict) -> str:
+    with tempfile.TemporaryDirectory() as d, mock.patch.object(report, "plot", return_value=False):
+        return report.render(res, Path(d)).read_text()
+
+
+def section(md: str, title: str) -> str:
+    start = md.index(f"## {title}\n")
+    end = md.find("\n## ", start + 1)
+    return md[start:end if end >= 0 else None]
+
+
+def cache_rows(res: dict) -> dict[str, tuple[str, bool | None]]:
+    return {name: (measured, ok) for name, measured, ok in targets.cache_targets(res)}
+
+
+class CacheTargets(unittest.TestCase):
+    def test_pass_at_5k_with_per_round_differences(self):
+        rows = cache_rows(results())
+        self.assertEqual(len(rows), 2)
+        hit = next(v for k, v in rows.items() if k.startswith("cache hit adds ≤ 50 µs p50") and "5k req/s" in k)
+        miss = next(v for k, v in rows.items() if k.startswith("cache miss") and "≤ 10 µs p50" in k and "5k req/s" in k)
+        self.assertEqual(hit, ("p50 0.150 ms vs 0.120 ms `direct`: +30 µs (per round, median of 3)", True))
+        self.assertEqual(miss, ("p50 0.216 ms vs 0.210 ms `sluice`: +6 µs (per round, median of 3)", True))
+
+    def test_median_of_per_round_differences_not_difference_of_medians(self):
+        res = results(rates=[5000])
+        hit = [0.140, 0.210, 0.330]  # vs direct's 0.100, 0.200, 0.300: +40, +10, +30 µs
+        for r in res["runs"]:
+            if r["system"] in ("direct", "sluice-cache-hit"):
+                v = [0.100, 0.200, 0.300] if r["system"] == "direct" else hit
+                r["lat_ms"]["p50"] = v[r["round"]]
+        rows = cache_rows(res)
+        # medians 0.210 − 0.200 would be +10 µs; per round the median is +30 µs
+        self.assertIn("p50 0.210 ms vs 0.200 ms `direct`: +30 µs", next(m for k, (m, _) in rows.items()
+                                                                     if k.startswith("cache hit")))
+
+    def test_fail_over_the_limits(self):
+        p50 = {k: dict(v) for k, v in P50.items()}
+        p50["sluice-cache-hit"][5000] = 0.120 + 0.051
+        p50["sluice-cache-miss"][5000] = 0.210 + 0.011
+        rows = cache_rows(results(p50))
+        self.assertEqual([ok for _, ok in rows.values()], [False, False])
+        self.assertIn("+51 µs", next(m for k, (m, _) in rows.items() if k.startswith("cache hit")))
+        self.assertIn("+11 µs", next(m for k, (m, _) in rows.items() if k.startswith("cache miss")))
+
+    def test_a_disturbed_or_overloaded_run_is_not_comparable(self):
+        res = results(**{"sluice-cache-miss": {"foreign_cpu_pct": 60.0},
+                         "direct": {"achieved_rps": 3000.0}})
+        rows = cache_rows(res)
+        hit = next(m for k, (m, ok) in rows.items() if k.startswith("cache hit") and not ok)
+        miss = next(m for k, (m, ok) in rows.items() if k.startswith("cache miss") and not ok)
+        self.assertIn("not comparable: direct answered 3000 req/s", hit)
+        self.assertIn("not comparable: other work used 60 % of a core during the sluice-cache-miss run", miss)
+
+    def test_highest_rate_both_ran_without_5k(self):
+        rows = cache_rows(results(rates=[1000]))
+        for name, (_, ok) in rows.items():
+            self.assertIn("at 1k req/s (billing off) (5k req/s not run: the highest rate both ran)", name)
+            self.assertTrue(ok)
+
+    def test_no_cache_runs_no_rows(self):
+        p50 = {k: v for k, v in P50.items() if not k.startswith("sluice-cache")}
+        self.assertEqual(targets.cache_targets(results(p50)), [])
+
+    def test_in_the_targets_table(self):
+        names = [name for name, _, _ in targets.targets(results())]
+        self.assertEqual(sum(1 for n in names if n.startswith("cache ")), 2)
+
+
+class CacheSection(unittest.TestCase):
+    def test_section_rows_per_rate(self):
+        md = render(results())
+        sec = section(md, "Response cache")
+        self.assertIn("gateway's own floor", sec)
+        self.assertIn("never reaches an upstream", sec)
+        self.assertIn("`cache-control: no-cache`", sec)
+        self.assertIn("(see [Response cache](#response-cache))", md)
+        self.assertIn("- Response cache (billing off): `" + settings.CACHE_BODY + "`", md)
+        rows = [line for line in sec.splitlines() if line.startswith("| 1000 |") or line.startswith("| 5000 |")]
+        self.assertEqual(len(rows), 2)
+        cells = [c.strip() for c in rows[1].strip("|").split("|")]
+        # rate, direct p50, no cache p50/p99, hit p50/p99, miss p50/p99, hit added p50/p99,
+        # miss extra p50/p99, CPU
+        self.assertEqual(cells[:13], ["5000", "0.120", "0.210", "0.630", "0.150", "0.450", "0.216", "0.648",
+                                      "+30", "+90", "+6", "+18", "40 / 40 / 40"])
+        self.assertEqual(len(cells), 13)
+        # the targets table says PASS for both
+        tgt = section(md, "Targets")
+        self.assertRegex(tgt, r"\| cache hit adds ≤ 50 µs p50 [^|]*5k req/s[^|]*\| [^|]*\| PASS \|")
+        self.assertRegex(tgt, r"\| cache miss [^|]*≤ 10 µs p50 [^|]*5k req/s[^|]*\| [^|]*\| PASS \|")
+
+    def test_no_section_without_cache_runs(self):
+        p50 = {k: v for k, v in P50.items() if not k.startswith("sluice-cache")}
+        res = results(p50)
+        res["systems"] = {k: v for k, v in res["systems"].items() if not k.startswith("sluice-cache")}
+        md = render(res)
+        self.assertNotIn("Response cache", md)
+        self.assertNotIn("| cache hit", md)
+
+    def test_only_hit_rows(self):
+        p50 = {k: v for k, v in P50.items() if k != "sluice-cache-miss"}
+        sec = section(render(results(p50)), "Response cache")
+        row = next(line for line in sec.splitlines() if line.startswith("| 5000 |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        self.assertEqual(cells[6:8], ["–", "–"])
+        self.assertEqual(cells[10:12], ["–", "–"])
+        self.assertEqual(cells[8], "+30")
+
+
+class LimitTargetsUnchanged(unittest.TestCase):
+    """limit_targets shares `comparable` with the cache targets: its wording stays."""
+
+    def test_not_comparable_wording(self):
+        p50 = {"sluice-sqlite": {5000: 0.300}, "sluice-sqlite-limited": {5000: 0.303}}
+        res = results(p50, **{"sluice-sqlite-limited": {"foreign_cpu_pct": 40.0}})
+        for r in res["runs"]:
+            if r["system"] == "sluice-sqlite-limited":
+                r["lease_takes"] = 10
+        rows = targets.limit_targets(res)
+        self.assertEqual(rows[0][1], "p50 0.303 ms limited vs 0.300 ms unlimited: +3 µs (per round, median of 3); "
+                                     "not comparable: other work used 40 % of a core during the limited run")
+        self.assertIs(rows[0][2], False)
+
+
+class Configuration(unittest.TestCase):
+    def test_cached_route_in_the_manifests(self):
+        man = systems.sluice_manifests(12345)
+        doc = next(d for d in man.split("\n---\n") if f"model: {settings.CACHE_MODEL}\n" in d)
+        self.assertIn("kind: ModelRoute", doc)
+        self.assertIn("  cache: {completions: deterministic}\n", doc)
+        self.assertIn("  - upstream: mock\n", doc)
+        # the other routes cache no completion
+        self.assertEqual(man.count("cache:"), 1)
+
+    def test_bodies(self):
+        import json
+
+        body, cached = json.loads(settings.BODY), json.loads(settings.CACHE_BODY)
+        self.assertEqual(cached.pop("model"), settings.CACHE_MODEL)
+        self.assertEqual(cached.pop("temperature"), 0)
+        body.pop("model")
+        self.assertEqual(cached, body)
+        self.assertEqual(report.CACHE_BODY_DOC, settings.CACHE_BODY)
+        self.assertEqual(report.BODY_DOC, settings.BODY)
+
+    def test_added_by_round_baseline(self):
+        res = results()
+        a = stats.added_by_round(res["runs"], "sluice-cache-miss", 1000, baseline="sluice")
+        self.assertAlmostEqual(a["p50"], 5.0, places=6)
+
+
+if __name__ == "__main__":
+    unittest.main()
