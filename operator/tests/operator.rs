@@ -1,9 +1,10 @@
 //! The operator's integration tests, one binary of modules (one link, one process):
 //! builders against golden YAML (`render`), the reconcile loop against a scripted API
 //! server (`reconcile`), status from the ledger (`status`), the binary's own wiring
-//! (`run`), drift repair and AccountLimits against the stateful fake API server (`drift`,
-//! `limits`). Shared
-//! fixtures live in `support`.
+//! (`run`), drift repair and AccountLimits against a real kube-apiserver and etcd
+//! (`drift`, `limits`: `sluice_tests::controlplane`, the binaries tests/kube/build caches; skipped
+//! with a printed reason when they are missing, a failure under `CI`). Shared fixtures
+//! live in `support`.
 
 mod support;
 

@@ -21,6 +21,10 @@
 //! - [`process::GatewayProcess`] runs the real binary (to kill it with SIGKILL);
 //! - [`load::open_loop`] drives fixed-rate load.
 //!
+//! For the operator: [`controlplane::ControlPlane`] starts a real etcd and kube-apiserver
+//! (those tests/kube/build caches, with the flags of the Python suites' control plane) and
+//! gives an admin client, the chart's ServiceAccount for the operator and the audit log.
+//!
 //! Tests wait for state with `sluice_ledger::testing::eventually` (the workspace's one
 //! polling helper), never with a fixed sleep.
 //!
@@ -30,6 +34,7 @@
 pub mod billing;
 pub mod canned;
 pub mod client;
+pub mod controlplane;
 pub mod gateway;
 pub mod load;
 pub mod manifest;

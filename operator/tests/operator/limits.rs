@@ -1,8 +1,10 @@
-//! AccountLimits end to end against the stateful fake API server: the operator's real
+//! AccountLimits end to end against a real kube-apiserver (`sluice_tests::controlplane`), the
+//! operator authenticated as the chart's ServiceAccount with the chart's RBAC: its real
 //! controllers write each one's limits into the ledger (the full set of six), follow an
 //! edit (overwriting a change made meanwhile with `admin`), refuse a second owner of a
 //! subject and an unknown account or key, and remove the limits on delete (after which
-//! the next AccountLimit of the subject takes it over).
+//! the next AccountLimit of the subject takes it over). The test acts as the cluster's
+//! admin.
 
 #![expect(clippy::unwrap_used, reason = "test helpers outside #[test] fns: a panic is how a test reports")]
 
@@ -12,10 +14,10 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use sluice_crds::AccountLimit;
-use sluice_kube_fake::FakeApiServer;
 use sluice_ledger::testing::eventually;
 use sluice_ledger::{Ledger, Limits, LimitsUpdate, Meter, Subject};
 use sluice_operator::Config;
+use sluice_tests::controlplane::ControlPlane;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -59,8 +61,13 @@ async fn wait_limits(ledger: &Ledger, subject: Subject, want: Limits) {
 
 #[tokio::test]
 async fn account_limits_are_written_to_the_ledger_and_removed_on_delete() {
-    let fake = FakeApiServer::with_sluice_crds();
-    let client = fake.client();
+    let Some(cp) = ControlPlane::start().await.unwrap() else { return };
+    cp.install_sluice_crds().await.unwrap();
+    for namespace in ["team-a", "team-b"] {
+        cp.create_namespace(namespace).await.unwrap();
+    }
+    let operator_identity = cp.chart_operator("sluice-system").await.unwrap();
+    let client = cp.client();
     let path = std::env::temp_dir().join(format!("sluice-operator-limits-{}.db", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let url = format!("sqlite://{}", path.display());
@@ -72,7 +79,7 @@ async fn account_limits_are_written_to_the_ledger_and_removed_on_delete() {
     let mut config = Config::new(&url);
     config.status_interval = Duration::from_secs(1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let operator = tokio::spawn(sluice_operator::run_until(client.clone(), config, async move {
+    let operator = tokio::spawn(sluice_operator::run_until(operator_identity.client.clone(), config, async move {
         let _ = stopped.await;
     }));
     let team_a = Subject::Account(account.id);
@@ -134,6 +141,15 @@ async fn account_limits_are_written_to_the_ledger_and_removed_on_delete() {
     wait_limits(&ledger, Subject::Key(key_id), Limits::default()).await;
     delete("team-a", "ghost").await;
     delete("team-a", "no-such-key").await;
+
+    // With exactly the chart's rules, the authorizer refused the operator nothing.
+    let refused: Vec<Value> = cp
+        .audit_events(0)
+        .into_iter()
+        .filter(|e| e["user"]["username"] == operator_identity.username.as_str())
+        .filter(|e| e["annotations"]["authorization.k8s.io/decision"] == "forbid")
+        .collect();
+    assert!(refused.is_empty(), "the chart's RBAC refused the operator: {refused:#?}");
 
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), operator).await.expect("shutdown hung").unwrap().unwrap();
