@@ -141,13 +141,10 @@ def limit_targets(results: dict) -> list[tuple[str, str, bool | None]]:
     runs = results.get("runs", [])
     rows = []
     for key, twin, what in LIMITED_TWINS:
-        both = sorted({r["rate"] for r in runs if r["system"] == key} & {r["rate"] for r in runs if r["system"] == twin})
-        if not both:
+        t = twin_at(results, key, twin, LIMIT_RATE)
+        if t is None:
             continue
-        rate = LIMIT_RATE if LIMIT_RATE in both else both[-1]
-        note = "" if rate == LIMIT_RATE else f" ({LIMIT_RATE // 1000}k req/s not run: the highest rate both ran)"
-        extra = added_by_round(runs, key, rate, baseline=twin)["p50"]
-        lim, unl = combine(by(runs, key, rate)), combine(by(runs, twin, rate))
+        rate, note, extra, lim, unl = t["rate"], t["note"], t["extra"], t["system"], t["base"]
         # An overloaded run's p50 is its queue, a disturbed one's the other work's: a few
         # µs are comparable only when both kept up on a quiet machine.
         behind = comparable(results, {"limited": lim, "unlimited": unl})
@@ -157,7 +154,7 @@ def limit_targets(results: dict) -> list[tuple[str, str, bool | None]]:
                      f"(per round, median of {lim['rounds']})"
                      + (f"; not comparable: {'; '.join(behind)}" if behind else ""),
                      not behind and extra is not None and extra <= LIMIT_P50_SLACK_US))
-        per = {r: combine(by(runs, key, r)).get("lease_takes_per_1k") for r in both}
+        per = {r: combine(by(runs, key, r)).get("lease_takes_per_1k") for r in t["rates"]}
         if any(v is None for v in per.values()):
             continue
         rows.append((f"lease transactions per 1,000 requests ≤ {LIMIT_TAKES_PER_1K:.0f} at every rate "
@@ -194,23 +191,40 @@ def comparable(results: dict, pair: dict[str, dict]) -> list[str]:
     return why
 
 
+def twin_at(results: dict, key: str, base: str, want: int) -> dict | None:
+    """`key` beside `base` at rate `want`, or the highest rate both ran: the rate, a note
+    when it is not `want`, the per-round p50 difference (median over rounds), both
+    combined runs and why they are not comparable (see [`comparable`]); `None` when they
+    share no rate."""
+    runs = results.get("runs", [])
+    both = sorted({r["rate"] for r in runs if r["system"] == key} & {r["rate"] for r in runs if r["system"] == base})
+    if not both:
+        return None
+    rate = want if want in both else both[-1]
+    c, b = combine(by(runs, key, rate)), combine(by(runs, base, rate))
+    return {
+        "rates": both,
+        "rate": rate,
+        "note": "" if rate == want else f" ({want // 1000}k req/s not run: the highest rate both ran)",
+        "extra": added_by_round(runs, key, rate, baseline=base)["p50"],
+        "system": c,
+        "base": b,
+        "behind": comparable(results, {key: c, base: b}),
+    }
+
+
 def cache_targets(results: dict) -> list[tuple[str, str, bool | None]]:
     """The response cache (issue 28): at 5k req/s (or the highest rate both ran) a hit
     adds at most 50 µs p50 over the gateway's own floor, taken to be the mock answering
     directly, and a miss at most 10 µs p50 over the same gateway without a cache (per
     round, the system − its baseline, the median over rounds); only when both runs kept
     up on a quiet machine, as for a limited key."""
-    runs = results.get("runs", [])
     rows = []
     for key, base, most, what, against in CACHE_PAIRS:
-        both = sorted({r["rate"] for r in runs if r["system"] == key} & {r["rate"] for r in runs if r["system"] == base})
-        if not both:
+        t = twin_at(results, key, base, CACHE_RATE)
+        if t is None:
             continue
-        rate = CACHE_RATE if CACHE_RATE in both else both[-1]
-        note = "" if rate == CACHE_RATE else f" ({CACHE_RATE // 1000}k req/s not run: the highest rate both ran)"
-        extra = added_by_round(runs, key, rate, baseline=base)["p50"]
-        c, b = combine(by(runs, key, rate)), combine(by(runs, base, rate))
-        behind = comparable(results, {key: c, base: b})
+        rate, note, extra, c, b, behind = t["rate"], t["note"], t["extra"], t["system"], t["base"], t["behind"]
         rows.append((f"{what} ≤ {most:.0f} µs p50 {against} at {rate // 1000}k req/s (billing off){note}",
                      f"p50 {f(c['lat_ms']['p50'])} ms vs {f(b['lat_ms']['p50'])} ms `{base}`: {us(extra)} µs "
                      f"(per round, median of {c['rounds']})"

@@ -165,9 +165,18 @@ pub struct CachePolicy {
     pub completions: CompletionCaching,
     /// Charged per answer served from the cache (a completion, or one embedding input).
     pub price_nanos: u64,
+    /// The route's candidates as `upstream/model`, comma-separated: part of every key, so
+    /// a route that changes models starts afresh.
+    pub models: String,
 }
 
 impl CachePolicy {
+    /// The policy of `route`.
+    pub fn of(route: &RouteConfig) -> Self {
+        let models: Vec<String> = route.candidates.iter().map(|c| format!("{}/{}", c.upstream, c.model)).collect();
+        Self { models: models.join(","), ..Self::from(&route.cache) }
+    }
+
     /// How long an entry is kept: served fresh for `ttl`, then only when every
     /// candidate failed, for `stale_if_error`.
     pub fn lifetime(&self) -> Duration {
@@ -184,6 +193,7 @@ impl From<&CacheConfig> for CachePolicy {
             embeddings: c.embeddings,
             completions: c.completions,
             price_nanos: c.price_nanos,
+            models: String::new(),
         }
     }
 }
@@ -332,7 +342,7 @@ impl Runtime {
                 cfg: r.clone(),
                 candidates,
                 metrics: RouteMetrics::new(metrics, &r.name),
-                cache: CachePolicy::from(&r.cache),
+                cache: CachePolicy::of(r),
             };
             routes.insert(r.model.clone(), Arc::new(route));
         }

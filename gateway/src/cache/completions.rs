@@ -208,8 +208,7 @@ fn marked(mut response: Response, directive: Directive) -> Response {
 /// candidates' models, the scope, and the request less its inert members (a stream's
 /// `stream_options` stay: they change its events).
 fn key(route: &Route, endpoint: Endpoint, stream: bool, scope: &Scope, body: &Value) -> Key {
-    let models: Vec<String> = route.cfg.candidates.iter().map(|c| format!("{}/{}", c.upstream, c.model)).collect();
-    key_of(&route.cfg.key, &models.join(","), endpoint, stream, scope, body)
+    key_of(&route.cfg.key, &route.cache.models, endpoint, stream, scope, body)
 }
 
 fn key_of(route: &str, models: &str, endpoint: Endpoint, stream: bool, scope: &Scope, body: &Value) -> Key {

@@ -57,8 +57,6 @@ impl Plan {
         let mut skip: Vec<&str> = INERT.to_vec();
         skip.push("model");
         let options = canonical(&Value::Object(rest.clone()), &skip);
-        let models: Vec<String> = route.cfg.candidates.iter().map(|c| format!("{}/{}", c.upstream, c.model)).collect();
-        let models = models.join(",");
         let scope = scope.bytes();
         let keys = items
             .iter()
@@ -66,7 +64,7 @@ impl Plan {
                 Key::of(&[
                     b"embedding",
                     route.cfg.key.as_bytes(),
-                    models.as_bytes(),
+                    route.cache.models.as_bytes(),
                     &scope,
                     &options,
                     &canonical(item, &[]),
