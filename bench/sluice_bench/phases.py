@@ -15,7 +15,7 @@ from pathlib import Path
 from .clients import failover_series, pct, stream_once
 from .load import System, describe, run_oha
 from .procs import Service
-from .settings import ANTHROPIC_BODY, BIN, BODY, OHA, Mode, free_port, log
+from .settings import ANTHROPIC_BODY, BIN, BODY, CACHE_BODY, OHA, Mode, free_port, log
 from .systems import OtlpSink, chaos, litellm_conf, nginx_conf, post_json, start_sluice, wait_http
 
 #: The rate of the tracing comparison (the target: tracing on at 1k req/s with sampling
@@ -27,7 +27,9 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
     """User-space instructions per request under callgrind: deterministic, so it holds
     even when the shared machine is busy. n sequential requests after a warm-up, counted
     for: sluice (billing off) on the OpenAI passthrough (`sluice`) and, in the same
-    process, on the route translated to the Anthropic protocol (`sluice-anthropic`); a
+    process, on the route translated to the Anthropic protocol (`sluice-anthropic`) and
+    on the caching route, answered from the cache (`sluice-cache-hit`) and sent upstream
+    then stored (`sluice-cache-miss`, `cache-control: no-cache`); a
     second sluice exporting traces of every request to a local OTLP sink
     (`sluice-traced`, its batch exporter's thread included); and nginx. Each count is of
     the whole process, every thread."""
@@ -35,17 +37,19 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
         return {"error": "valgrind is not installed"}
     out: dict = {"n": n}
 
-    def drive(port: int, count: int, body: str) -> None:
+    def drive(port: int, count: int, body: str, headers: list[str]) -> None:
+        extra = [a for h in headers for a in ("-H", h)]
         subprocess.run([OHA, "-n", str(count), "-c", "1", "--no-tui", "--output-format", "json", "-m", "POST",
-                        "-H", "content-type: application/json", "-d", body, f"http://127.0.0.1:{port}/v1/chat/completions"],
+                        "-H", "content-type: application/json", *extra, "-d", body,
+                        f"http://127.0.0.1:{port}/v1/chat/completions"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
 
-    def count(svc: Service, port: int, dump: Path, body: str) -> float | None:
+    def count(svc: Service, port: int, dump: Path, body: str, headers: list[str] | None = None) -> float | None:
         """Instructions per request of n requests of `body`, after a warm-up."""
-        drive(port, 300, body)
+        drive(port, 300, body, headers or [])
         subprocess.run(["callgrind_control", "-z", str(svc.pid)], capture_output=True, timeout=60)
         before = set(work.glob(f"{dump.name}.*"))
-        drive(port, n, body)
+        drive(port, n, body, headers or [])
         subprocess.run(["callgrind_control", "-d", str(svc.pid)], capture_output=True, timeout=60)
         parts = sorted(set(work.glob(f"{dump.name}.*")) - before)
         total = 0
@@ -68,6 +72,8 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
     try:
         out["sluice"] = count(svc, port, dump, BODY)
         out["sluice-anthropic"] = count(svc, port, dump, ANTHROPIC_BODY)
+        out["sluice-cache-hit"] = count(svc, port, dump, CACHE_BODY)
+        out["sluice-cache-miss"] = count(svc, port, dump, CACHE_BODY, ["cache-control: no-cache"])
     finally:
         svc.stop()
     # sluice with traces on: every request sampled, exported to a local sink

@@ -225,3 +225,20 @@ class Configuration(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Callgrind(unittest.TestCase):
+    def test_cache_rows_against_the_plain_request(self):
+        res = results()
+        res["callgrind"] = {"n": 1000, "sluice": 84_600, "sluice-anthropic": 107_100, "sluice-cache-hit": 67_000,
+                            "sluice-cache-miss": 122_000, "nginx": 24_250}
+        md = section(render(res), "Instructions per request (callgrind)")
+        self.assertIn("| sluice, billing off, cache hit | 67,000 | 2.8× | -17,600 |", md)
+        self.assertIn("| sluice, billing off, cache miss (no-cache: upstream, then stored) | 122,000 | 5.0× | +37,400 |", md)
+        self.assertIn("SHA-256 in software", md)
+
+    def test_no_cache_counts_no_cache_rows(self):
+        res = results()
+        res["callgrind"] = {"n": 1000, "sluice": 84_600, "nginx": 24_250}
+        md = section(render(res), "Instructions per request (callgrind)")
+        self.assertNotIn("cache", md)

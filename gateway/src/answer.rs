@@ -197,7 +197,7 @@ impl<'de> serde::Deserialize<'de> for FinishReason<'de> {
 }
 
 /// A whole (non-streamed) answer: the upstream's body as it came.
-pub async fn answer(
+pub fn answer(
     gw: &Gateway,
     route: &Arc<Route>,
     req: &ClientRequest,
@@ -205,7 +205,9 @@ pub async fn answer(
     reservation: Option<Held>,
     started: Instant,
     trace: RequestTrace,
-) -> Response {
+) -> impl Future<Output = Response> + Send + 'static {
+    // Everything but the settlement is done before the returned future: it holds only
+    // the answer and the settlement, not the dispatch's parts.
     let Dispatched { started: s, candidate, attempts, failovers, .. } = d;
     let name = s.attempt.upstream().name_header.clone();
     s.attempt.finish(Outcome::Ok, &gw.settings, &gw.sli);
@@ -232,16 +234,20 @@ pub async fn answer(
         usage,
         resumed: Vec::new(),
     };
-    if !conclude(gw, route, started, end, reservation, trace).await {
-        return unbilled(attempts, &failovers, req.endpoint);
-    }
+    let settled = conclude(gw, route, started, end, reservation, trace);
     let mut response = (s.status, s.first).into_response();
     let headers = response.headers_mut();
     headers
         .insert(header::CONTENT_TYPE, s.content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")));
     sluice_headers(headers, name.as_ref(), attempts, &failovers);
     dropped_header(headers, req, route, candidate);
-    response
+    let endpoint = req.endpoint;
+    async move {
+        if !settled.await {
+            return unbilled(attempts, &failovers, endpoint);
+        }
+        response
+    }
 }
 
 /// A streamed answer: headers now, events as the relay forwards them; the attempt is

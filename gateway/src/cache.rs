@@ -10,6 +10,7 @@
 //! [`embeddings`] caches `/v1/embeddings` per input item, [`completions`] the other
 //! inbound APIs' answers whole.
 
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -36,8 +37,37 @@ pub const DEFAULT_MAX_BYTES: u64 = 128 * 1024 * 1024;
 const OVERHEAD: u32 = 96;
 
 /// A cache key: SHA-256 of what can change the answer, and of its scope.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Key(pub [u8; 32]);
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // A digest's bytes are uniform already: eight of them are the hash.
+        state.write_u64(u64::from_le_bytes([
+            self.0[0], self.0[1], self.0[2], self.0[3], self.0[4], self.0[5], self.0[6], self.0[7],
+        ]));
+    }
+}
+
+/// The hasher of the in-process tier's map: a [`Key`] hashes to eight of its digest's
+/// bytes, so nothing is hashed twice.
+#[derive(Clone, Default)]
+struct Digested(u64);
+
+impl std::hash::Hasher for Digested {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only keys are hashed here, and they write one u64; anything else is folded in.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
 
 impl Key {
     /// The key of `parts`, each length-prefixed so no two lists of parts collide.
@@ -140,17 +170,19 @@ pub enum Directive {
 impl Directive {
     /// From the request's `Cache-Control` and `x-sluice-cache` headers.
     pub fn of(headers: &HeaderMap) -> Directive {
-        let words = headers
-            .get_all(CACHE_CONTROL)
-            .iter()
-            .chain(headers.get_all(X_SLUICE_CACHE).iter())
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(|w| w.trim().to_ascii_lowercase())
-            .collect::<Vec<_>>();
-        if words.iter().any(|w| w == "no-store" || w == "bypass") {
+        let words = || {
+            headers
+                .get_all(CACHE_CONTROL)
+                .iter()
+                .chain(headers.get_all(X_SLUICE_CACHE).iter())
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+        };
+        let any = |of: [&str; 2]| words().any(|w| of.iter().any(|o| w.eq_ignore_ascii_case(o)));
+        if any(["no-store", "bypass"]) {
             Directive::Bypass
-        } else if words.iter().any(|w| w == "no-cache" || w == "refresh") {
+        } else if any(["no-cache", "refresh"]) {
             Directive::Refresh
         } else {
             Directive::Use
@@ -160,7 +192,7 @@ impl Directive {
 
 /// The process's cache: the in-process tier and, when configured, the shared one.
 pub struct Cache {
-    local: moka::sync::Cache<Key, Arc<Entry>>,
+    local: moka::sync::Cache<Key, Arc<Entry>, BuildHasherDefault<Digested>>,
     shared: Option<shared::Shared>,
 }
 
@@ -179,7 +211,7 @@ impl Cache {
             .max_capacity(max_bytes)
             .weigher(|_: &Key, e: &Arc<Entry>| e.weight())
             .expire_after(PerEntry)
-            .build();
+            .build_with_hasher(BuildHasherDefault::default());
         Self { local, shared }
     }
 

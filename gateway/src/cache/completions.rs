@@ -19,10 +19,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use serde_json::Value;
 use sluice_crds::snapshot::CompletionCaching;
 
-use super::key::{INERT, Scope, canonical};
+use super::key::{INERT, Scope, canonical_text};
 use super::{Cache, Directive, Entry, Key, X_SLUICE_CACHE, now_ms};
 use crate::answer::{self, Ending};
 use crate::billing::Held;
@@ -70,13 +69,15 @@ impl Lookup {
         if req.endpoint == Endpoint::Embeddings {
             return Lookup(None);
         }
-        let Ok(body) = serde_json::from_slice::<Value>(req.body()) else { return Lookup(None) };
-        if policy == CompletionCaching::Deterministic && !determined(&body) {
+        // A stream's `stream_options` stay in its key: they change its events.
+        let skip: &[&str] = if req.stream { &INERT_OF_STREAMS } else { INERT };
+        let Some((canonical, facts)) = canonical_text(req.body(), skip) else { return Lookup(None) };
+        if policy == CompletionCaching::Deterministic && !(facts.cold || facts.seeded) {
             return Lookup(None);
         }
         Lookup(Some(Looked {
             cache: cache.clone(),
-            key: key(route, req.endpoint, req.stream, scope, &body),
+            key: key_of(&route.cfg.key, &route.cache.models, req.endpoint, req.stream, scope, &canonical),
             directive: Directive::of(headers),
         }))
     }
@@ -204,31 +205,22 @@ fn marked(mut response: Response, directive: Directive) -> Response {
     response
 }
 
-/// The key of a completion: the API, the form (whole or stream), the route and its
-/// candidates' models, the scope, and the request less its inert members (a stream's
-/// `stream_options` stay: they change its events).
-fn key(route: &Route, endpoint: Endpoint, stream: bool, scope: &Scope, body: &Value) -> Key {
-    key_of(&route.cfg.key, &route.cache.models, endpoint, stream, scope, body)
-}
+/// The members left out of a stream's key: [`INERT`] but `stream_options`.
+const INERT_OF_STREAMS: [&str; 5] = ["user", "metadata", "stream", "store", "service_tier"];
 
-fn key_of(route: &str, models: &str, endpoint: Endpoint, stream: bool, scope: &Scope, body: &Value) -> Key {
-    let skip: Vec<&str> = INERT.iter().copied().filter(|m| !(stream && *m == "stream_options")).collect();
+/// The key of a completion: the API, the form (whole or stream), the route and its
+/// candidates' models, the scope, and the request in canonical form less its inert
+/// members.
+fn key_of(route: &str, models: &str, endpoint: Endpoint, stream: bool, scope: &Scope, canonical: &[u8]) -> Key {
     Key::of(&[
         b"completion",
-        format!("{endpoint:?}").as_bytes(),
+        endpoint.api().as_bytes(),
         if stream { b"stream" } else { b"whole" },
         route.as_bytes(),
         models.as_bytes(),
         &scope.bytes(),
-        &canonical(body, &skip),
+        canonical,
     ])
-}
-
-/// Whether a request's answer is determined: `temperature` 0, or a `seed`.
-fn determined(body: &Value) -> bool {
-    let cold = body.get("temperature").and_then(Value::as_f64) == Some(0.0);
-    let seeded = body.get("seed").is_some_and(|s| !s.is_null());
-    cold || seeded
 }
 
 type OnEnd = Box<dyn FnOnce(Bytes) + Send>;
@@ -272,22 +264,36 @@ where
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
+    fn determined(body: &str) -> bool {
+        let (_, facts) = canonical_text(body.as_bytes(), INERT).unwrap();
+        facts.cold || facts.seeded
+    }
+
     #[test]
     fn only_cold_or_seeded_requests_are_determined() {
-        assert!(determined(&json!({"temperature": 0})));
-        assert!(determined(&json!({"temperature": 0.0})));
-        assert!(determined(&json!({"temperature": 0.7, "seed": 7})));
-        assert!(!determined(&json!({"temperature": 0.7})));
-        assert!(!determined(&json!({})), "an unset temperature samples");
-        assert!(!determined(&json!({"seed": null})));
+        assert!(determined(r#"{"temperature": 0}"#));
+        assert!(determined(r#"{"temperature": 0.0}"#));
+        assert!(determined(r#"{"temperature": -0.0, "seed": null}"#));
+        assert!(determined(r#"{"temperature": 0.7, "seed": 7}"#));
+        assert!(!determined(r#"{"temperature": 0.7}"#));
+        assert!(!determined(r#"{"temperature": "0"}"#), "a string is not the number 0");
+        assert!(!determined("{}"), "an unset temperature samples");
+        assert!(!determined(r#"{"seed": null}"#));
+        assert!(!determined(r#"{"messages": [{"temperature": 0, "seed": 1}]}"#), "only the top level counts");
     }
 
     fn chat_key(body: Value, stream: bool, scope: Scope) -> Key {
-        key_of("default/chat", "openai/gpt-4o", Endpoint::Chat, stream, &scope, &body)
+        chat_key_of_text(&body.to_string(), stream, scope)
+    }
+
+    fn chat_key_of_text(body: &str, stream: bool, scope: Scope) -> Key {
+        let skip: &[&str] = if stream { &INERT_OF_STREAMS } else { INERT };
+        let (canonical, _) = canonical_text(body.as_bytes(), skip).unwrap();
+        key_of("default/chat", "openai/gpt-4o", Endpoint::Chat, stream, &scope, &canonical)
     }
 
     #[test]
@@ -322,18 +328,17 @@ mod tests {
         ] {
             assert_eq!(chat_key(with(member, v), false, Scope::Account(1)), k, "{member} must not change the key");
         }
-        let reordered: Value =
-            serde_json::from_str(r#"{"temperature":0,"messages":[{"content":"hi","role":"user"}],"model":"m"}"#)
-                .unwrap();
-        assert_eq!(chat_key(reordered, false, Scope::Account(1)), k);
+        let reordered = r#"{"temperature": 0, "messages": [ {"content": "hi", "role": "user"} ], "model": "m"}"#;
+        assert_eq!(chat_key_of_text(reordered, false, Scope::Account(1)), k);
         // The scope, the form, the API, the route and its models.
         assert_ne!(chat_key(base.clone(), false, Scope::Account(2)), k);
         assert_ne!(chat_key(base.clone(), false, Scope::Shared), k);
         assert_ne!(chat_key(base.clone(), true, Scope::Account(1)), k);
         let scope = Scope::Account(1);
-        assert_ne!(key_of("default/chat", "openai/gpt-4o", Endpoint::Messages, false, &scope, &base), k);
-        assert_ne!(key_of("other/chat", "openai/gpt-4o", Endpoint::Chat, false, &scope, &base), k);
-        assert_ne!(key_of("default/chat", "openai/gpt-4.1", Endpoint::Chat, false, &scope, &base), k);
+        let base_text = canonical_text(base.to_string().as_bytes(), INERT).unwrap().0;
+        assert_ne!(key_of("default/chat", "openai/gpt-4o", Endpoint::Messages, false, &scope, &base_text), k);
+        assert_ne!(key_of("other/chat", "openai/gpt-4o", Endpoint::Chat, false, &scope, &base_text), k);
+        assert_ne!(key_of("default/chat", "openai/gpt-4.1", Endpoint::Chat, false, &scope, &base_text), k);
         // A stream's `stream_options` change its events: in its key.
         let s = chat_key(base.clone(), true, Scope::Account(1));
         assert_ne!(chat_key(with("stream_options", json!({"include_usage": true})), true, Scope::Account(1)), s);

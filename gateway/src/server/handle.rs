@@ -73,7 +73,7 @@ async fn serve(
     let from_cache = plan.as_ref().map_or(u64::from(cached.is_on()), cache::embeddings::Plan::inputs);
     let ask = billing::ask(&route, &req, from_cache);
     let held = match &account {
-        Some(a) => match hold(gw, &route, &req, a, request_id, ask, standings).await {
+        Some(a) => match Box::pin(hold(gw, &route, &req, a, request_id, ask, standings)).await {
             Ok(held) => held,
             Err(e) => {
                 // The route is known: a refused request (429 over a limit, 402) is one
@@ -88,7 +88,7 @@ async fn serve(
                     usage: None,
                     resumed: Vec::new(),
                 };
-                answer::conclude(gw, &route, started, end, None, trace).await;
+                Box::pin(answer::conclude(gw, &route, started, end, None, trace)).await;
                 return Err(e);
             }
         },
@@ -96,10 +96,13 @@ async fn serve(
     };
     if let Some(plan) = plan {
         let directive = cache::Directive::of(headers);
-        return cache::embeddings::serve(gw, &route, &req, request_id, plan, directive, held, started, trace).await;
+        return Box::pin(cache::embeddings::serve(gw, &route, &req, request_id, plan, directive, held, started, trace))
+            .await;
     }
-    if let Some(hit) = cached.find(gw, &route, &trace).await {
-        return Ok(cache::completions::answer(gw, &route, &req, hit, Served::Hit, held, started, trace).await);
+    if cached.is_on()
+        && let Some(hit) = Box::pin(cached.find(gw, &route, &trace)).await
+    {
+        return Ok(Box::pin(cache::completions::answer(gw, &route, &req, hit, Served::Hit, held, started, trace)).await);
     }
     let ctx = gw.dispatch_ctx(request_id, &trace);
     let dispatched = route::dispatch(&ctx, &route, &req).await;
@@ -113,13 +116,16 @@ async fn serve(
             let body = d.started.first.clone();
             Ok(cached.keep_whole(&route, answer::answer(gw, &route, &req, d, held, started, trace).await, body))
         }
-        Err(f) => match cached.stale(gw, &route, &f).await {
-            Some(entry) => {
-                let served = Served::Stale { attempts: f.attempts };
-                Ok(cache::completions::answer(gw, &route, &req, entry, served, held, started, trace).await)
-            }
-            None => Ok(answer::failure(gw, &route, endpoint, f, held, started, trace).await),
-        },
+        Err(f) => {
+            let stale = if cached.is_on() { Box::pin(cached.stale(gw, &route, &f)).await } else { None };
+            Ok(match stale {
+                Some(entry) => {
+                    let served = Served::Stale { attempts: f.attempts };
+                    Box::pin(cache::completions::answer(gw, &route, &req, entry, served, held, started, trace)).await
+                }
+                None => Box::pin(answer::failure(gw, &route, endpoint, f, held, started, trace)).await,
+            })
+        }
     }
 }
 
