@@ -31,7 +31,7 @@ use crate::relay::sse::Format;
 use crate::request::{ClientRequest, Endpoint};
 use crate::route::Failed;
 use crate::server::Gateway;
-use crate::telemetry::metrics::CacheResult;
+use crate::telemetry::metrics::{CacheKind, CacheResult};
 use crate::telemetry::traces::RequestTrace;
 
 /// The largest answer stored: a stream recorded past it is let go (and still relayed).
@@ -90,7 +90,7 @@ impl Lookup {
     /// A fresh entry for the request, unless its headers said not to read.
     pub async fn find(&self, gw: &Gateway, route: &Route, trace: &RequestTrace) -> Option<Arc<Entry>> {
         let l = self.0.as_ref()?;
-        let metrics = route.metrics.cache(&gw.metrics, "completions");
+        let metrics = route.metrics.cache(&gw.metrics, CacheKind::Completions);
         if l.directive != Directive::Use {
             metrics.count(if l.directive == Directive::Bypass { CacheResult::Bypass } else { CacheResult::Miss });
             return None;
@@ -112,7 +112,7 @@ impl Lookup {
             return None;
         }
         let found = l.cache.get_many(&[l.key]).await.pop().flatten()?;
-        route.metrics.cache(&gw.metrics, "completions").count(CacheResult::Stale);
+        route.metrics.cache(&gw.metrics, CacheKind::Completions).count(CacheResult::Stale);
         Some(found)
     }
 

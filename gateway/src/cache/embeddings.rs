@@ -24,7 +24,7 @@ use crate::headers::RequestId;
 use crate::request::{ClientRequest, Endpoint};
 use crate::route;
 use crate::server::Gateway;
-use crate::telemetry::metrics::CacheResult;
+use crate::telemetry::metrics::{CacheKind, CacheResult};
 use crate::telemetry::traces::RequestTrace;
 
 /// A request's inputs and their keys.
@@ -122,7 +122,7 @@ pub async fn serve(
     };
     let hits = found.iter().filter(|f| f.is_some()).count();
     let total = plan.items.len();
-    let metrics = route.metrics.cache(&gw.metrics, "embeddings");
+    let metrics = route.metrics.cache(&gw.metrics, CacheKind::Embeddings);
     if hits == total {
         metrics.count(CacheResult::Hit);
         Held::served_from_cache(&mut held, hits as u64);

@@ -417,8 +417,27 @@ pub struct CacheLabel {
     pub route: String,
     /// `embeddings` or `completions`.
     pub kind: &'static str,
-    /// `hit`, `miss` or `bypass`.
+    /// `hit`, `miss`, `bypass` or `stale`.
     pub result: &'static str,
+}
+
+/// What a cache counter counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheKind {
+    /// `/v1/embeddings` inputs.
+    Embeddings,
+    /// Whole completions of the other APIs.
+    Completions,
+}
+
+impl CacheKind {
+    /// The `kind` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheKind::Embeddings => "embeddings",
+            CacheKind::Completions => "completions",
+        }
+    }
 }
 
 /// How a request met the cache.
@@ -435,6 +454,8 @@ pub enum CacheResult {
 }
 
 impl CacheResult {
+    const ALL: [CacheResult; 4] = [CacheResult::Hit, CacheResult::Miss, CacheResult::Bypass, CacheResult::Stale];
+
     /// The `result` label.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -461,14 +482,19 @@ pub struct CacheMetrics {
 pub struct RouteCache<'a> {
     metrics: &'a Metrics,
     route: &'a str,
-    kind: &'static str,
+    kind: CacheKind,
+    counters: &'a [OnceLock<Counter>; CacheResult::ALL.len()],
 }
 
 impl RouteCache<'_> {
-    /// Counts one request.
+    /// Counts one request (the series is resolved on its first count).
     pub fn count(&self, result: CacheResult) {
-        let label = CacheLabel { route: self.route.to_owned(), kind: self.kind, result: result.as_str() };
-        self.metrics.cache.requests.get_or_create(&label).inc();
+        let at = CacheResult::ALL.iter().position(|r| *r == result).unwrap_or(0);
+        let counter = self.counters[at].get_or_init(|| {
+            let label = CacheLabel { route: self.route.to_owned(), kind: self.kind.as_str(), result: result.as_str() };
+            self.metrics.cache.requests.get_or_create(&label).clone()
+        });
+        counter.inc();
     }
 }
 
@@ -550,6 +576,9 @@ pub struct RouteMetrics {
     /// The handles of each inbound API, resolved on its first request (a route that is
     /// only asked in one API exports that API's series only).
     apis: [OnceLock<ApiMetrics>; Endpoint::ALL.len()],
+    /// Its cache counters by kind (embeddings, completions) and result, resolved on
+    /// first use.
+    cache: [[OnceLock<Counter>; CacheResult::ALL.len()]; 2],
     /// Input tokens.
     pub input_tokens: Counter,
     /// Output tokens.
@@ -569,9 +598,10 @@ struct ApiMetrics {
 }
 
 impl RouteMetrics {
-    /// The route's cache counter of `kind` (`embeddings`, `completions`).
-    pub fn cache<'a>(&'a self, metrics: &'a Metrics, kind: &'static str) -> RouteCache<'a> {
-        RouteCache { metrics, route: &self.route, kind }
+    /// The route's cache counters of `kind`.
+    pub fn cache<'a>(&'a self, metrics: &'a Metrics, kind: CacheKind) -> RouteCache<'a> {
+        let counters = &self.cache[usize::from(kind == CacheKind::Completions)];
+        RouteCache { metrics, route: &self.route, kind, counters }
     }
 
     /// Resolves the handles of route `name`.
@@ -581,6 +611,7 @@ impl RouteMetrics {
         Self {
             route: name.to_string(),
             apis: Default::default(),
+            cache: Default::default(),
             input_tokens: tokens(TokenKind::Input),
             output_tokens: tokens(TokenKind::Output),
             spend: m.spend.get_or_create(&route).clone(),
