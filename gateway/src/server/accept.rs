@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use super::router::App;
+
 /// How long a client may take to send its request headers. A body has its own limit
 /// (`--body-timeout`); without this one, a client trickling its headers would hold a
 /// connection forever.
@@ -13,10 +15,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests in flight
 /// finish (streams included). Unlike `axum::serve`, connections get a header-read
 /// timeout and `TCP_NODELAY`.
-pub async fn serve_http(listener: TcpListener, app: axum::Router, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn serve_http(listener: TcpListener, app: App, shutdown: impl std::future::Future<Output = ()>) {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
-    use hyper_util::service::TowerToHyperService;
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = Builder::new(TokioExecutor::new());
@@ -38,8 +39,7 @@ pub async fn serve_http(listener: TcpListener, app: axum::Router, shutdown: impl
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(app.clone());
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).into_owned();
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(tcp), app.clone()).into_owned();
         let watched = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = watched.await {

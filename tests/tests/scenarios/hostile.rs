@@ -7,16 +7,16 @@
 
 use std::time::Duration;
 
-use axum::Router;
 use http::{HeaderName, HeaderValue, Method, Request};
+use hyper::service::Service as _;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
 use sluice_gateway::server::AuthMode;
+use sluice_gateway::server::router::App;
 use sluice_ledger::testing::eventually;
 use sluice_tests::billing::Price;
 use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, route, yaml};
-use tower::ServiceExt as _;
 
 const MAX_BODY: usize = 64 * 1024;
 const ENDPOINTS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
@@ -48,12 +48,12 @@ struct Answer {
     body: bytes::Bytes,
 }
 
-async fn send(app: &Router, input: &Input) -> anyhow::Result<Answer> {
+async fn send(app: &App, input: &Input) -> anyhow::Result<Answer> {
     let mut req = Request::builder().method(input.method.clone()).uri(&input.path);
     for (k, v) in &input.headers {
         req = req.header(k, v);
     }
-    let resp = app.clone().oneshot(req.body(axum::body::Body::from(input.body.clone()))?).await?;
+    let resp = app.call(req.body(axum::body::Body::from(input.body.clone()))?).await?;
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let body = tokio::time::timeout(Duration::from_secs(30), axum::body::to_bytes(resp.into_body(), 64 * 1024 * 1024))
