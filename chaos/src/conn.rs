@@ -20,9 +20,12 @@ use axum::serve::{IncomingStream, Listener};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::counters::Counters;
+
 /// A TCP listener whose connections can be reset by handlers.
 pub(crate) struct ChaosListener {
     inner: TcpListener,
+    counters: Arc<Counters>,
 }
 
 /// A TCP stream that fails (and resets) once its handle was aborted.
@@ -37,8 +40,8 @@ pub(crate) struct AbortableIo {
 pub(crate) struct ConnHandle(Arc<AtomicBool>);
 
 impl ChaosListener {
-    pub(crate) fn new(inner: TcpListener) -> Self {
-        Self { inner }
+    pub(crate) fn new(inner: TcpListener, counters: Arc<Counters>) -> Self {
+        Self { inner, counters }
     }
 }
 
@@ -54,6 +57,7 @@ impl Listener for ChaosListener {
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!(error = %e, "chaos: cannot set TCP_NODELAY");
                     }
+                    self.counters.connection();
                     let io = AbortableIo { stream, handle: ConnHandle::default(), lingering: false };
                     return (io, addr);
                 }

@@ -46,6 +46,9 @@ pub struct CounterSnapshot {
     /// Embedding inputs received, over all embeddings requests.
     #[serde(default)]
     pub embedding_inputs: u64,
+    /// TCP connections accepted: with requests, how well a client reuses them.
+    #[serde(default)]
+    pub connections: u64,
 }
 
 /// Shared counters behind [`super::ChaosState`].
@@ -60,6 +63,7 @@ pub(crate) struct Counters {
     by_protocol: [AtomicU64; Protocol::ALL.len()],
     tokens_issued: AtomicU64,
     embedding_inputs: AtomicU64,
+    connections: AtomicU64,
 }
 
 /// Marks one inference request as in flight until dropped.
@@ -83,7 +87,12 @@ impl Counters {
             by_protocol: std::array::from_fn(|_| AtomicU64::new(0)),
             tokens_issued: AtomicU64::new(0),
             embedding_inputs: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
         }
+    }
+
+    pub(crate) fn connection(&self) {
+        self.connections.fetch_add(1, SeqCst);
     }
 
     /// Counts a new inference request; returns its 1-based sequence number
@@ -172,6 +181,7 @@ impl Counters {
                 .collect(),
             tokens_issued: self.tokens_issued.load(SeqCst),
             embedding_inputs: self.embedding_inputs.load(SeqCst),
+            connections: self.connections.load(SeqCst),
         }
     }
 
@@ -190,6 +200,7 @@ impl Counters {
         }
         self.tokens_issued.store(0, SeqCst);
         self.embedding_inputs.store(0, SeqCst);
+        self.connections.store(0, SeqCst);
     }
 }
 

@@ -204,6 +204,11 @@ impl ChaosState {
         self.counters().streams_started
     }
 
+    /// TCP connections accepted.
+    pub fn connections(&self) -> u64 {
+        self.counters().connections
+    }
+
     /// Connections reset on purpose.
     pub fn resets(&self) -> u64 {
         self.counters().resets
@@ -282,8 +287,9 @@ pub fn router(state: ChaosState) -> Router {
 
 /// Serves the chaos upstream on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, state: ChaosState) -> std::io::Result<()> {
+    let counters = Arc::clone(&state.inner.counters);
     let app = router(state).into_make_service_with_connect_info::<ConnHandle>();
-    axum::serve(ChaosListener::new(listener), app).await
+    axum::serve(ChaosListener::new(listener, counters), app).await
 }
 
 #[cfg(test)]

@@ -38,6 +38,8 @@ pub(crate) struct Plan {
     pub(crate) reset_after: Option<u32>,
     pub(crate) malformed: Option<u32>,
     pub(crate) no_done: bool,
+    /// Between a stream's last event and the end of its body.
+    pub(crate) end_gap: Duration,
     /// In-stream error event after this many content chunks.
     pub(crate) error_after: Option<u32>,
     /// The script's `error_code`: names the in-stream error too.
@@ -106,6 +108,7 @@ impl Plan {
             reset_after: script.reset_after_chunks,
             malformed: script.malformed_chunk,
             no_done: script.no_done.unwrap_or(false),
+            end_gap: ms(script.end_ms),
             error_after: script.error_after_chunks,
             error_code: script.error_code.clone(),
             tool_call: script.tool_call.clone(),

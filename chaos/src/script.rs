@@ -99,6 +99,10 @@ script! {
     malformed_chunk: u32,
     /// End a stream cleanly without `data: [DONE]`.
     no_done: bool,
+    /// Keep a stream's body open this long after its last event before ending it
+    /// (an upstream slow to close; a client that stops reading at `[DONE]` and drops
+    /// the body loses the connection).
+    end_ms: u64,
     /// Fraction (0..=1) of requests that fail with `status` (or 503).
     fail_rate: f64,
     /// A stream sends this many content chunks, then the protocol's in-stream
@@ -246,6 +250,7 @@ impl Script {
             ("first_byte_ms", self.first_byte_ms),
             ("headers_first_byte_ms", self.headers_first_byte_ms),
             ("chunk_ms", self.chunk_ms),
+            ("end_ms", self.end_ms),
             ("retry_after_ms", self.retry_after_ms),
         ];
         for (field, ms) in ms_fields {

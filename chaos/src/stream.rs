@@ -69,6 +69,8 @@ enum Step {
     Finish,
     Usage,
     Done,
+    /// After the last event: the body ends (after `end_ms`).
+    Close,
     End,
 }
 
@@ -161,11 +163,16 @@ impl SseState {
                     return Some(Ok(self.event(|s| wire::usage_event(&s.prefix, usage))));
                 }
                 Step::Done => {
-                    self.step = Step::End;
+                    self.step = Step::Close;
                     if plan.no_done {
-                        return None;
+                        continue;
                     }
                     return Some(Ok(Bytes::from_static(wire::DONE_EVENT)));
+                }
+                Step::Close => {
+                    self.step = Step::End;
+                    sleep(plan.end_gap).await;
+                    return None;
                 }
                 Step::End => return None,
             }

@@ -94,10 +94,20 @@ where
 {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
-        let (end, last) = match resumer {
-            None => pump(first, rest, format, wants_usage, idle, &tx).await,
-            Some(r) => resume::pump(first, rest, wants_usage, idle, r, &tx).await,
+        let (end, last, rest) = match resumer {
+            None => {
+                let mut rest = rest;
+                let (end, last) = pump(first, &mut rest, format, wants_usage, idle, &tx).await;
+                (end, last, Some(rest))
+            }
+            // Boxed: the resuming pump's state is the larger by far, and this task's
+            // future is copied into the runtime whole.
+            Some(r) => {
+                let (end, last) = Box::pin(resume::pump(first, rest, wants_usage, idle, r, &tx)).await;
+                (end, last, None)
+            }
         };
+        let complete = end.outcome == Outcome::Ok && !end.client_gone;
         let billed = on_end(end).await;
         let last = match last {
             Some(_) if !billed => Some(unbilled(format)),
@@ -105,6 +115,11 @@ where
         };
         if let Some(last) = last {
             let _ = tx.send(Ok(last)).await;
+        }
+        // The client has its last event; its body ends with the upstream's, as through
+        // any proxy (bounded by the drain).
+        if let Some(rest) = rest.filter(|_| complete) {
+            drain(rest).await;
         }
     });
     axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
@@ -114,7 +129,7 @@ where
 /// to send (`[DONE]` or an error event; none when the client went away).
 async fn pump(
     first: Bytes,
-    mut rest: BodyStream,
+    rest: &mut BodyStream,
     format: Format,
     wants_usage: bool,
     idle: IdleWatch,
@@ -210,6 +225,30 @@ async fn pump(
             }
         }
     }
+}
+
+/// How long the end of a complete stream's body is waited for, and how much of it is
+/// read, before the connection is given up instead (and the client's body ended).
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const DRAIN_MAX_BYTES: usize = 64 * 1024;
+
+/// Reads what an upstream still sends after a complete stream (its `[DONE]` after the
+/// usage chunk, the chunked body's last chunk) to the body's end, so that its
+/// connection goes back to the pool: a body dropped before its end closes the
+/// connection, and the next request to the upstream would open (and for `https`,
+/// handshake) a new one. Bounded: an upstream that keeps sending or stays silent past
+/// [`DRAIN_WAIT`] loses its connection, as before.
+async fn drain(mut rest: BodyStream) {
+    let _ = tokio::time::timeout(DRAIN_WAIT, async {
+        let mut read = 0;
+        while let Some(Ok(bytes)) = rest.next().await {
+            read += bytes.len();
+            if read > DRAIN_MAX_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// The last event of a stream whose settlement did not commit in time.

@@ -70,6 +70,11 @@ impl ChaosUpstream {
         self.state.requests()
     }
 
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.state.connections()
+    }
+
     /// All counters.
     pub fn counters(&self) -> CounterSnapshot {
         self.state.counters()

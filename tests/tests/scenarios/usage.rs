@@ -1,7 +1,8 @@
 //! docs/design.md §4.4 stream handling: the gateway always asks for usage and strips the usage
 //! chunk again unless the client asked for it; malformed events are dropped and the
 //! stream goes on; a stream that ends without `[DONE]` after a finish reason is
-//! finalised at once.
+//! finalised at once; a complete stream's upstream connection is kept for the next
+//! request.
 
 use std::time::Duration;
 
@@ -13,6 +14,32 @@ async fn single() -> anyhow::Result<(ChaosUpstream, TestGateway)> {
     let docs = [only.doc().with("spec.timeouts.idle", "5s"), route("chat", "chat-model", &[("only", 100)])];
     let gw = TestGateway::start(&yaml(&docs)).await?;
     Ok((only, gw))
+}
+
+/// A stream whose end the gateway has seen (its usage and finish reason, or `[DONE]`)
+/// leaves the rest of the upstream's body to be read, so that the connection goes back
+/// to the pool: dropped before its end, every streamed request would open a new
+/// connection (and for `https`, a new TLS handshake).
+#[tokio::test]
+async fn complete_streams_reuse_their_upstream_connection() -> anyhow::Result<()> {
+    let (only, gw) = single().await?;
+    // The upstream ends each body a moment after its last event, as a real one may:
+    // a body dropped at `[DONE]` would lose its connection every time.
+    only.script(json!({"chunks": 3, "end_ms": 50}))?;
+    let client = gw.client()?;
+    let before = only.connections();
+    for extra in [json!({}), json!({"stream_options": {"include_usage": true}})] {
+        for _ in 0..5 {
+            let s = client.chat_stream("chat-model", extra.clone()).await?;
+            assert!(s.events.last().is_some_and(|e| e.is_done()), "{:?}", s.datas());
+        }
+    }
+    // One connection, and at most two more where the next request came before the
+    // last one's connection was back in the pool (hyper then also opens one); ten if
+    // each stream's connection were lost.
+    let opened = only.connections() - before;
+    assert!(opened <= 3, "10 sequential streams opened {opened} upstream connections");
+    Ok(())
 }
 
 #[tokio::test]
