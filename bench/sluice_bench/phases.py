@@ -15,7 +15,7 @@ from pathlib import Path
 from .clients import failover_series, pct, stream_once
 from .load import System, describe, run_oha
 from .procs import Service
-from .settings import ANTHROPIC_BODY, BIN, BODY, CACHE_BODY, OHA, Mode, free_port, log
+from .settings import ANTHROPIC_BODY, BIN, BODY, CACHE_BODY, OHA, STREAM_BODY, Mode, free_port, log
 from .systems import OtlpSink, chaos, litellm_conf, nginx_conf, post_json, start_sluice, wait_http
 
 #: The rate of the tracing comparison (the target: tracing on at 1k req/s with sampling
@@ -29,7 +29,8 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
     for: sluice (billing off) on the OpenAI passthrough (`sluice`) and, in the same
     process, on the route translated to the Anthropic protocol (`sluice-anthropic`) and
     on the caching route, answered from the cache (`sluice-cache-hit`) and sent upstream
-    then stored (`sluice-cache-miss`, `cache-control: no-cache`); a
+    then stored (`sluice-cache-miss`, `cache-control: no-cache`), and streamed
+    (`sluice-stream`, against nginx relaying the same stream, `nginx-stream`); a
     second sluice exporting traces of every request to a local OTLP sink
     (`sluice-traced`, its batch exporter's thread included); and nginx. Each count is of
     the whole process, every thread."""
@@ -74,6 +75,7 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
         out["sluice-anthropic"] = count(svc, port, dump, ANTHROPIC_BODY)
         out["sluice-cache-hit"] = count(svc, port, dump, CACHE_BODY)
         out["sluice-cache-miss"] = count(svc, port, dump, CACHE_BODY, ["cache-control: no-cache"])
+        out["sluice-stream"] = count(svc, port, dump, STREAM_BODY)
     finally:
         svc.stop()
     # sluice with traces on: every request sampled, exported to a local sink
@@ -98,6 +100,7 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
     try:
         wait_http(port, "/v1/models", timeout=180)
         out["nginx"] = count(svc, port, dump, BODY)
+        out["nginx-stream"] = count(svc, port, dump, STREAM_BODY)
     finally:
         svc.stop()
     log(f"callgrind: {out}")

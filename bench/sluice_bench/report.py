@@ -313,6 +313,10 @@ def render(results: dict, out_dir: Path) -> Path:
             if cg.get(key):
                 w(f"| {label} | {cg[key]:,.0f} | {cg[key] / cg['nginx']:.1f}× | {cg[key] - cg['sluice']:+,.0f} |")
         w(f"| nginx (proxy_pass) | {cg['nginx']:,.0f} | 1.0× | |")
+        if cg.get("sluice-stream") and cg.get("nginx-stream"):
+            w(f"| sluice, billing off, streamed (`stream: true`, 5 content events) | {cg['sluice-stream']:,.0f} | "
+              f"{cg['sluice-stream'] / cg['nginx-stream']:.1f}× (of nginx streaming) | {cg['sluice-stream'] - cg['sluice']:+,.0f} |")
+            w(f"| nginx (proxy_pass), streamed | {cg['nginx-stream']:,.0f} | 1.0× | |")
         w("")
         if cg.get("sluice-cache-miss"):
             w("The cache miss's count includes the key's SHA-256 in software: valgrind hides the CPU's SHA "

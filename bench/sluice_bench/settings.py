@@ -29,6 +29,9 @@ BODY = json.dumps(
     },
     separators=(",", ":"),
 )
+# The same request streamed (`stream: true`): the mock sends its default 5 content
+# events, the finish and usage events, and `[DONE]`.
+STREAM_BODY = BODY[:-1] + ',"stream":true}'
 # The same request for the route whose upstream speaks the Anthropic protocol: the
 # gateway translates it to a Messages request and the answer back.
 ANTHROPIC_MODEL = "bench-claude"

@@ -237,6 +237,15 @@ class Callgrind(unittest.TestCase):
         self.assertIn("| sluice, billing off, cache miss (no-cache: upstream, then stored) | 122,000 | 5.0× | +37,400 |", md)
         self.assertIn("SHA-256 in software", md)
 
+    def test_stream_rows_against_nginx_streaming(self):
+        res = results()
+        res["callgrind"] = {"n": 1000, "sluice": 78_700, "sluice-stream": 188_100, "nginx": 24_250,
+                            "nginx-stream": 40_000}
+        md = section(render(res), "Instructions per request (callgrind)")
+        self.assertIn("| sluice, billing off, streamed (`stream: true`, 5 content events) | 188,100 | "
+                      "4.7× (of nginx streaming) | +109,400 |", md)
+        self.assertIn("| nginx (proxy_pass), streamed | 40,000 | 1.0× | |", md)
+
     def test_no_cache_counts_no_cache_rows(self):
         res = results()
         res["callgrind"] = {"n": 1000, "sluice": 84_600, "nginx": 24_250}

@@ -32,9 +32,12 @@ impl IdleWatch {
         self.health.idle_limit(self.auto, self.cap)
     }
 
-    /// A gap that ended with a chunk.
+    /// A gap that ended with a chunk (kept only where a limit follows the gaps: the
+    /// upstream's `idle` is `auto`, and only its own streams read them).
     pub fn gap(&self, gap: Duration) {
-        self.health.record_gap(gap);
+        if self.auto {
+            self.health.record_gap(gap);
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! A minimal SSE event splitter for relaying upstream streams: events are forwarded as
 //! they complete, each read only for the fields the gateway needs (docs/design.md §4.4).
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 
@@ -277,31 +279,44 @@ impl Splitter {
     }
 }
 
-/// Finds the end of the first event: a blank line (`\n\n` or `\r\n\r\n`).
+/// Finds the end of the first event: a blank line (`\n\n` or `\r\n\r\n`), as where it
+/// starts and the separator's length. Runs on every event of every stream: one pass
+/// over the line feeds.
 fn find_boundary(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
+    for at in memchr::memchr_iter(b'\n', buf) {
+        let after = &buf[at + 1..];
+        if after.first() == Some(&b'\n') {
+            return Some((at, 2));
+        }
+        if at > 0 && buf[at - 1] == b'\r' && after.starts_with(b"\r\n") {
+            return Some((at - 1, 4));
+        }
     }
+    None
 }
 
-/// The data of an event (its `data:` lines joined), if it has any.
-fn data_of(raw: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(raw);
-    let mut data: Option<String> = None;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("data:") {
-            let rest = rest.strip_prefix(' ').unwrap_or(rest);
-            match &mut data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(rest);
-                }
-                None => data = Some(rest.to_owned()),
+/// The data of an event (its `data:` lines joined by line feeds), if it has any:
+/// borrowed from the event when it is one line of UTF-8, as nearly every event is.
+fn data_of(raw: &[u8]) -> Option<Cow<'_, str>> {
+    let mut data: Option<Cow<'_, str>> = None;
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', raw).chain([raw.len()]) {
+        let line = &raw[start..end];
+        start = end + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(rest) = line.strip_prefix(b"data:") else { continue };
+        let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+        // The validator's fast path; only text that is not UTF-8 is repaired.
+        let text = std::str::from_utf8(rest).map_or_else(|_| String::from_utf8_lossy(rest), Cow::Borrowed);
+        data = Some(match data {
+            None => text,
+            Some(before) => {
+                let mut joined = before.into_owned();
+                joined.push('\n');
+                joined.push_str(&text);
+                Cow::Owned(joined)
             }
-        }
+        });
     }
     data
 }
@@ -473,6 +488,26 @@ mod tests {
         assert!(Format::Responses.completes(b"event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n"));
         assert!(!Format::Responses.completes(b"event: response.failed\ndata: {}\n\n"));
         assert!(!Format::OpenAi.completes(b""));
+    }
+
+    #[test]
+    fn boundaries_are_the_first_blank_line_of_either_kind() {
+        assert_eq!(find_boundary(b"data: a\n\ndata: b\n\n"), Some((7, 2)));
+        assert_eq!(find_boundary(b"data: a\r\n\r\ndata: b\n\n"), Some((7, 4)));
+        assert_eq!(find_boundary(b"data: a\r\n\n"), Some((8, 2)), "a CRLF line, then a bare LF blank line");
+        assert_eq!(find_boundary(b"\n\n"), Some((0, 2)));
+        assert_eq!(find_boundary(b"data: a\ndata: b\n"), None);
+        assert_eq!(find_boundary(b"data: a\r\n\r"), None);
+        assert_eq!(find_boundary(b""), None);
+    }
+
+    #[test]
+    fn data_lines_are_joined_and_one_line_is_borrowed() {
+        assert!(matches!(data_of(b"event: x\ndata: {\"a\":1}\n\n"), Some(Cow::Borrowed("{\"a\":1}"))));
+        assert_eq!(data_of(b"data:a\r\ndata: b\r\n\r\n").as_deref(), Some("a\nb"));
+        assert_eq!(data_of(b"data:  two spaces\n\n").as_deref(), Some(" two spaces"), "one space is the separator");
+        assert_eq!(data_of(b": comment\nevent: ping\n\n"), None);
+        assert_eq!(data_of(b"data: \xff\n\n").as_deref(), Some("\u{fffd}"));
     }
 
     #[test]

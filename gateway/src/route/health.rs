@@ -78,15 +78,56 @@ pub struct Health {
     state: Mutex<State>,
 }
 
+/// The outcomes in the window, oldest first, with the count of successes kept as they
+/// come and go (the dispatcher reads the ratio on every request).
+#[derive(Debug, Default)]
+struct Samples {
+    outcomes: VecDeque<(Instant, bool)>,
+    ok: usize,
+}
+
+impl Samples {
+    fn push(&mut self, at: Instant, ok: bool, max: usize) {
+        self.outcomes.push_back((at, ok));
+        self.ok += usize::from(ok);
+        while self.outcomes.len() > max {
+            self.pop();
+        }
+    }
+
+    /// Drops the outcomes older than `window`.
+    fn prune(&mut self, window: Duration, now: Instant) {
+        while self.outcomes.front().is_some_and(|(at, _)| now.duration_since(*at) > window) {
+            self.pop();
+        }
+    }
+
+    fn pop(&mut self) {
+        if let Some((_, ok)) = self.outcomes.pop_front() {
+            self.ok -= usize::from(ok);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.outcomes.clear();
+        self.ok = 0;
+    }
+
+    /// (successes, failures).
+    fn counts(&self) -> (usize, usize) {
+        (self.ok, self.outcomes.len() - self.ok)
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
-    samples: VecDeque<(Instant, bool)>,
+    samples: Samples,
     circuit: CircuitState,
     cooldown_until: Option<Instant>,
     last_attempt: Option<(Instant, bool)>,
     trials_in_flight: u32,
-    first_byte_ms: VecDeque<u32>,
-    gap_ms: VecDeque<u32>,
+    first_byte_ms: Latest,
+    gap_ms: Latest,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -212,10 +253,7 @@ impl Health {
             s.samples.clear();
             s.circuit = CircuitState::Closed;
         }
-        s.samples.push_back((now, ok));
-        while s.samples.len() > settings.max_samples {
-            s.samples.pop_front();
-        }
+        s.samples.push(now, ok, settings.max_samples);
         s.prune(settings, now);
         if ok {
             return;
@@ -227,8 +265,8 @@ impl Health {
             // open for another `openFor` from now.
             CircuitState::Open { .. } if trial => s.circuit = CircuitState::Open { until: now + open },
             CircuitState::Closed if outcome != Outcome::Http429 => {
-                let n = s.samples.len() as u64;
-                let failures = s.samples.iter().filter(|(_, ok)| !ok).count() as u64;
+                let (ok, failures) = s.samples.counts();
+                let (n, failures) = ((ok + failures) as u64, failures as u64);
                 if n >= u64::from(cb.minimum_requests) && failures * 100 >= u64::from(cb.failure_rate_percent) * n {
                     s.circuit = CircuitState::Open { until: now + open };
                 }
@@ -240,10 +278,7 @@ impl Health {
     /// Records a first-byte time for the `auto` watchdog.
     pub fn record_first_byte(&self, elapsed: Duration) {
         let mut s = self.lock();
-        s.first_byte_ms.push_back(u32::try_from(elapsed.as_millis()).unwrap_or(u32::MAX));
-        while s.first_byte_ms.len() > FIRST_BYTE_SAMPLES {
-            s.first_byte_ms.pop_front();
-        }
+        s.first_byte_ms.push(u32::try_from(elapsed.as_millis()).unwrap_or(u32::MAX), FIRST_BYTE_SAMPLES);
     }
 
     /// The first-byte watchdog limit (docs/design.md §4.3).
@@ -255,7 +290,7 @@ impl Health {
                 if s.first_byte_ms.len() < 20 {
                     return Duration::from_secs(5);
                 }
-                Duration::from_millis((u64::from(p99(&s.first_byte_ms)) * 3).max(50))
+                Duration::from_millis((u64::from(s.first_byte_ms.p99()) * 3).max(50))
             }
         }
     }
@@ -263,10 +298,7 @@ impl Health {
     /// Records a gap between two chunks of a stream, for `idle: auto`.
     pub fn record_gap(&self, gap: Duration) {
         let mut s = self.lock();
-        s.gap_ms.push_back(u32::try_from(gap.as_millis()).unwrap_or(u32::MAX));
-        while s.gap_ms.len() > GAP_SAMPLES {
-            s.gap_ms.pop_front();
-        }
+        s.gap_ms.push(u32::try_from(gap.as_millis()).unwrap_or(u32::MAX), GAP_SAMPLES);
     }
 
     /// The idle limit of a stream (docs/design.md §2, `timeouts.idle`): `cap` as
@@ -280,7 +312,7 @@ impl Health {
         if s.gap_ms.len() < GAP_MIN_SAMPLES {
             return cap;
         }
-        let p99 = p99(&s.gap_ms);
+        let p99 = s.gap_ms.p99();
         Duration::from_millis(u64::from(p99) * 10).max(IDLE_FLOOR).min(cap)
     }
 
@@ -288,8 +320,8 @@ impl Health {
     pub fn counts(&self, settings: &HealthSettings, now: Instant) -> (u64, u64) {
         let mut s = self.lock();
         s.prune(settings, now);
-        let ok = s.samples.iter().filter(|(_, ok)| *ok).count() as u64;
-        (ok, s.samples.len() as u64 - ok)
+        let (ok, failed) = s.samples.counts();
+        (ok as u64, failed as u64)
     }
 
     /// Current circuit state, for metrics and heartbeats.
@@ -305,26 +337,48 @@ impl Health {
 
 impl State {
     fn prune(&mut self, settings: &HealthSettings, now: Instant) {
-        while self.samples.front().is_some_and(|(at, _)| now.duration_since(*at) > settings.window) {
-            self.samples.pop_front();
-        }
+        self.samples.prune(settings.window, now);
     }
 
     fn ratio(&self) -> f64 {
-        if self.samples.is_empty() {
-            return 1.0;
+        match self.samples.counts() {
+            (0, 0) => 1.0,
+            (ok, failed) => ok as f64 / (ok + failed) as f64,
         }
-        let ok = self.samples.iter().filter(|(_, ok)| *ok).count();
-        ok as f64 / self.samples.len() as f64
     }
 }
 
-/// The 99th percentile of samples (nearest rank).
-fn p99(samples: &VecDeque<u32>) -> u32 {
-    let mut v: Vec<u32> = samples.iter().copied().collect();
-    v.sort_unstable();
-    let idx = ((v.len() as f64) * 0.99).ceil() as usize;
-    v.get(idx.saturating_sub(1)).copied().unwrap_or(0)
+/// The latest samples of a time in ms (at most a cap), in arrival order and sorted: the
+/// watchdog reads their p99 on every streamed request and the idle limit at every gap,
+/// so it is a lookup, not a sort.
+#[derive(Debug, Default)]
+struct Latest {
+    arrived: VecDeque<u32>,
+    sorted: Vec<u32>,
+}
+
+impl Latest {
+    fn push(&mut self, ms: u32, cap: usize) {
+        self.arrived.push_back(ms);
+        let at = self.sorted.partition_point(|v| *v < ms);
+        self.sorted.insert(at, ms);
+        while self.arrived.len() > cap {
+            if let Some(old) = self.arrived.pop_front() {
+                let at = self.sorted.partition_point(|v| *v < old);
+                self.sorted.remove(at);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.arrived.len()
+    }
+
+    /// The 99th percentile (nearest rank); 0 without samples.
+    fn p99(&self) -> u32 {
+        let idx = ((self.sorted.len() as f64) * 0.99).ceil() as usize;
+        self.sorted.get(idx.saturating_sub(1)).copied().unwrap_or(0)
+    }
 }
 
 #[cfg(test)]

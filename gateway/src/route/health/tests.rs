@@ -186,3 +186,21 @@ fn a_synthetic_check_takes_a_slot_beyond_the_half_open_ones() {
     let reopened = later + Duration::from_secs(31);
     assert_eq!(h.availability(&cb(), &s, reopened), Availability::Trial, "every slot was given back");
 }
+
+/// The kept-sorted samples give what sorting the latest ones would, through the cap.
+#[test]
+fn latest_samples_p99_is_the_p99_of_the_last_cap_samples() {
+    let (cap, mut latest, mut all) = (50, Latest::default(), Vec::new());
+    assert_eq!(latest.p99(), 0);
+    // A fixed, irregular sequence with repeats.
+    for i in 0..400u32 {
+        let ms = (i * 7919) % 113 + (i % 5) * 1000;
+        latest.push(ms, cap);
+        all.push(ms);
+        let mut last: Vec<u32> = all.iter().rev().take(cap).copied().collect();
+        last.sort_unstable();
+        let rank = ((last.len() as f64) * 0.99).ceil() as usize;
+        assert_eq!(latest.p99(), last[rank - 1], "after {} samples", i + 1);
+        assert_eq!(latest.len(), last.len());
+    }
+}
