@@ -18,8 +18,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::attempt::BodyStream;
 use crate::attempt::outcome::Outcome;
+use crate::attempt::{BodyStream, StreamError};
 
 pub mod idle;
 pub mod resume;
@@ -103,7 +103,15 @@ where
             // Boxed: the resuming pump's state is the larger by far, and this task's
             // future is copied into the runtime whole.
             Some(r) => {
-                let (end, last) = Box::pin(resume::pump(first, rest, wants_usage, idle, r, &tx)).await;
+                let (end, last) = match format {
+                    Format::Messages => {
+                        Box::pin(resume::pump::<resume::messages::Delivered>(first, rest, wants_usage, idle, r, &tx))
+                            .await
+                    }
+                    _ => {
+                        Box::pin(resume::pump::<resume::chat::Delivered>(first, rest, wants_usage, idle, r, &tx)).await
+                    }
+                };
                 (end, last, None)
             }
         };
@@ -184,27 +192,11 @@ async fn pump(
                 return (end, Some(format.done()));
             }
         }
-        // A client that left is noticed at once, not at the next upstream chunk: a
-        // stalled upstream would otherwise be held (and billed) until the idle timeout.
-        // A silent upstream is covered by keep-alives, so that the client and the
-        // proxies between do not give up first (docs/design.md §4.4).
         let limit = idle.limit();
         let waiting = Instant::now();
-        let deadline = tokio::time::Instant::now() + limit;
-        let next = loop {
-            tokio::select! {
-                next = tokio::time::timeout_at(deadline, rest.next()) => break next,
-                () = tx.closed() => {
-                    end.client_gone = true;
-                    return (end, None);
-                }
-                () = tokio::time::sleep(KEEP_ALIVE) => {
-                    if tx.send(Ok(format.keep_alive())).await.is_err() {
-                        end.client_gone = true;
-                        return (end, None);
-                    }
-                }
-            }
+        let Some(next) = next_chunk(rest, limit, format, tx).await else {
+            end.client_gone = true;
+            return (end, None);
         };
         match next {
             Ok(Some(Ok(bytes))) => {
@@ -222,6 +214,31 @@ async fn pump(
             Err(_) => {
                 let reason = format!("the upstream sent nothing for {}ms", limit.as_millis());
                 return broken(end, format, Outcome::IdleTimeout, &reason);
+            }
+        }
+    }
+}
+
+/// The upstream's next chunk, waited for at most `limit` (`Err` after that); `None` when
+/// the client went away first. A client that left is noticed at once, not at the next
+/// upstream chunk: a stalled upstream would otherwise be held (and billed) until the
+/// idle timeout. A silent upstream is covered by keep-alives, so that the client and
+/// the proxies between do not give up first (docs/design.md §4.4).
+async fn next_chunk(
+    rest: &mut BodyStream,
+    limit: std::time::Duration,
+    format: Format,
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+) -> Option<Result<Option<Result<Bytes, StreamError>>, tokio::time::error::Elapsed>> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        tokio::select! {
+            next = tokio::time::timeout_at(deadline, rest.next()) => return Some(next),
+            () = tx.closed() => return None,
+            () = tokio::time::sleep(KEEP_ALIVE) => {
+                if tx.send(Ok(format.keep_alive())).await.is_err() {
+                    return None;
+                }
             }
         }
     }

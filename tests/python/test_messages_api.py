@@ -1,11 +1,14 @@
 """`POST /v1/messages` and `/v1/messages/count_tokens` as the official `anthropic` SDK sees
 them (docs/design.md §12, docs/gateway.md "Inbound APIs").
 
-Two routes on the session's chaos pair, both served by an `anthropic` candidate (native:
-the client's body as it came) and a `gemini` candidate (translated: Messages → chat →
+Routes on the session's chaos pair, served by an `anthropic` candidate (native: the
+client's body as it came) and a `gemini` candidate (translated: Messages → chat →
 Gemini, and the answer back as Messages events):
 - `claude-native`: `anth` on chaos primary first, `gem` on chaos backup second;
-- `claude-translated`: `gem` on chaos backup first, `anth` on chaos primary second.
+- `claude-translated`: `gem` on chaos backup first, `anth` on chaos primary second;
+- `claude-resume` and `claude-resume-translated`: `anth` first, then `anth-b` (an
+  `anthropic` upstream on chaos backup, which continues a prefill) or `gem`, with
+  `failover.midStream: resume` (docs/design.md §4.5).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from sluice_testsupport.poll import wait_for
 from conftest import Gateway, run_admin, start
 
 NATIVE, TRANSLATED = "claude-native", "claude-translated"
+RESUME, RESUME_TRANSLATED = "claude-resume", "claude-resume-translated"
 HELLO = [{"role": "user", "content": "Say hello."}]
 TOOL = {"name": "lookup", "description": "Looks a word up.",
         "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
@@ -28,7 +32,7 @@ IN, OUT = 1_000, 2_000  # nanodollars per token at the routes' price
 
 
 def manifests(primary: str, backup: str) -> str:
-    def route(name: str, first: tuple[str, str], second: tuple[str, str]) -> str:
+    def route(name: str, first: tuple[str, str], second: tuple[str, str], mid_stream: str = "error") -> str:
         return f"""\
 apiVersion: sluice.dev/v1alpha1
 kind: ModelRoute
@@ -40,7 +44,7 @@ spec:
   candidates:
   - {{upstream: {first[0]}, model: {first[1]}, price: {{input: "1.00", output: "2.00"}}}}
   - {{upstream: {second[0]}, model: {second[1]}, price: {{input: "1.00", output: "2.00"}}}}
-  failover: {{retryOn: [408, 429, 500, 502, 503, 504]}}
+  failover: {{retryOn: [408, 429, 500, 502, 503, 504], midStream: {mid_stream}}}
   backoff: {{maxAttempts: 2, base: 10ms, maxTotal: 100ms}}
 """
     upstreams = f"""\
@@ -53,9 +57,16 @@ apiVersion: sluice.dev/v1alpha1
 kind: Upstream
 metadata: {{name: gem}}
 spec: {{protocol: gemini, baseUrl: "{backup}/v1beta", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {{name: anth-b}}
+spec: {{protocol: anthropic, baseUrl: "{backup}/v1", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
 """
-    claude, gemini = ("anth", "claude-x-1"), ("gem", "gemini-x-1")
-    return "---\n".join([upstreams, route(NATIVE, claude, gemini), route(TRANSLATED, gemini, claude)])
+    claude, gemini, claude_b = ("anth", "claude-x-1"), ("gem", "gemini-x-1"), ("anth-b", "claude-x-1")
+    return "---\n".join([upstreams, route(NATIVE, claude, gemini), route(TRANSLATED, gemini, claude),
+                          route(RESUME, claude, claude_b, "resume"),
+                          route(RESUME_TRANSLATED, claude, gemini, "resume")])
 
 
 @pytest.fixture
@@ -245,3 +256,34 @@ def test_a_stream_cut_after_content_ends_in_an_error_event(messages_gateway, pri
         with client(messages_gateway).messages.stream(model=NATIVE, max_tokens=64, messages=HELLO) as stream:
             for _ in stream:
                 pass
+
+
+@pytest.mark.parametrize("route,output", [(RESUME, 3 + 5), (RESUME_TRANSLATED, 3 + 8)])
+def test_a_cut_stream_is_finished_on_the_backup_as_one_message_and_billed_exactly(
+        messages_gateway, primary, backup, route, output):
+    # docs/design.md §4.5: `anth-b` continues the delivered text as a prefill (5 more
+    # words); `gem` is sent the request again (8 words), and its replay is held back
+    # while it matches. The 3 words of the broken attempt are billed too.
+    primary.script(chunks=8)
+    with client(messages_gateway).messages.stream(model=route, max_tokens=64, messages=HELLO) as stream:
+        whole = "".join(stream.text_stream)
+    settled(messages_gateway)
+    balance = messages_gateway.account("alice")["balance_nanodollars"]
+
+    primary.script(chunks=8, reset_after_chunks=3)
+    backup.script(chunks=8)
+    before = backup.requests()
+    with client(messages_gateway).messages.stream(model=route, max_tokens=64, messages=HELLO) as stream:
+        names = [event.type for event in stream]
+        final = stream.get_final_message()
+    # No error: the SDK read one message, with the exact text of an unbroken one.
+    assert names.count("message_start") == 1 and names[-1] == "message_stop", names
+    assert [b.type for b in final.content] == ["text"]
+    assert final.content[0].text == whole
+    assert final.id.startswith("msg_chaos_") and final.model == "claude-x-1", "the first attempt's message"
+    assert final.stop_reason == "end_turn"
+    assert final.usage.output_tokens == output, final.usage
+    assert backup.requests() == before + 1
+    # Each attempt is billed at its candidate's price; the message reports their sum.
+    cost = final.usage.input_tokens * IN + final.usage.output_tokens * OUT
+    assert settled(messages_gateway)["balance_nanodollars"] == balance - cost

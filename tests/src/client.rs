@@ -122,6 +122,13 @@ impl Client {
         self.chat_stream_counted(model, extra, headers, &AtomicUsize::new(0)).await
     }
 
+    /// A streamed request of any API (`body` asks for a stream), read to its end.
+    pub async fn stream(&self, path: &str, body: &Value) -> anyhow::Result<SseReply> {
+        let r = self.request(reqwest::Method::POST, path).header("content-type", "application/json").json(body);
+        let t0 = Instant::now();
+        SseReply::read(r.send().await?, t0, &AtomicUsize::new(0)).await
+    }
+
     /// [`Client::chat_stream_with`] that adds each event to `seen` as it arrives, so
     /// that a test can wait until the stream is under way.
     pub async fn chat_stream_counted(

@@ -67,6 +67,8 @@ mod resilience_stream;
 mod resilience_transport;
 #[path = "scenarios/resume.rs"]
 mod resume;
+#[path = "scenarios/resume_messages.rs"]
+mod resume_messages;
 #[path = "scenarios/soak.rs"]
 mod soak;
 #[path = "scenarios/status_page.rs"]

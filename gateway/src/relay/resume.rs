@@ -1,7 +1,7 @@
 //! Mid-stream resume (docs/design.md §4.5, `failover.midStream: resume`): a stream that
 //! breaks after content reached the client (reset, cut without a finish reason, idle
 //! timeout, an error event) is continued on the next candidate not used yet, as more
-//! chunks of the same stream.
+//! events of the same stream: chat chunks ([`chat`]) or Messages events ([`messages`]).
 //!
 //! A candidate with `assistantPrefill` gets the original request plus the delivered text
 //! as a trailing assistant message; one without it (or one refusing the prefill with a
@@ -16,12 +16,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::sse::Format;
-use super::sse::{Event, Splitter, Usage};
+use super::sse::{Event, Format, Splitter, Usage};
 use super::{IdleWatch, StreamEnd, broken};
 use crate::attempt::outcome::Outcome;
 use crate::attempt::{self, BodyStream, Committed, StreamError};
@@ -33,12 +31,76 @@ use crate::server::Gateway;
 use crate::telemetry::metrics::{ResumeReason, RouteResume};
 use crate::telemetry::traces::RequestTrace;
 
-mod splice;
-
-pub use splice::{Delivered, Mode, Spliced};
+pub mod chat;
+pub mod messages;
 
 /// Resumes per request at most.
 pub const MAX_RESUMES: u32 = 2;
+
+/// What the client has of a stream in one format, and how a continuation's events are
+/// made part of it.
+pub trait Transcript: Default + Send {
+    /// How a continuation is spliced in (continuing a prefill, or a replay held back while
+    /// it matches), with its progress.
+    type Mode: Send;
+    /// The stream format it reads.
+    const FORMAT: Format;
+    /// Reads the data of a first attempt's event as it is relayed.
+    fn observe(&mut self, data: &str);
+    /// Nothing of an answer was sent yet.
+    fn nothing(&self) -> bool;
+    /// A resume may start here: not inside a tool call's arguments.
+    fn resumable(&self) -> bool;
+    /// The text a prefill continuation is given (trailing whitespace trimmed) and the
+    /// trimmed tail; `None` when what was sent cannot be a prefill (a tool call,
+    /// thinking, no text).
+    fn prefill(&self) -> Option<(&str, &str)>;
+    /// A continuation's mode: continuing the prefill whose trimmed tail is `tail`, or
+    /// (`None`) a replay.
+    fn continuation(&self, prefill_tail: Option<&str>) -> Self::Mode;
+    /// Rewrites the data of one event of a continuation; `usage` is the sum to report
+    /// when the event carries usage (this attempt's plus the earlier ones').
+    fn splice(&mut self, data: &str, mode: &mut Self::Mode, usage: Option<Usage>) -> Spliced;
+    /// Characters of text sent (for the log).
+    fn chars(&self) -> usize;
+}
+
+/// What one event of a continuation becomes.
+#[derive(Debug, PartialEq)]
+pub enum Spliced {
+    /// Send this event.
+    Send(String),
+    /// Nothing of it is new to the client.
+    Skip,
+    /// The replay differs from what the client has.
+    Diverged,
+}
+
+/// The sum of two attempts' usage.
+pub fn add(a: Usage, b: Usage) -> Usage {
+    let mut sum = Usage::plain(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens);
+    sum.prompt_tokens_details.cached_tokens =
+        a.prompt_tokens_details.cached_tokens + b.prompt_tokens_details.cached_tokens;
+    sum.prompt_tokens_details.cache_write_tokens =
+        a.prompt_tokens_details.cache_write_tokens + b.prompt_tokens_details.cache_write_tokens;
+    sum
+}
+
+/// The part of a prefill continuation's `text` that is new: its leading whitespace is
+/// skipped while it repeats the `tail` the prefill trimmed (what is left of it is kept
+/// for the next piece).
+fn skip_tail<'a>(text: &'a str, tail: &mut String) -> &'a str {
+    let mut skip = 0;
+    for (a, b) in text.chars().zip(tail.chars()) {
+        if a != b {
+            break;
+        }
+        skip += a.len_utf8();
+    }
+    let stop = skip < text.len() || skip >= tail.len();
+    *tail = if stop { String::new() } else { tail[skip..].to_string() };
+    &text[skip..]
+}
 
 /// A continuation that ran: its candidate and what it used.
 #[derive(Debug, Clone, Copy)]
@@ -64,10 +126,10 @@ pub struct Resumer {
 }
 
 /// A continuation that answered.
-struct Continuation {
+struct Continuation<M> {
     first: Bytes,
     rest: BodyStream,
-    mode: Mode,
+    mode: M,
     idle: IdleWatch,
     candidate: usize,
     attempt: Committed,
@@ -96,16 +158,16 @@ impl Resumer {
 
     /// Starts the next continuation, trying the unused candidates in spec order, those
     /// with an open circuit last.
-    async fn next(
+    async fn next<T: Transcript>(
         &mut self,
-        delivered: &Delivered,
+        delivered: &T,
         reason: ResumeReason,
         broken_upstream: &str,
-    ) -> Option<Continuation> {
+    ) -> Option<Continuation<T::Mode>> {
         if self.resumes >= MAX_RESUMES {
             return None;
         }
-        let (prefill, tail) = delivered.prefill();
+        let prefill = delivered.prefill();
         let now = Instant::now();
         let mut order: Vec<usize> =
             (0..self.route.candidates.len()).filter(|i| self.used.get(*i) == Some(&false)).collect();
@@ -120,20 +182,19 @@ impl Resumer {
                 *u = true;
             }
             let Some(c) = self.route.candidates.get(idx) else { continue };
-            let mut modes = Vec::new();
-            // A turn that holds a tool call cannot be continued as a prefill: it is replayed.
-            if c.upstream.cfg.assistant_prefill && !prefill.is_empty() && !delivered.has_tool_calls() {
-                modes.push(Mode::Prefill { tail: tail.to_string() });
-            }
-            modes.push(Mode::replay(delivered));
-            for mode in modes {
-                let body = match &mode {
-                    Mode::Prefill { .. } => match with_prefill(&self.req, prefill) {
+            // What cannot be a prefill (a tool call, thinking) is replayed.
+            let prefill = prefill.filter(|_| c.upstream.cfg.assistant_prefill);
+            for (text, tail) in
+                [prefill.map(|(text, tail)| (Some(text), Some(tail))), Some((None, None))].into_iter().flatten()
+            {
+                let body = match text {
+                    Some(text) => match with_prefill(&self.req, text) {
                         Some(b) => b,
                         None => continue,
                     },
-                    _ => self.req.clone(),
+                    None => self.req.clone(),
                 };
+                let mode = delivered.continuation(tail);
                 match self.attempt(idx, &body).await {
                     Ok((first, rest, attempt)) => {
                         self.resumes += 1;
@@ -147,8 +208,8 @@ impl Resumer {
                             from = broken_upstream,
                             to = %c.upstream.cfg.name,
                             reason = reason.as_str(),
-                            how = if matches!(mode, Mode::Prefill { .. }) { "prefill" } else { "replay" },
-                            delivered_chars = delivered.text.chars().count(),
+                            how = if text.is_some() { "prefill" } else { "replay" },
+                            delivered_chars = delivered.chars(),
                             resume = self.resumes,
                             "resuming a broken stream on another upstream"
                         );
@@ -164,7 +225,7 @@ impl Resumer {
                         });
                     }
                     // A refused prefill is tried again as a replay on the same candidate.
-                    Err(outcome) if outcome == Outcome::Http4xx && matches!(mode, Mode::Prefill { .. }) => continue,
+                    Err(outcome) if outcome == Outcome::Http4xx && text.is_some() => continue,
                     Err(_) => break,
                 }
             }
@@ -201,9 +262,13 @@ impl Resumer {
     }
 }
 
-/// The request with `prefill` as a trailing assistant message.
+/// The request with `prefill` as a trailing assistant message; `None` for a request
+/// with thinking on, which a prefill cannot continue (Anthropic refuses it).
 fn with_prefill(req: &ClientRequest, prefill: &str) -> Option<ClientRequest> {
     let mut body: Value = serde_json::from_slice(req.body()).ok()?;
+    if body.pointer("/thinking/type").and_then(Value::as_str).is_some_and(|t| t != "disabled") {
+        return None;
+    }
     body.get_mut("messages")?.as_array_mut()?.push(serde_json::json!({"role": "assistant", "content": prefill}));
     let bytes = Bytes::from(serde_json::to_vec(&body).ok()?);
     ClientRequest::parse(req.endpoint, &bytes).ok()
@@ -225,8 +290,9 @@ impl Current {
     }
 }
 
-/// Relays like [`super::pump`], resuming a break on the next candidate.
-pub(super) async fn pump(
+/// Relays like [`super::pump`], resuming a break on the next candidate; `T` reads and
+/// splices the stream's format.
+pub(super) async fn pump<T: Transcript>(
     first: Bytes,
     mut rest: BodyStream,
     wants_usage: bool,
@@ -234,14 +300,16 @@ pub(super) async fn pump(
     mut resumer: Resumer,
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
 ) -> (StreamEnd, Option<Bytes>) {
+    let format = T::FORMAT;
     let first_upstream = resumer.route.candidates.iter().enumerate().find(|(i, _)| resumer.used.get(*i) == Some(&true));
     let mut upstream_name = first_upstream.map_or_else(String::new, |(_, c)| c.upstream.cfg.name.clone());
     let mut end = StreamEnd::default();
-    let mut delivered = Delivered::default();
-    let mut mode = Mode::First;
+    let mut delivered = T::default();
+    // `None` while the first attempt is relayed.
+    let mut mode: Option<T::Mode> = None;
     let mut earlier = Usage::default();
     let mut cur = Current { attempt: None, usage: None, content_events: 0, prompt_bound: resumer.req.input_bound };
-    let mut splitter = Splitter::default();
+    let mut splitter = Splitter::new(format);
     let mut finished = false;
     let mut first_break: Option<(Outcome, String)> = None;
     let mut model_read = false;
@@ -251,20 +319,17 @@ pub(super) async fn pump(
         if let Some(bytes) = chunk.take() {
             for event in splitter.push(&bytes) {
                 let out = match event {
-                    // Only OpenAI chunk streams are resumed; they end in `[DONE]`.
-                    Event::Done | Event::Last { .. } => return done(end, cur, &resumer, earlier),
+                    // Chat streams end in `[DONE]`, Messages streams in `message_stop`.
+                    Event::Done | Event::Last { .. } => return done(end, cur, &resumer, earlier, format),
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
                         if !std::mem::replace(&mut model_read, true) {
-                            end.model = super::sse::model_of(&raw);
+                            end.model = splitter.model_of(&raw);
                         }
-                        let text = String::from_utf8_lossy(&raw);
-                        let data = text.trim().trim_start_matches("data:").trim();
+                        let Some(data) = super::sse::data_of(&raw) else { continue };
+                        let data = data.trim();
                         if is_error(data) {
-                            broke = Some((
-                                Outcome::Reset,
-                                ResumeReason::ErrorEvent,
-                                format!("the upstream sent an error: {data}"),
-                            ));
+                            let detail = format!("the upstream sent an error: {data}");
+                            broke = Some((Outcome::Reset, ResumeReason::ErrorEvent, detail));
                             break;
                         }
                         if f.is_some() {
@@ -275,14 +340,14 @@ pub(super) async fn pump(
                             cur.usage = usage;
                         }
                         cur.content_events += u64::from(content);
-                        let sum = cur.usage.map(|u| splice::add(earlier, u));
-                        if usage_only && !wants_usage {
-                            None
-                        } else if mode == Mode::First {
-                            delivered.observe(data);
-                            Some(raw)
-                        } else {
-                            match delivered.splice(data, &mut mode, sum) {
+                        let sum = cur.usage.map(|u| add(earlier, u));
+                        match mode.as_mut() {
+                            _ if usage_only && !wants_usage => None,
+                            None => {
+                                delivered.observe(data);
+                                Some(raw)
+                            }
+                            Some(mode) => match delivered.splice(data, mode, sum) {
                                 Spliced::Send(e) => Some(Bytes::from(e)),
                                 Spliced::Skip => None,
                                 Spliced::Diverged => {
@@ -292,9 +357,9 @@ pub(super) async fn pump(
                                         first_break.clone().unwrap_or((Outcome::Reset, String::new()));
                                     end_attempt(&mut end, &mut cur, Outcome::Ok, &resumer, &mut earlier);
                                     tracing::warn!(route = %resumer.route.cfg.name, upstream = %upstream_name, "the replay differs from what the client has; the stream ends");
-                                    return broken(end, Format::OpenAi, outcome, &reason);
+                                    return broken(end, format, outcome, &reason);
                                 }
-                            }
+                            },
                         }
                     }
                     Event::Other(raw) => Some(raw),
@@ -313,19 +378,16 @@ pub(super) async fn pump(
                 }
             }
             if broke.is_none() && finished && cur.usage.is_some() {
-                return done(end, cur, &resumer, earlier);
+                return done(end, cur, &resumer, earlier, format);
             }
         }
         if broke.is_none() {
             let limit = idle.limit();
             let waiting = Instant::now();
-            let next = tokio::select! {
-                next = tokio::time::timeout(limit, rest.next()) => next,
-                () = tx.closed() => {
-                    end.client_gone = true;
-                    end_attempt(&mut end, &mut cur, Outcome::Ok, &resumer, &mut earlier);
-                    return (end, None);
-                }
+            let Some(next) = super::next_chunk(&mut rest, limit, format, tx).await else {
+                end.client_gone = true;
+                end_attempt(&mut end, &mut cur, Outcome::Ok, &resumer, &mut earlier);
+                return (end, None);
             };
             match next {
                 Ok(Some(Ok(bytes))) => {
@@ -333,7 +395,7 @@ pub(super) async fn pump(
                     chunk = Some(bytes);
                     continue;
                 }
-                Ok(None) if finished => return done(end, cur, &resumer, earlier),
+                Ok(None) if finished => return done(end, cur, &resumer, earlier, format),
                 Ok(None) => {
                     broke = Some((
                         Outcome::Reset,
@@ -358,12 +420,12 @@ pub(super) async fn pump(
         let first_detail = first_break.get_or_insert((outcome, detail)).clone();
         end_attempt(&mut end, &mut cur, outcome, &resumer, &mut earlier);
         // Never inside a tool call's arguments; after a complete one, by replay.
-        let next = if delivered.inside_tool_call() || delivered.nothing() || finished {
+        let next = if !delivered.resumable() || delivered.nothing() || finished {
             None
         } else {
             resumer.next(&delivered, reason, &upstream_name).await
         };
-        let Some(c) = next else { return broken(end, Format::OpenAi, first_detail.0, &first_detail.1) };
+        let Some(c) = next else { return broken(end, format, first_detail.0, &first_detail.1) };
         upstream_name = c.attempt.upstream().cfg.name.clone();
         cur = Current {
             attempt: Some((c.candidate, c.attempt)),
@@ -371,16 +433,17 @@ pub(super) async fn pump(
             content_events: 0,
             prompt_bound: c.prompt_bound,
         };
-        mode = c.mode;
+        mode = Some(c.mode);
         rest = c.rest;
         idle = c.idle;
-        splitter = Splitter::default();
+        splitter = Splitter::new(format);
         finished = false;
         chunk = Some(c.first);
     }
 }
 
-/// An OpenAI-style in-stream error event: `{"error": …}` and no choices.
+/// An in-stream error event: OpenAI's `{"error": …}` with no choices, or Messages'
+/// `{"type": "error", "error": …}`.
 fn is_error(data: &str) -> bool {
     data.contains("\"error\"")
         && serde_json::from_str::<Value>(data)
@@ -391,7 +454,7 @@ fn is_error(data: &str) -> bool {
 /// continuation is finished here and listed.
 fn end_attempt(end: &mut StreamEnd, cur: &mut Current, outcome: Outcome, resumer: &Resumer, earlier: &mut Usage) {
     let used = cur.usage();
-    *earlier = splice::add(*earlier, used);
+    *earlier = add(*earlier, used);
     match cur.attempt.take() {
         None => {
             end.outcome = outcome;
@@ -408,9 +471,15 @@ fn end_attempt(end: &mut StreamEnd, cur: &mut Current, outcome: Outcome, resumer
     cur.content_events = 0;
 }
 
-/// A complete end: `[DONE]`, with the attempt being relayed finished.
-fn done(mut end: StreamEnd, mut cur: Current, resumer: &Resumer, mut earlier: Usage) -> (StreamEnd, Option<Bytes>) {
+/// A complete end: `[DONE]` (or `message_stop`), with the attempt being relayed finished.
+fn done(
+    mut end: StreamEnd,
+    mut cur: Current,
+    resumer: &Resumer,
+    mut earlier: Usage,
+    format: Format,
+) -> (StreamEnd, Option<Bytes>) {
     end_attempt(&mut end, &mut cur, Outcome::Ok, resumer, &mut earlier);
     end.healed = !end.resumed.is_empty();
-    (end, Some(Format::OpenAi.done()))
+    (end, Some(format.done()))
 }

@@ -297,7 +297,7 @@ fn find_boundary(buf: &[u8]) -> Option<(usize, usize)> {
 
 /// The data of an event (its `data:` lines joined by line feeds), if it has any:
 /// borrowed from the event when it is one line of UTF-8, as nearly every event is.
-fn data_of(raw: &[u8]) -> Option<Cow<'_, str>> {
+pub(crate) fn data_of(raw: &[u8]) -> Option<Cow<'_, str>> {
     let mut data: Option<Cow<'_, str>> = None;
     let mut start = 0;
     for end in memchr::memchr_iter(b'\n', raw).chain([raw.len()]) {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::relay::resume::add;
 
 fn chunk(id: &str, created: u64, text: Option<&str>, role: bool) -> String {
     let mut delta = serde_json::json!({});
@@ -25,7 +26,7 @@ fn a_prefill_continuation_keeps_the_first_ids_drops_its_role_and_the_repeated_sp
     let mut d = Delivered::default();
     d.observe(&chunk("chatcmpl-a", 100, Some("The "), true));
     d.observe(&chunk("chatcmpl-a", 100, Some("upstream "), false));
-    assert_eq!(d.prefill(), ("The upstream", " "));
+    assert_eq!(d.prefill(), Some(("The upstream", " ")));
     let mut mode = Mode::Prefill { tail: " ".into() };
     // The role-only chunk of the new attempt is dropped.
     assert_eq!(d.splice(&chunk("chatcmpl-b", 200, None, true), &mut mode, None), Spliced::Skip);
@@ -67,7 +68,7 @@ fn a_replay_that_differs_or_ends_early_diverges() {
 fn the_usage_chunk_reports_the_sum_and_tool_calls_are_noticed() {
     let mut d = Delivered::default();
     d.observe(r#"{"id":"x","created":1,"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}"#);
-    assert!(d.has_tool_calls() && d.inside_tool_call());
+    assert!(d.prefill().is_none() && !d.resumable());
     let mut mode = Mode::Prefill { tail: String::new() };
     let usage = r#"{"id":"y","created":2,"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#;
     let sum = add(Usage::plain(7, 3), Usage::plain(5, 2));
@@ -90,9 +91,9 @@ fn call(id: &str, name: Option<&str>, args: &str) -> String {
 fn a_replay_holds_back_a_complete_tool_call_the_client_has_and_relays_what_follows() {
     let mut d = Delivered::default();
     d.observe(&call("a", Some("lookup"), "{\"q\": "));
-    assert!(d.inside_tool_call(), "cut inside the arguments");
+    assert!(!d.resumable(), "cut inside the arguments");
     d.observe(&call("a", None, "\"x\"}"));
-    assert!(d.has_tool_calls() && !d.inside_tool_call() && !d.nothing());
+    assert!(d.prefill().is_none() && d.resumable() && !d.nothing());
     let mut mode = Mode::replay(&d);
     assert_eq!(d.splice(&call("b", Some("lookup"), "{\"q\": "), &mut mode, None), Spliced::Skip);
     assert_eq!(d.splice(&call("b", None, "\"x\"}"), &mut mode, None), Spliced::Skip);

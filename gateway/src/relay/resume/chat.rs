@@ -1,18 +1,19 @@
-//! What the client has of a resumed stream, and how a continuation's chunks are made
-//! part of it (docs/design.md §4.5): the first attempt's `id`, `created` and choice
+//! What the client has of a resumed chat stream, and how a continuation's chunks are
+//! made part of it (docs/design.md §4.5): the first attempt's `id`, `created` and choice
 //! index, no second role chunk, nothing the client already has sent twice (the
 //! whitespace a prefill trimmed, or the replayed part of a replay), and a usage chunk
 //! that reports every attempt's sum.
 
 use serde_json::{Map, Value};
 
-use crate::relay::sse::Usage;
+use super::{Spliced, Transcript};
+use crate::relay::sse::{Format, Usage};
 
 /// What reached the client so far.
 #[derive(Debug, Default)]
 pub struct Delivered {
     /// The text of every content delta sent.
-    pub text: String,
+    text: String,
     /// The first chunk's `id`, `created` and choice index.
     id: Option<Value>,
     created: Option<Value>,
@@ -59,8 +60,6 @@ impl ToolCall {
 /// How a continuation's content is spliced in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
-    /// The first attempt: relayed as it comes.
-    First,
     /// The upstream continues the prefill; `tail` is the delivered whitespace the
     /// prefill left out, skipped again at the start of the continuation.
     Prefill { tail: String },
@@ -77,20 +76,11 @@ impl Mode {
     }
 }
 
-/// What one chunk of a continuation becomes.
-#[derive(Debug, PartialEq)]
-pub enum Spliced {
-    /// Send this event.
-    Send(String),
-    /// Nothing of it is new to the client.
-    Skip,
-    /// The replay differs from what the client has.
-    Diverged,
-}
+impl Transcript for Delivered {
+    type Mode = Mode;
+    const FORMAT: Format = Format::OpenAi;
 
-impl Delivered {
-    /// Reads a chunk of the first attempt as it is relayed.
-    pub fn observe(&mut self, data: &str) {
+    fn observe(&mut self, data: &str) {
         let Ok(Value::Object(chunk)) = serde_json::from_str::<Value>(data) else { return };
         self.remember_ids(&chunk);
         for choice in choices(&chunk) {
@@ -98,50 +88,30 @@ impl Delivered {
         }
     }
 
-    fn remember_ids(&mut self, chunk: &Map<String, Value>) {
-        if self.id.is_none() {
-            self.id = chunk.get("id").cloned();
-            self.created = chunk.get("created").cloned();
-        }
-        if self.index.is_none() {
-            self.index = choices(chunk).next().and_then(|c| c.get("index").cloned());
-        }
-    }
-
-    fn take_delta(&mut self, choice: &Value) {
-        let Some(delta) = choice.get("delta") else { return };
-        if let Some(text) = delta.get("content").and_then(Value::as_str) {
-            self.text.push_str(text);
-        }
-        for item in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-            ToolCall::push(&mut self.tools, item);
-        }
-    }
-
-    /// Nothing of an answer was sent yet (no text but whitespace, no tool call).
-    pub fn nothing(&self) -> bool {
+    /// No text but whitespace, no tool call.
+    fn nothing(&self) -> bool {
         self.text.trim().is_empty() && self.tools.is_empty()
     }
 
-    /// A tool call was sent.
-    pub fn has_tool_calls(&self) -> bool {
-        !self.tools.is_empty()
+    /// Not inside a tool call's arguments.
+    fn resumable(&self) -> bool {
+        self.tools.iter().all(ToolCall::complete)
     }
 
-    /// A tool call was cut inside its arguments: no resume may start there.
-    pub fn inside_tool_call(&self) -> bool {
-        self.tools.iter().any(|t| !t.complete())
-    }
-
-    /// The prefill for a continuation (trailing whitespace trimmed) and the trimmed tail.
-    pub fn prefill(&self) -> (&str, &str) {
+    /// A turn that holds a tool call cannot be continued as a prefill.
+    fn prefill(&self) -> Option<(&str, &str)> {
         let kept = self.text.trim_end();
-        (kept, &self.text[kept.len()..])
+        (self.tools.is_empty() && !kept.is_empty()).then(|| (kept, &self.text[kept.len()..]))
     }
 
-    /// Rewrites one chunk of a continuation. `usage` is the sum to report when the chunk
-    /// carries usage (this attempt's plus the earlier ones').
-    pub fn splice(&mut self, data: &str, mode: &mut Mode, usage: Option<Usage>) -> Spliced {
+    fn continuation(&self, prefill_tail: Option<&str>) -> Mode {
+        match prefill_tail {
+            Some(tail) => Mode::Prefill { tail: tail.to_string() },
+            None => Mode::replay(self),
+        }
+    }
+
+    fn splice(&mut self, data: &str, mode: &mut Mode, usage: Option<Usage>) -> Spliced {
         let Ok(Value::Object(mut chunk)) = serde_json::from_str::<Value>(data) else { return Spliced::Skip };
         for (key, value) in [("id", &self.id), ("created", &self.created)] {
             if let Some(v) = value {
@@ -168,6 +138,32 @@ impl Delivered {
         }
         chunk.insert("choices".into(), Value::Array(kept));
         Spliced::Send(format!("data: {}\n\n", Value::Object(chunk)))
+    }
+
+    fn chars(&self) -> usize {
+        self.text.chars().count()
+    }
+}
+
+impl Delivered {
+    fn remember_ids(&mut self, chunk: &Map<String, Value>) {
+        if self.id.is_none() {
+            self.id = chunk.get("id").cloned();
+            self.created = chunk.get("created").cloned();
+        }
+        if self.index.is_none() {
+            self.index = choices(chunk).next().and_then(|c| c.get("index").cloned());
+        }
+    }
+
+    fn take_delta(&mut self, choice: &Value) {
+        let Some(delta) = choice.get("delta") else { return };
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            self.text.push_str(text);
+        }
+        for item in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+            ToolCall::push(&mut self.tools, item);
+        }
     }
 
     /// Rewrites a choice; `Some(false)` when nothing of it is left to send, `None` when
@@ -247,20 +243,7 @@ impl Delivered {
 /// diverged.
 fn splice_text(delivered: &str, text: &str, mode: &mut Mode) -> Option<String> {
     match mode {
-        Mode::First => Some(text.to_string()),
-        Mode::Prefill { tail } => {
-            // Skip the continuation's leading whitespace while it repeats the trimmed tail.
-            let mut skip = 0;
-            for (a, b) in text.chars().zip(tail.chars()) {
-                if a != b {
-                    break;
-                }
-                skip += a.len_utf8();
-            }
-            let stop = skip < text.len() || skip >= tail.len();
-            *tail = if stop { String::new() } else { tail[skip..].to_string() };
-            Some(text[skip..].to_string())
-        }
+        Mode::Prefill { tail } => Some(super::skip_tail(text, tail).to_string()),
         Mode::Replay { verified, target, .. } => {
             let want = delivered.get(*verified..*target).unwrap_or("");
             if want.is_empty() {
@@ -294,16 +277,6 @@ fn usage_json(u: Usage) -> Value {
             "cache_write_tokens": u.prompt_tokens_details.cache_write_tokens,
         },
     })
-}
-
-/// The sum of two attempts' usage.
-pub fn add(a: Usage, b: Usage) -> Usage {
-    let mut sum = Usage::plain(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens);
-    sum.prompt_tokens_details.cached_tokens =
-        a.prompt_tokens_details.cached_tokens + b.prompt_tokens_details.cached_tokens;
-    sum.prompt_tokens_details.cache_write_tokens =
-        a.prompt_tokens_details.cache_write_tokens + b.prompt_tokens_details.cache_write_tokens;
-    sum
 }
 
 #[cfg(test)]
