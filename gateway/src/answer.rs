@@ -270,9 +270,8 @@ pub fn stream_answer(
     let (gw2, route2) = (gw.clone(), route.clone());
     let (input_bound, api) = (req.input_bound, req.endpoint);
     let format = relay::sse::Format::of(req.endpoint);
-    // Mid-stream resume continues chat and Messages streams; a Responses stream that
-    // breaks ends in its error event (docs/gateway.md).
-    let resumable = route.cfg.mid_stream == MidStreamAction::Resume && format != relay::sse::Format::Responses;
+    // Mid-stream resume continues a stream in its own format (docs/design.md §4.5).
+    let resumable = route.cfg.mid_stream == MidStreamAction::Resume;
     let resumer = resumable.then(|| {
         relay::resume::Resumer::new(gw.clone(), route.clone(), req, candidate, started, request_id, trace.clone())
     });

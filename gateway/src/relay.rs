@@ -103,13 +103,14 @@ where
             // Boxed: the resuming pump's state is the larger by far, and this task's
             // future is copied into the runtime whole.
             Some(r) => {
+                use resume::{chat, messages, pump, responses};
                 let (end, last) = match format {
+                    Format::OpenAi => Box::pin(pump::<chat::Delivered>(first, rest, wants_usage, idle, r, &tx)).await,
                     Format::Messages => {
-                        Box::pin(resume::pump::<resume::messages::Delivered>(first, rest, wants_usage, idle, r, &tx))
-                            .await
+                        Box::pin(pump::<messages::Delivered>(first, rest, wants_usage, idle, r, &tx)).await
                     }
-                    _ => {
-                        Box::pin(resume::pump::<resume::chat::Delivered>(first, rest, wants_usage, idle, r, &tx)).await
+                    Format::Responses => {
+                        Box::pin(pump::<responses::Delivered>(first, rest, wants_usage, idle, r, &tx)).await
                     }
                 };
                 (end, last, None)

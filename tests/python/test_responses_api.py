@@ -5,7 +5,10 @@ Two routes on the session's chaos pair, both served by an `openai` candidate (na
 client's body as it came, to the upstream's `/v1/responses`) and an `anthropic` candidate
 (translated: Responses → chat → Messages, and the answer back as Responses events):
 - `gpt-native`: `oai` on chaos primary first, `anth` on chaos backup second;
-- `gpt-translated`: `anth` on chaos backup first, `oai` on chaos primary second.
+- `gpt-translated`: `anth` on chaos backup first, `oai` on chaos primary second;
+- `gpt-resume` and `gpt-resume-native`: `oai` first, then `anth` (which continues a
+  prefill, through translation) or `oai-b` (an `openai` upstream on chaos backup, which
+  replays), with `failover.midStream: resume` (docs/design.md §4.5).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from sluice_testsupport.poll import wait_for
 from conftest import Gateway, run_admin, start
 
 NATIVE, TRANSLATED = "gpt-native", "gpt-translated"
+RESUME, RESUME_NATIVE = "gpt-resume", "gpt-resume-native"
 HELLO = "Say hello."
 TOOL = {"type": "function", "name": "lookup", "description": "Looks a word up.", "strict": False,
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
@@ -29,7 +33,7 @@ IN, OUT = 1_000, 2_000  # nanodollars per token at the routes' price
 
 
 def manifests(primary: str, backup: str) -> str:
-    def route(name: str, first: tuple[str, str], second: tuple[str, str]) -> str:
+    def route(name: str, first: tuple[str, str], second: tuple[str, str], mid_stream: str = "error") -> str:
         return f"""\
 apiVersion: sluice.dev/v1alpha1
 kind: ModelRoute
@@ -41,7 +45,7 @@ spec:
   candidates:
   - {{upstream: {first[0]}, model: {first[1]}, price: {{input: "1.00", output: "2.00"}}}}
   - {{upstream: {second[0]}, model: {second[1]}, price: {{input: "1.00", output: "2.00"}}}}
-  failover: {{retryOn: [408, 429, 500, 502, 503, 504, 529]}}
+  failover: {{retryOn: [408, 429, 500, 502, 503, 504, 529], midStream: {mid_stream}}}
   backoff: {{maxAttempts: 2, base: 10ms, maxTotal: 100ms}}
 """
     upstreams = f"""\
@@ -54,9 +58,15 @@ apiVersion: sluice.dev/v1alpha1
 kind: Upstream
 metadata: {{name: anth}}
 spec: {{protocol: anthropic, baseUrl: "{backup}/v1", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {{name: oai-b}}
+spec: {{protocol: openai, baseUrl: "{backup}/v1", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
 """
-    gpt, claude = ("oai", "gpt-x-1"), ("anth", "claude-x-1")
-    return "---\n".join([upstreams, route(NATIVE, gpt, claude), route(TRANSLATED, claude, gpt)])
+    gpt, claude, gpt_b = ("oai", "gpt-x-1"), ("anth", "claude-x-1"), ("oai-b", "gpt-x-1")
+    return "---\n".join([upstreams, route(NATIVE, gpt, claude), route(TRANSLATED, claude, gpt),
+                          route(RESUME, gpt, claude, "resume"), route(RESUME_NATIVE, gpt, gpt_b, "resume")])
 
 
 @pytest.fixture
@@ -270,3 +280,34 @@ def test_a_stream_cut_after_content_ends_in_response_failed(responses_gateway, p
         assert events[-1].response.error.code == "upstream_stream_broken"
         with pytest.raises(RuntimeError):
             stream.get_final_response()
+
+
+@pytest.mark.parametrize("route,output", [(RESUME, 3 + 5), (RESUME_NATIVE, 3 + 8)])
+def test_a_cut_stream_is_finished_on_the_backup_as_one_response_and_billed_exactly(
+        responses_gateway, primary, backup, route, output):
+    # docs/design.md §4.5: `anth` continues the delivered text as a prefill (5 more
+    # words); `oai-b` is sent the request again (8 words), and its replay is held back
+    # while it matches. The 3 words of the broken attempt are billed too.
+    primary.script(chunks=8)
+    with client(responses_gateway).responses.stream(model=route, input=HELLO, max_output_tokens=64) as stream:
+        whole = stream.get_final_response().output_text
+    balance = settled(responses_gateway)["balance_nanodollars"]
+
+    primary.script(chunks=8, reset_after_chunks=3)
+    backup.script(chunks=8)
+    before = backup.requests()
+    with client(responses_gateway).responses.stream(model=route, input=HELLO, max_output_tokens=64) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    # No failure: the SDK read one response, with the exact text of an unbroken one.
+    kinds = [e.type for e in events]
+    assert kinds.count("response.created") == 1 and kinds[-1] == "response.completed", kinds
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == whole and final.output_text == whole
+    assert final.id == events[0].response.id and final.id.startswith("resp_chaos_"), "the first attempt's response"
+    assert [item.type for item in final.output] == ["message"]
+    assert final.usage.output_tokens == output, final.usage
+    assert backup.requests() == before + 1
+    # Each attempt is billed at its candidate's price; the response reports their sum.
+    assert settled(responses_gateway)["balance_nanodollars"] == balance - cost(final.usage)

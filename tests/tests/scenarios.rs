@@ -69,6 +69,8 @@ mod resilience_transport;
 mod resume;
 #[path = "scenarios/resume_messages.rs"]
 mod resume_messages;
+#[path = "scenarios/resume_responses.rs"]
+mod resume_responses;
 #[path = "scenarios/soak.rs"]
 mod soak;
 #[path = "scenarios/status_page.rs"]

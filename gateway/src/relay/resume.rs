@@ -1,7 +1,8 @@
 //! Mid-stream resume (docs/design.md §4.5, `failover.midStream: resume`): a stream that
 //! breaks after content reached the client (reset, cut without a finish reason, idle
 //! timeout, an error event) is continued on the next candidate not used yet, as more
-//! events of the same stream: chat chunks ([`chat`]) or Messages events ([`messages`]).
+//! events of the same stream: chat chunks ([`chat`]), Messages events ([`messages`]) or
+//! Responses events ([`responses`]).
 //!
 //! A candidate with `assistantPrefill` gets the original request plus the delivered text
 //! as a trailing assistant message; one without it (or one refusing the prefill with a
@@ -33,6 +34,7 @@ use crate::telemetry::traces::RequestTrace;
 
 pub mod chat;
 pub mod messages;
+pub mod responses;
 
 /// Resumes per request at most.
 pub const MAX_RESUMES: u32 = 2;
@@ -262,14 +264,20 @@ impl Resumer {
     }
 }
 
-/// The request with `prefill` as a trailing assistant message; `None` for a request
-/// with thinking on, which a prefill cannot continue (Anthropic refuses it).
+/// The request with `prefill` as a trailing assistant message (of `messages`, or of a
+/// Responses request's `input`); `None` for a request with thinking on, which a prefill
+/// cannot continue (Anthropic refuses it).
 fn with_prefill(req: &ClientRequest, prefill: &str) -> Option<ClientRequest> {
     let mut body: Value = serde_json::from_slice(req.body()).ok()?;
     if body.pointer("/thinking/type").and_then(Value::as_str).is_some_and(|t| t != "disabled") {
         return None;
     }
-    body.get_mut("messages")?.as_array_mut()?.push(serde_json::json!({"role": "assistant", "content": prefill}));
+    let list = if req.endpoint == crate::request::Endpoint::Responses { "input" } else { "messages" };
+    let turns = body.get_mut(list)?;
+    if let Value::String(text) = turns {
+        *turns = serde_json::json!([{"role": "user", "content": std::mem::take(text)}]);
+    }
+    turns.as_array_mut()?.push(serde_json::json!({"role": "assistant", "content": prefill}));
     let bytes = Bytes::from(serde_json::to_vec(&body).ok()?);
     ClientRequest::parse(req.endpoint, &bytes).ok()
 }
@@ -319,8 +327,22 @@ pub(super) async fn pump<T: Transcript>(
         if let Some(bytes) = chunk.take() {
             for event in splitter.push(&bytes) {
                 let out = match event {
-                    // Chat streams end in `[DONE]`, Messages streams in `message_stop`.
-                    Event::Done | Event::Last { .. } => return done(end, cur, &resumer, earlier, format),
+                    Event::Done => return done(end, cur, &resumer, earlier, format.done()),
+                    // A Responses stream ends in the event that carries the whole
+                    // response: a continuation's is made the client's.
+                    Event::Last { raw, usage, finished: f } => {
+                        end.finish_reason = Some(f);
+                        cur.usage = usage.or(cur.usage);
+                        let Some(mode) = mode.as_mut() else { return done(end, cur, &resumer, earlier, raw) };
+                        let data = super::sse::data_of(&raw).unwrap_or_default();
+                        match delivered.splice(data.trim(), mode, cur.usage.map(|u| add(earlier, u))) {
+                            Spliced::Send(e) => return done(end, cur, &resumer, earlier, Bytes::from(e)),
+                            Spliced::Skip => return done(end, cur, &resumer, earlier, raw),
+                            Spliced::Diverged => {
+                                return diverged(end, cur, &resumer, earlier, first_break, &upstream_name, format);
+                            }
+                        }
+                    }
                     Event::Chunk { raw, usage, finished: f, usage_only, content } => {
                         if !std::mem::replace(&mut model_read, true) {
                             end.model = splitter.model_of(&raw);
@@ -351,13 +373,7 @@ pub(super) async fn pump<T: Transcript>(
                                 Spliced::Send(e) => Some(Bytes::from(e)),
                                 Spliced::Skip => None,
                                 Spliced::Diverged => {
-                                    // The replay's upstream did nothing wrong; the client's
-                                    // stream cannot go on.
-                                    let (outcome, reason) =
-                                        first_break.clone().unwrap_or((Outcome::Reset, String::new()));
-                                    end_attempt(&mut end, &mut cur, Outcome::Ok, &resumer, &mut earlier);
-                                    tracing::warn!(route = %resumer.route.cfg.name, upstream = %upstream_name, "the replay differs from what the client has; the stream ends");
-                                    return broken(end, format, outcome, &reason);
+                                    return diverged(end, cur, &resumer, earlier, first_break, &upstream_name, format);
                                 }
                             },
                         }
@@ -378,7 +394,7 @@ pub(super) async fn pump<T: Transcript>(
                 }
             }
             if broke.is_none() && finished && cur.usage.is_some() {
-                return done(end, cur, &resumer, earlier, format);
+                return done(end, cur, &resumer, earlier, format.done());
             }
         }
         if broke.is_none() {
@@ -395,7 +411,7 @@ pub(super) async fn pump<T: Transcript>(
                     chunk = Some(bytes);
                     continue;
                 }
-                Ok(None) if finished => return done(end, cur, &resumer, earlier, format),
+                Ok(None) if finished => return done(end, cur, &resumer, earlier, format.done()),
                 Ok(None) => {
                     broke = Some((
                         Outcome::Reset,
@@ -442,12 +458,31 @@ pub(super) async fn pump<T: Transcript>(
     }
 }
 
-/// An in-stream error event: OpenAI's `{"error": …}` with no choices, or Messages'
-/// `{"type": "error", "error": …}`.
+/// An in-stream error event: chat's `{"error": …}` with no choices, Messages'
+/// `{"type": "error", …}`, Responses' `error` or `response.failed`.
 fn is_error(data: &str) -> bool {
-    data.contains("\"error\"")
-        && serde_json::from_str::<Value>(data)
-            .is_ok_and(|v| v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none())
+    (data.contains("\"error\"") || data.contains("response.failed"))
+        && serde_json::from_str::<Value>(data).is_ok_and(|v| match v.get("type").and_then(Value::as_str) {
+            Some(kind) => kind == "error" || kind == "response.failed",
+            None => v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none(),
+        })
+}
+
+/// A replay that differs from what the client has: its upstream did nothing wrong, but
+/// the client's stream cannot go on, and ends with the error naming the first break.
+fn diverged(
+    mut end: StreamEnd,
+    mut cur: Current,
+    resumer: &Resumer,
+    mut earlier: Usage,
+    first_break: Option<(Outcome, String)>,
+    upstream: &str,
+    format: Format,
+) -> (StreamEnd, Option<Bytes>) {
+    let (outcome, reason) = first_break.unwrap_or((Outcome::Reset, String::new()));
+    end_attempt(&mut end, &mut cur, Outcome::Ok, resumer, &mut earlier);
+    tracing::warn!(route = %resumer.route.cfg.name, upstream, "the replay differs from what the client has; the stream ends");
+    broken(end, format, outcome, &reason)
 }
 
 /// Ends the attempt being relayed: the first one's outcome and usage go to `end`, a
@@ -471,15 +506,16 @@ fn end_attempt(end: &mut StreamEnd, cur: &mut Current, outcome: Outcome, resumer
     cur.content_events = 0;
 }
 
-/// A complete end: `[DONE]` (or `message_stop`), with the attempt being relayed finished.
+/// A complete end with its `last` event (`[DONE]`, `message_stop`, the completed
+/// response), the attempt being relayed finished.
 fn done(
     mut end: StreamEnd,
     mut cur: Current,
     resumer: &Resumer,
     mut earlier: Usage,
-    format: Format,
+    last: Bytes,
 ) -> (StreamEnd, Option<Bytes>) {
     end_attempt(&mut end, &mut cur, Outcome::Ok, resumer, &mut earlier);
     end.healed = !end.resumed.is_empty();
-    (end, Some(format.done()))
+    (end, Some(last))
 }
