@@ -17,7 +17,7 @@
 //! | `vertex-anthropic` | `/v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict` (body `anthropic_version: vertex-2023-10-16`, no `model`) |
 //! | `vertex-gemini` | `/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (both Vertex protocols also under `/v1beta1/`, which `google-genai` calls) |
 //! | `gemini` | `/v1beta/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (also `/v1/models/…`, the stable version `google-genai` calls by default) |
-//! | `bedrock` | `/model/{percent-encoded id}/converse`, `/converse-stream` (event-stream frames) |
+//! | `bedrock` | `/model/{percent-encoded id}/converse`, `/converse-stream` (event-stream frames); Claude's Messages through `/invoke`, `/invoke-with-response-stream` (Anthropic's events base64 in `chunk` frames) |
 //! | Google auth | `POST /token` (JWT-bearer grant), `GET /computeMetadata/v1/instance/service-accounts/default/token` |
 //!
 //! Fields a provider does not know are refused with its 400, as the real

@@ -279,6 +279,7 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
     };
     let prefix = match call.family {
         Family::Anthropic => "msg_chaos_",
+        Family::BedrockMessages => "msg_bdrk_chaos_",
         Family::Responses => "resp_chaos_",
         Family::Bedrock | Family::Gemini | Family::OpenAi => "chaos-",
     };
@@ -324,7 +325,7 @@ fn respond(plan: &Arc<Plan>, family: Family, answer: Answer, streaming: bool, ct
     if streaming {
         ctx.counters.stream_started();
         let content_type = match family {
-            Family::Bedrock => "application/vnd.amazon.eventstream",
+            Family::Bedrock | Family::BedrockMessages => "application/vnd.amazon.eventstream",
             Family::Gemini if !answer.sse => "application/json",
             _ => "text/event-stream",
         };
@@ -337,7 +338,7 @@ fn respond(plan: &Arc<Plan>, family: Family, answer: Answer, streaming: bool, ct
         return response;
     }
     let full = match family {
-        Family::Anthropic => anthropic::body(&answer),
+        Family::Anthropic | Family::BedrockMessages => anthropic::body(&answer),
         Family::Gemini => google::body(&answer),
         Family::Responses => responses::body(&answer),
         Family::Bedrock | Family::OpenAi => bedrock::body(&answer),

@@ -25,7 +25,8 @@ pub enum Protocol {
     VertexGemini,
     /// Gemini on AI Studio: `/v1beta/models/{m}:generateContent`.
     Gemini,
-    /// Bedrock Converse: `/model/{id}/converse`, `/converse-stream`.
+    /// Bedrock: Converse (`/model/{id}/converse`, `/converse-stream`), and Claude's
+    /// Messages through InvokeModel (`/invoke`, `/invoke-with-response-stream`).
     Bedrock,
 }
 
@@ -81,6 +82,10 @@ pub(crate) enum Family {
     Anthropic,
     Gemini,
     Bedrock,
+    /// Claude's Messages on Bedrock's InvokeModel: an Anthropic body (with Bedrock's
+    /// `anthropic_version`, the model in the path) answered as a message, or as its
+    /// events, each in an event-stream `chunk` frame.
+    BedrockMessages,
 }
 
 /// One native inference call, as named by its path.
@@ -143,17 +148,20 @@ pub(crate) fn gemini(tail: &str) -> Result<Call, NoCall> {
     named(Protocol::Gemini, model, stream)
 }
 
-/// `/model/{id}/converse|converse-stream`: the id is ONE path segment, so a
-/// literal `/` in it (an ARN sent unencoded) names no operation, as on AWS.
+/// `/model/{id}/converse|converse-stream|invoke|invoke-with-response-stream`: the id
+/// is ONE path segment, so a literal `/` in it (an ARN sent unencoded) names no
+/// operation, as on AWS.
 pub(crate) fn bedrock(rest: &str) -> Result<Call, NoCall> {
     let (id, op) = rest.split_once('/').ok_or(NoCall)?;
-    let stream = match op {
-        "converse" => false,
-        "converse-stream" => true,
+    let (stream, family) = match op {
+        "converse" => (false, Family::Bedrock),
+        "converse-stream" => (true, Family::Bedrock),
+        "invoke" => (false, Family::BedrockMessages),
+        "invoke-with-response-stream" => (true, Family::BedrockMessages),
         _ => return Err(NoCall),
     };
     let model = percent_decode(id).ok_or(NoCall)?;
-    named(Protocol::Bedrock, &model, stream)
+    Ok(Call { family, ..named(Protocol::Bedrock, &model, stream)? })
 }
 
 fn named(protocol: Protocol, model: &str, stream: bool) -> Result<Call, NoCall> {

@@ -98,7 +98,10 @@ fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attem
 /// when the candidate that served it was sent a translation (docs/gateway.md).
 fn dropped_header(headers: &mut HeaderMap, req: &ClientRequest, route: &Route, candidate: usize) {
     let translated = req.endpoint.is_inbound_format()
-        && route.candidates.get(candidate).is_some_and(|c| !req.endpoint.native_on(c.upstream.cfg.protocol));
+        && route
+            .candidates
+            .get(candidate)
+            .is_some_and(|c| !req.endpoint.native_on(c.upstream.cfg.protocol, &c.cfg.model));
     if let Some(chat) = translated.then(|| req.as_chat().ok()).flatten()
         && !chat.dropped.is_empty()
         && let Ok(v) = HeaderValue::from_str(&chat.dropped.join(","))

@@ -208,7 +208,7 @@ impl<'a> AttemptSpec<'a> {
             ..Self::plain(c, route, req, limits, request_id, trace, req.endpoint, body)
         };
         let protocol = c.upstream.cfg.protocol;
-        if !req.endpoint.native_on(protocol) {
+        if !req.endpoint.native_on(protocol, &c.cfg.model) {
             return match req.as_chat() {
                 Ok(chat) => Self {
                     via: Some(Via::Translated { api: req.endpoint, model: &route.model, namespaces: &chat.namespaces }),
@@ -219,7 +219,7 @@ impl<'a> AttemptSpec<'a> {
         }
         match protocol {
             // The envelope (model in the path) is the attempt's to make.
-            CrdProtocol::VertexAnthropic => spec(Bytes::copy_from_slice(req.body())),
+            CrdProtocol::VertexAnthropic | CrdProtocol::Bedrock => spec(Bytes::copy_from_slice(req.body())),
             // The candidate's model (and the output limit the reservation assumed)
             // spliced into the client's bytes, nothing else changed.
             _ => spec(req.upstream_body(&c.cfg.model, route.default_max_tokens)),
@@ -333,6 +333,7 @@ async fn refusal(response: UpstreamResponse, retry_on: &[u16]) -> AttemptError {
         detail: status.to_string(),
         retryable,
         retry_after,
+        overloaded: status.as_u16() == 529,
         passthrough: (!retryable).then_some(Passthrough { status, headers, body }),
     }
 }

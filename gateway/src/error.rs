@@ -65,6 +65,15 @@ pub enum ApiError {
         /// When to try again.
         retry_after: Duration,
     },
+    /// Every candidate was overloaded (Anthropic's 529) or throttled, and not all
+    /// throttled: a 503 that says when to come back (Messages: Anthropic's 529).
+    #[error("{message}")]
+    Overloaded {
+        /// What happened.
+        message: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// Every candidate failed.
     #[error("{0}")]
     UpstreamsUnavailable(String),
@@ -111,7 +120,7 @@ impl ApiError {
             ApiError::LimitExceeded { kind, spend, .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, kind, if *spend { "insufficient_quota" } else { "rate_limit_exceeded" })
             }
-            ApiError::UpstreamsUnavailable(_) => {
+            ApiError::UpstreamsUnavailable(_) | ApiError::Overloaded { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "api_error", "upstreams_unavailable")
             }
             ApiError::DeadlineExceeded(_) => (StatusCode::GATEWAY_TIMEOUT, "api_error", "deadline_exceeded"),
@@ -196,7 +205,7 @@ impl ApiError {
                     .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(1000).collect());
                 (status, message)
             }
-            ApiError::RateLimited { ref message, retry_after } => {
+            ApiError::RateLimited { ref message, retry_after } | ApiError::Overloaded { ref message, retry_after } => {
                 let body = sluice_providers::messages::error_body("overloaded_error", message);
                 let mut response = (overloaded(), axum::Json(body)).into_response();
                 // Claude Code stops retrying past 60 s.
@@ -229,7 +238,7 @@ impl IntoResponse for ApiError {
         }
         let status = self.status();
         let mut response = (status, axum::Json(self.body())).into_response();
-        if let ApiError::RateLimited { retry_after, .. } = &self {
+        if let ApiError::RateLimited { retry_after, .. } | ApiError::Overloaded { retry_after, .. } = &self {
             let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, v);

@@ -72,13 +72,18 @@ impl Endpoint {
         matches!(self, Endpoint::Messages | Endpoint::Responses)
     }
 
-    /// Whether a candidate of `protocol` speaks this inbound API itself (docs/design.md
-    /// §12): Messages on `anthropic` and `vertex-anthropic`, Responses on `openai` and
-    /// `azure-openai`. The others are sent a translation through chat.
-    pub fn native_on(self, protocol: sluice_crds::snapshot::Protocol) -> bool {
+    /// Whether a candidate of `protocol` serving `model` speaks this inbound API itself
+    /// (docs/design.md §12): Messages on `anthropic`, `vertex-anthropic` and Claude on
+    /// `bedrock`, Responses on `openai` and `azure-openai`. The others are sent a
+    /// translation through chat.
+    pub fn native_on(self, protocol: sluice_crds::snapshot::Protocol, model: &str) -> bool {
         use sluice_crds::snapshot::Protocol as P;
         match self {
-            Endpoint::Messages => matches!(protocol, P::Anthropic | P::VertexAnthropic),
+            Endpoint::Messages => match protocol {
+                P::Anthropic | P::VertexAnthropic => true,
+                P::Bedrock => sluice_providers::messages::is_claude_on_bedrock(model),
+                _ => false,
+            },
             Endpoint::Responses => matches!(protocol, P::Openai | P::AzureOpenai),
             Endpoint::Chat | Endpoint::Completions | Endpoint::Embeddings => false,
         }

@@ -1,12 +1,13 @@
 //! The Anthropic Messages API as an inbound API (docs/design.md §12): what the gateway
 //! needs to serve `POST /v1/messages` on every candidate, without I/O.
 //!
-//! - **Native** (`anthropic`, `vertex-anthropic`): [`native`] sends the client's body
-//!   as it came — every member, `cache_control` and thinking signature byte-exact —
-//!   with only the envelope changed (the model; on Vertex the `anthropic_version`
-//!   member, the path, and what Vertex refuses, by the rules of docs/gateway.md), and
-//!   [`relay`] passes the answer's events on unchanged while reading what the gateway
-//!   needs (content, errors, the end).
+//! - **Native** (`anthropic`, `vertex-anthropic`, Claude on `bedrock`): [`native`]
+//!   sends the client's body as it came — every member, `cache_control` and thinking
+//!   signature byte-exact — with only the envelope changed (the model; on Vertex and
+//!   Bedrock the `anthropic_version` member, the path, and what they refuse, by the
+//!   rules of docs/gateway.md), and [`relay`] (Bedrock: [`bedrock_relay`], which
+//!   unwraps its event-stream frames) passes the answer's events on unchanged while
+//!   reading what the gateway needs (content, errors, the end).
 //! - **Translated** (every other protocol): [`to_chat`] turns the request into an OpenAI
 //!   chat request, which the candidate's own translation then takes as any chat
 //!   request; the answer comes back as OpenAI chunks, which [`from_chat`] turns into
@@ -14,6 +15,7 @@
 //!   equivalent is refused naming the member, never dropped, except the members
 //!   docs/gateway.md lists as hints (thinking, `cache_control`, …).
 
+mod bedrock;
 mod chat;
 mod encode;
 mod envelope;
@@ -21,9 +23,10 @@ mod envelope;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+pub use bedrock::{bedrock_relay, is_claude_on_bedrock};
 pub use chat::to_chat;
 pub use encode::{from_chat, message_of_completion};
-pub use envelope::{ANTHROPIC_VERSION, native};
+pub use envelope::{ANTHROPIC_VERSION, BEDROCK_VERSION, native};
 
 use crate::lenient::{self, Lenient};
 use crate::{Transcoder, Usage};
@@ -81,13 +84,18 @@ pub fn usage_of_message(body: &[u8]) -> Option<Usage> {
 /// `content_block_delta`; an `error` event ends it in an error (which fails over while
 /// no content was sent) and `message_stop` ends it.
 pub fn relay() -> Box<dyn Transcoder + Send> {
-    crate::sse::named_relay(crate::sse::NamedEvents {
+    crate::sse::named_relay(events())
+}
+
+/// What the relay knows of Messages events.
+fn events() -> crate::sse::NamedEvents {
+    crate::sse::NamedEvents {
         is_error: |kind| kind == "error",
         error: |data| crate::anthropic::classify(200, &http::HeaderMap::new(), data.as_bytes(), 0),
         is_end: |kind| kind == "message_stop",
         is_content: |kind| kind == "content_block_delta",
         end_name: "message_stop",
-    })
+    }
 }
 
 #[cfg(test)]

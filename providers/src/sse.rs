@@ -168,17 +168,24 @@ pub(crate) struct NamedEvents {
 /// content event; an error event ends it in an error (which fails over while no content
 /// was sent), an end event ends it.
 pub(crate) fn named_relay(api: NamedEvents) -> Box<dyn Transcoder + Send> {
-    Box::new(SseTranscoder::new(NamedRelay { api, content: false, done: false }))
+    Box::new(SseTranscoder::new(NamedRelay::new(api)))
 }
 
-struct NamedRelay {
+/// The relay of named events, event by event (also fed by frames other than SSE's:
+/// Bedrock's InvokeModel stream).
+pub(crate) struct NamedRelay {
     api: NamedEvents,
     content: bool,
-    done: bool,
+    pub(crate) done: bool,
 }
 
 impl NamedRelay {
-    fn fail(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
+    pub(crate) fn new(api: NamedEvents) -> Self {
+        Self { api, content: false, done: false }
+    }
+
+    /// Ends the stream in `error`.
+    pub(crate) fn fail(&mut self, error: UpstreamError, out: &mut Vec<Out>) {
         self.done = true;
         out.push(Out::Error { error, before_content: !self.content });
     }

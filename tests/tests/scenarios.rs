@@ -45,6 +45,8 @@ mod idle_auto;
 mod limits;
 #[path = "scenarios/limits_load.rs"]
 mod limits_load;
+#[path = "scenarios/messages_bedrock.rs"]
+mod messages_bedrock;
 #[path = "scenarios/metrics.rs"]
 mod metrics;
 #[path = "scenarios/outage.rs"]

@@ -143,3 +143,35 @@ pub(super) fn error_message(name: &str) -> &'static str {
         _ => "Injected failure [chaos upstream]",
     }
 }
+
+/// Claude's Messages events (`event:`/`data:` SSE text, as [`super::anthropic`] renders
+/// them) as InvokeModelWithResponseStream sends them: each event's data, base64, in a
+/// `chunk` frame (`{"bytes": …}`).
+pub(super) fn chunks(events: Vec<Bytes>) -> Vec<Bytes> {
+    events.into_iter().map(|e| chunk(&e)).collect()
+}
+
+/// One Messages event in a `chunk` frame.
+pub(super) fn chunk(sse: &[u8]) -> Bytes {
+    use base64::Engine as _;
+    let text = String::from_utf8_lossy(sse);
+    let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or_default();
+    event("chunk", json!({"bytes": base64::engine::general_purpose::STANDARD.encode(data)}))
+}
+
+/// The closing Messages events; `message_stop` carries Bedrock's invocation metrics, as
+/// InvokeModel's does.
+pub(super) fn messages_closing(a: &Answer) -> Vec<Bytes> {
+    let mut events = super::anthropic::closing(a);
+    if let Some(stop) = events.pop() {
+        let text = String::from_utf8_lossy(&stop);
+        let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or_default();
+        let mut v: Value = serde_json::from_str(data).unwrap_or_default();
+        v["amazon-bedrock-invocationMetrics"] = json!({
+            "inputTokenCount": a.usage.prompt, "outputTokenCount": a.usage.completion,
+            "invocationLatency": 1, "firstByteLatency": 1,
+        });
+        events.push(Bytes::from(format!("event: message_stop\ndata: {v}\n\n")));
+    }
+    chunks(events)
+}

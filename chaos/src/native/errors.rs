@@ -110,7 +110,7 @@ pub(crate) fn invalid(family: Family, message: &str) -> Response {
         Family::Responses => openai_param(message, None, None),
         Family::Anthropic => anthropic(400, "invalid_request_error", message),
         Family::Gemini => google(400, message, Vec::new(), None),
-        Family::Bedrock => bedrock(400, "ValidationException", message),
+        Family::Bedrock | Family::BedrockMessages => bedrock(400, "ValidationException", message),
     }
 }
 
@@ -138,7 +138,7 @@ pub(crate) fn stream_error(family: Family, name: Option<&str>) -> (String, &'sta
             let status = name.unwrap_or("UNAVAILABLE");
             (status.to_owned(), google::message_of(status))
         }
-        Family::Bedrock => {
+        Family::Bedrock | Family::BedrockMessages => {
             let exception = name.unwrap_or("ServiceUnavailableException");
             (exception.to_owned(), aws::error_message(exception))
         }

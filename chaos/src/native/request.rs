@@ -14,6 +14,8 @@ use crate::protocol::{Call, Family, Protocol};
 /// `anthropic_version` that Claude on Vertex AI documents for the body (a
 /// dated API version is accepted too).
 pub(crate) const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
+/// The `anthropic_version` Claude on Bedrock's InvokeModel requires.
+pub(crate) const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
 
 /// What the answer depends on in a native request.
 #[derive(Debug)]
@@ -114,7 +116,9 @@ impl NativeRequest {
         let map: Map<String, Value> = serde_json::from_slice(body).map_err(|e| {
             Invalid::new(match call.family {
                 Family::Gemini => format!("Invalid JSON payload received. {e}"),
-                Family::Bedrock => format!("Malformed input request: {e}, please reformat your input and try again."),
+                Family::Bedrock | Family::BedrockMessages => {
+                    format!("Malformed input request: {e}, please reformat your input and try again.")
+                }
                 Family::Responses => responses::UNPARSED.to_owned(),
                 Family::Anthropic | Family::OpenAi => format!("There was an error parsing the body: {e}"),
             })
@@ -123,6 +127,7 @@ impl NativeRequest {
             Family::Anthropic => anthropic(call, &map),
             Family::Gemini => gemini(call, &map),
             Family::Bedrock => bedrock(call, &map),
+            Family::BedrockMessages => bedrock_messages(call, &map),
             Family::Responses => responses::parse(&map),
             Family::OpenAi => Err(Invalid::new("not a native protocol")),
         }
@@ -181,6 +186,30 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
         answers_tool: tool_result::anthropic(map.get("messages")),
         echo: Map::new(),
     })
+}
+
+/// Claude's Messages body on Bedrock's InvokeModel: Bedrock's `anthropic_version`, betas
+/// as an `anthropic_beta` list, no `model` (it is in the path) and no `stream` (the
+/// operation says), then what Anthropic checks.
+fn bedrock_messages(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invalid> {
+    match map.get("anthropic_version").and_then(Value::as_str) {
+        Some(BEDROCK_ANTHROPIC_VERSION) => {}
+        Some(other) => return Err(Invalid::new(format!("invalid anthropic_version: {other}"))),
+        None => return Err(Invalid::new("required key [anthropic_version] not found")),
+    }
+    for key in ["model", "stream"] {
+        if map.contains_key(key) {
+            return Err(Invalid::new(format!("extraneous key [{key}] is not permitted")));
+        }
+    }
+    if map.get("anthropic_beta").is_some_and(|b| !b.as_array().is_some_and(|l| l.iter().all(Value::is_string))) {
+        return Err(Invalid::new("anthropic_beta: expected a list of strings"));
+    }
+    let mut anthropic_body = map.clone();
+    anthropic_body.remove("anthropic_version");
+    anthropic_body.remove("anthropic_beta");
+    let req = anthropic(call, &anthropic_body)?;
+    Ok(NativeRequest { stream: call.stream, ..req })
 }
 
 /// Whether an Anthropic Messages body (`count_tokens` reads it as a value)

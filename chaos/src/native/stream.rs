@@ -81,6 +81,7 @@ impl State {
                     let events = match self.s.family {
                         Family::Anthropic => anthropic::preamble(&self.s.answer),
                         Family::Bedrock => bedrock::preamble(&self.s.answer),
+                        Family::BedrockMessages => bedrock::chunks(anthropic::preamble(&self.s.answer)),
                         Family::Responses => responses::preamble(&self.s.answer, self.events),
                         Family::Gemini | Family::OpenAi => Vec::new(),
                     };
@@ -116,6 +117,7 @@ impl State {
                     return Some(Ok(self.emit(|s, n| match s.family {
                         Family::Anthropic => anthropic::piece(&s.answer, at),
                         Family::Bedrock => bedrock::piece(&s.answer, at),
+                        Family::BedrockMessages => bedrock::chunk(&anthropic::piece(&s.answer, at)),
                         Family::Responses => responses::piece(&s.answer, at, n),
                         Family::Gemini | Family::OpenAi => google::piece(&s.answer, at, n),
                     })));
@@ -125,7 +127,7 @@ impl State {
                     let (name, message) = errors::stream_error(self.s.family, self.s.answer.error_name.as_deref());
                     return Some(Ok(self.emit(|s, n| match s.family {
                         Family::Anthropic => anthropic::error_event(&name, message),
-                        Family::Bedrock => bedrock::exception(&name, message),
+                        Family::Bedrock | Family::BedrockMessages => bedrock::exception(&name, message),
                         Family::Responses => responses::error_event(&s.answer, n, &name, message),
                         Family::Gemini | Family::OpenAi => google::error_event(&s.answer, n, &name, message),
                     })));
@@ -153,7 +155,7 @@ impl State {
         if self.s.plan.malformed == Some(self.events) {
             return match self.s.family {
                 Family::Anthropic => Bytes::from_static(anthropic::MALFORMED),
-                Family::Bedrock => bedrock::malformed(),
+                Family::Bedrock | Family::BedrockMessages => bedrock::malformed(),
                 Family::Responses => responses::malformed(&self.s.answer),
                 Family::Gemini | Family::OpenAi => google::malformed(&self.s.answer, n),
             };
@@ -167,6 +169,7 @@ fn closing(s: &NativeStream, n: u32) -> Vec<Bytes> {
     match s.family {
         Family::Anthropic => anthropic::closing(&s.answer),
         Family::Bedrock => bedrock::closing(&s.answer),
+        Family::BedrockMessages => bedrock::messages_closing(&s.answer),
         Family::Responses => responses::closing(&s.answer, n),
         Family::Gemini | Family::OpenAi => google::closing(&s.answer, n),
     }

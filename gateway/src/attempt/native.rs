@@ -79,6 +79,7 @@ pub(super) fn refused_here(message: String) -> AttemptError {
         detail: message,
         retryable: false,
         retry_after: None,
+        overloaded: false,
         passthrough: Some(Passthrough {
             status: StatusCode::BAD_REQUEST,
             headers,
@@ -106,6 +107,7 @@ fn failed(e: UpstreamError, retry_on: &[u16]) -> AttemptError {
         detail: format!("{status}: {}", e.message.chars().take(300).collect::<String>()),
         retryable,
         retry_after: e.retry_after,
+        overloaded: e.kind == ErrorKind::Overloaded,
         passthrough: (!retryable).then(|| Passthrough { status, headers, body: e.openai_body }),
     }
 }
@@ -220,9 +222,10 @@ pub(super) async fn exchange(
 }
 
 /// The exchange of a Messages request with a candidate that speaks Messages
-/// (`anthropic`, `vertex-anthropic`): the client's body in the candidate's envelope
-/// and its `anthropic-*` headers; the answer — events, a whole message or an error
-/// body — passed on as it came.
+/// (`anthropic`, `vertex-anthropic`, Claude on `bedrock`): the client's body in the
+/// candidate's envelope and its `anthropic-*` headers; the answer — events, a whole
+/// message or an error body — passed on as it came (Bedrock's events unwrapped from
+/// its frames, its errors in Anthropic's shape).
 pub(super) async fn messages_exchange(
     upstream: &UpstreamHandle,
     secrets: &Secrets,
@@ -239,7 +242,8 @@ pub(super) async fn messages_exchange(
         .native_uris
         .get(&cfg.base_url, &native.path)
         .map_err(|e| AttemptError::transport(Outcome::Connect, e))?;
-    let response = send(upstream, secrets, spec, &target, &native, &uri, traceparent, true).await?;
+    let bedrock = target.protocol == Protocol::Bedrock;
+    let response = send(upstream, secrets, spec, &target, &native, &uri, traceparent, !bedrock).await?;
     let status = response.status();
     if !spec.stream {
         let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
@@ -249,7 +253,8 @@ pub(super) async fn messages_exchange(
             ..Answer::new(status, Some(HeaderValue::from_static("application/json")), body, None)
         });
     }
-    commit(status, body_stream(response), providers::messages::relay(), spec.retry_on).await
+    let relay = if bedrock { providers::messages::bedrock_relay() } else { providers::messages::relay() };
+    commit(status, body_stream(response), relay, spec.retry_on).await
 }
 
 /// The answer of an OpenAI-compatible candidate to a native Responses request: events

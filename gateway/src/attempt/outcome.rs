@@ -97,6 +97,9 @@ pub struct AttemptError {
     pub retryable: bool,
     /// Throttling hint from the upstream (Retry-After and friends).
     pub retry_after: Option<Duration>,
+    /// The upstream said it is overloaded (Anthropic's 529): like throttling, it says
+    /// "come back later" rather than "broken" (docs/design.md §12).
+    pub overloaded: bool,
     /// For a non-retryable HTTP answer: passed to the client unchanged.
     pub passthrough: Option<Passthrough>,
 }
@@ -115,6 +118,13 @@ pub struct Passthrough {
 impl AttemptError {
     /// A retryable failure without an HTTP answer.
     pub fn transport(outcome: Outcome, detail: impl Into<String>) -> Self {
-        Self { outcome, detail: detail.into(), retryable: true, retry_after: None, passthrough: None }
+        Self {
+            outcome,
+            detail: detail.into(),
+            retryable: true,
+            retry_after: None,
+            overloaded: false,
+            passthrough: None,
+        }
     }
 }

@@ -295,6 +295,7 @@ fn exhausted(
         return deadline_failure(route, attempts, failovers);
     }
     let throttled = !last_walk.is_empty() && last_walk.iter().all(|(_, e)| e.outcome == Outcome::Http429);
+    let busy = !last_walk.is_empty() && last_walk.iter().all(|(_, e)| e.outcome == Outcome::Http429 || e.overloaded);
     let reasons: Vec<String> = last_walk
         .iter()
         .map(|(idx, e)| {
@@ -303,11 +304,17 @@ fn exhausted(
         })
         .collect();
     let detail = if reasons.is_empty() { "no candidate could be tried".to_string() } else { reasons.join("; ") };
-    if throttled {
+    if busy {
         let retry_after = last_walk.iter().filter_map(|(_, e)| e.retry_after).max().unwrap_or(Duration::from_secs(1));
+        let doing = if throttled { "throttling" } else { "overloaded or throttling" };
         let message =
-            format!("every candidate of {:?} is throttling after {attempts} attempt(s): {detail}", route.cfg.model);
-        return Failed { error: ApiError::RateLimited { message, retry_after }, attempts, failovers };
+            format!("every candidate of {:?} is {doing} after {attempts} attempt(s): {detail}", route.cfg.model);
+        let error = if throttled {
+            ApiError::RateLimited { message, retry_after }
+        } else {
+            ApiError::Overloaded { message, retry_after }
+        };
+        return Failed { error, attempts, failovers };
     }
     let message = format!("every candidate of {:?} failed after {attempts} attempt(s): {detail}", route.cfg.model);
     Failed { error: ApiError::UpstreamsUnavailable(message), attempts, failovers }

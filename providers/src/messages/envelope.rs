@@ -1,7 +1,8 @@
 //! The native request of a Messages call: the client's body for `anthropic` (only the
-//! model changed) and for `vertex-anthropic` (the model in the path, the
+//! model changed), for `vertex-anthropic` (the model in the path, the
 //! `anthropic_version` member, and what Vertex refuses: docs/gateway.md, "Messages on
-//! Vertex AI").
+//! Vertex AI") and for Claude on `bedrock` (InvokeModel: the model in the path, the
+//! betas in the body, and what Bedrock refuses: docs/gateway.md, "Messages on Bedrock").
 
 use std::borrow::Cow;
 use std::fmt;
@@ -28,6 +29,24 @@ const VERTEX_BETAS: &[&str] = &[
 /// Members Vertex AI refuses, left out there: each is a hint to the model or to
 /// Anthropic's own service, never a part of the conversation.
 const VERTEX_DROPS: &[&str] = &["context_management", "output_config"];
+
+/// The `anthropic_version` of Claude on Bedrock's InvokeModel.
+pub const BEDROCK_VERSION: &str = "bedrock-2023-05-31";
+
+/// Betas Bedrock accepts (sent as the body's `anthropic_beta` list there); others are
+/// left out, as on Vertex.
+const BEDROCK_BETAS: &[&str] = &[
+    "interleaved-thinking-2025-05-14",
+    "context-1m-2025-08-07",
+    "fine-grained-tool-streaming-2025-05-14",
+    "token-efficient-tools-2025-02-19",
+    "output-128k-2025-02-19",
+    "computer-use-2025-01-24",
+];
+
+/// Members Bedrock refuses (its InvokeModel names the model in the path and the stream
+/// by the operation), left out there, with the hints Vertex refuses too.
+const BEDROCK_DROPS: &[&str] = &["model", "stream", "anthropic_version", "context_management", "output_config"];
 
 /// A JSON object's members in their order, each value as the client wrote it.
 struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
@@ -108,6 +127,7 @@ pub fn native(
             Ok(NativeRequest { path: path.to_owned(), body: bytes::Bytes::copy_from_slice(body), headers: out })
         }
         Protocol::VertexAnthropic => vertex(target, body, headers, stream, count_tokens),
+        Protocol::Bedrock => bedrock(target, body, headers, stream, count_tokens),
         other => Err(TranslateError::unsupported(
             "protocol",
             format!("{} does not speak the Messages API natively", other.as_str()),
@@ -125,20 +145,70 @@ fn vertex(
     if count_tokens {
         return Err(TranslateError::unsupported("count_tokens", "served by `anthropic` candidates only"));
     }
-    let members: Members<'_> = serde_json::from_slice(body).map_err(invalid_body)?;
-    let mut kept = Members(
-        members
-            .0
-            .iter()
-            .filter(|(k, _)| {
-                !matches!(k.as_ref(), "model" | "anthropic_version") && !VERTEX_DROPS.contains(&k.as_ref())
-            })
-            .cloned()
-            .collect(),
-    );
+    let drops = |k: &str| matches!(k, "model" | "anthropic_version") || VERTEX_DROPS.contains(&k);
     let mut extra = vec![("anthropic_version", format!("\"{VERTEX_VERSION}\""))];
-    // A system message inside `messages` (Claude Code sends one) is refused by Vertex:
-    // its blocks join the top-level `system`, after the ones there.
+    let body = rebuilt(body, drops, &mut extra)?;
+    let mut out = Vec::new();
+    for (name, value) in headers {
+        match name.as_str() {
+            "anthropic-version" => {}
+            "anthropic-beta" => {
+                let betas = accepted_betas(value, VERTEX_BETAS);
+                if let (false, Ok(v)) = (betas.is_empty(), HeaderValue::from_str(&betas.join(","))) {
+                    out.push((name.clone(), v));
+                }
+            }
+            _ => out.push((name.clone(), value.clone())),
+        }
+    }
+    let verb = if stream { "streamRawPredict" } else { "rawPredict" };
+    let path = format!("{}/publishers/anthropic/models/{}:{verb}", vertex_prefix(target)?, model_segment(target.model));
+    Ok(NativeRequest { path, body: bytes::Bytes::from(body), headers: out })
+}
+
+/// Claude on Bedrock (InvokeModel): the model in the path, the operation naming the
+/// stream, `anthropic_version` in the body and the client's accepted betas as its
+/// `anthropic_beta` list; no `anthropic-*` header is sent.
+fn bedrock(
+    target: &Target<'_>,
+    body: &[u8],
+    headers: &[(HeaderName, HeaderValue)],
+    stream: bool,
+    count_tokens: bool,
+) -> Result<NativeRequest, TranslateError> {
+    if count_tokens {
+        return Err(TranslateError::unsupported("count_tokens", "served by `anthropic` candidates only"));
+    }
+    let mut extra = vec![("anthropic_version", format!("\"{BEDROCK_VERSION}\""))];
+    let betas: Vec<&str> = headers
+        .iter()
+        .filter(|(n, _)| n.as_str() == "anthropic-beta")
+        .flat_map(|(_, v)| accepted_betas(v, BEDROCK_BETAS))
+        .collect();
+    if !betas.is_empty() {
+        extra.push(("anthropic_beta", serde_json::Value::from(betas).to_string()));
+    }
+    let body = rebuilt(body, |k| BEDROCK_DROPS.contains(&k) || k == "anthropic_beta", &mut extra)?;
+    let verb = if stream { "invoke-with-response-stream" } else { "invoke" };
+    let path = format!("/model/{}/{verb}", crate::encode_segment(target.model));
+    Ok(NativeRequest { path, body: bytes::Bytes::from(body), headers: Vec::new() })
+}
+
+/// The betas of an `anthropic-beta` header that are in `accepted`.
+fn accepted_betas<'a>(value: &'a HeaderValue, accepted: &[&str]) -> Vec<&'a str> {
+    value.to_str().unwrap_or("").split(',').map(str::trim).filter(|b| accepted.contains(b)).collect()
+}
+
+/// The body without the members `drops` names, with `extra` members added: a system
+/// message inside `messages` (Claude Code sends one, which Vertex and Bedrock refuse)
+/// has its blocks join the top-level `system`, after the ones there.
+fn rebuilt(
+    body: &[u8],
+    drops: impl Fn(&str) -> bool,
+    extra: &mut Vec<(&str, String)>,
+) -> Result<Vec<u8>, TranslateError> {
+    let members: Members<'_> = serde_json::from_slice(body).map_err(invalid_body)?;
+    let mut kept = Members(members.0.iter().filter(|(k, _)| !drops(k.as_ref())).cloned().collect());
     if let Some(messages) = members.get("messages") {
         let (system, rest) = split_system(messages)?;
         if !system.is_empty() {
@@ -152,28 +222,7 @@ fn vertex(
             extra.push(("messages", format!("[{}]", rest.join(","))));
         }
     }
-    let mut out = Vec::new();
-    for (name, value) in headers {
-        match name.as_str() {
-            "anthropic-version" => {}
-            "anthropic-beta" => {
-                let betas: Vec<&str> = value
-                    .to_str()
-                    .unwrap_or("")
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|b| VERTEX_BETAS.contains(b))
-                    .collect();
-                if let (false, Ok(v)) = (betas.is_empty(), HeaderValue::from_str(&betas.join(","))) {
-                    out.push((name.clone(), v));
-                }
-            }
-            _ => out.push((name.clone(), value.clone())),
-        }
-    }
-    let verb = if stream { "streamRawPredict" } else { "rawPredict" };
-    let path = format!("{}/publishers/anthropic/models/{}:{verb}", vertex_prefix(target)?, model_segment(target.model));
-    Ok(NativeRequest { path, body: bytes::Bytes::from(kept.write(&extra)), headers: out })
+    Ok(kept.write(extra))
 }
 
 /// The raw messages of a `messages` array: the content blocks of its `system` entries

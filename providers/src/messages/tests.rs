@@ -263,3 +263,81 @@ fn a_native_message_usage_counts_cache_reads_and_writes_as_input() {
     assert_eq!(usage_of_message(body), Some(Usage::from_exclusive(3, 2, 10, 5)));
     assert_eq!(usage_of_message(b"{\"id\":\"x\"}"), None);
 }
+
+#[test]
+fn claude_on_bedrock_gets_invoke_models_envelope_and_betas_in_the_body() {
+    let model = "arn:aws:bedrock:us-east-1:1:inference-profile/us.anthropic.claude-x-v1:0";
+    assert!(is_claude_on_bedrock(model) && !is_claude_on_bedrock("meta.llama3-70b-instruct-v1:0"));
+    let target = Target::new(Protocol::Bedrock, model, 1024);
+    let body = br#"{"model":"m","max_tokens":5,"stream":true,"anthropic_version":"2023-06-01","output_config":{"effort":"high"},
+        "messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},
+        {"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"Sig\u00e9/+="}]}]}"#;
+    let headers = [
+        header("anthropic-version", "2023-06-01"),
+        header("anthropic-beta", "claude-code-20250219, interleaved-thinking-2025-05-14"),
+    ];
+    let n = native(&target, body, &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        n.path,
+        "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fus.anthropic.claude-x-v1%3A0/invoke-with-response-stream"
+    );
+    assert!(n.headers.is_empty(), "Bedrock takes its betas in the body: {:?}", n.headers);
+    let text = String::from_utf8_lossy(&n.body);
+    assert!(text.contains(r#""signature":"Sig\u00e9/+=""#), "byte-exact: {text}");
+    let v: Value = serde_json::from_slice(&n.body).unwrap_or_default();
+    assert_eq!(v["anthropic_version"], BEDROCK_VERSION);
+    assert_eq!(v["anthropic_beta"], json!(["interleaved-thinking-2025-05-14"]));
+    for gone in ["model", "stream", "output_config"] {
+        assert!(v.get(gone).is_none(), "{gone}: {v}");
+    }
+    assert_eq!(v["system"], json!([{"type": "text", "text": "be brief"}]), "the system entry left messages");
+    assert_eq!(v["messages"].as_array().map(Vec::len), Some(2));
+    let n = native(&target, br#"{"max_tokens":5,"messages":[]}"#, &[], false, false).unwrap_or_else(|e| panic!("{e}"));
+    assert!(n.path.ends_with("/invoke"));
+    assert!(native(&target, body, &headers, false, true).is_err(), "count_tokens is anthropic's");
+}
+
+/// `events` as InvokeModelWithResponseStream frames them: each event's data, base64,
+/// in a `chunk` frame.
+fn bedrock_frames(stream: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    stream
+        .split("\n\n")
+        .filter_map(|e| e.split_once("\ndata: ").map(|(_, data)| data))
+        .flat_map(|data| {
+            let payload = json!({"bytes": base64::engine::general_purpose::STANDARD.encode(data)}).to_string();
+            crate::eventstream::encode_event("chunk", payload.as_bytes()).map(|b| b.to_vec()).unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn bedrocks_frames_become_the_messages_events_at_every_split() {
+    let frames = bedrock_frames(NATIVE_STREAM);
+    for at in (0..=frames.len()).step_by(7) {
+        let outs = run(bedrock_relay(), &frames, at);
+        let bytes: Vec<u8> = outs
+            .iter()
+            .filter_map(|o| match o {
+                Out::Event { bytes, .. } => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        // The same events as Anthropic's own stream; `ping` keeps its spacing.
+        assert_eq!(String::from_utf8_lossy(&bytes), NATIVE_STREAM, "split at {at}");
+        assert_eq!(outs.last(), Some(&Out::Done));
+    }
+    // An exception frame before content may fail over; one after it ends the stream.
+    let mut throttled = bedrock_frames(&NATIVE_STREAM[..NATIVE_STREAM.find("event: ping").unwrap_or(0)]);
+    let exception = crate::eventstream::encode_exception("throttlingException", br#"{"message":"slow down"}"#);
+    throttled.extend_from_slice(&exception.unwrap_or_default());
+    match run(bedrock_relay(), &throttled, 0).last() {
+        Some(Out::Error { error, before_content: true }) => assert_eq!(error.kind, crate::ErrorKind::RateLimited),
+        other => panic!("{other:?}"),
+    }
+    let cut = bedrock_frames(&NATIVE_STREAM[..NATIVE_STREAM.find("event: message_stop").unwrap_or(0)]);
+    assert!(matches!(run(bedrock_relay(), &cut, 0).last(), Some(Out::Error { before_content: false, .. })));
+    let json = br#"{"message":"The security token included in the request is expired"}"#;
+    assert!(matches!(run(bedrock_relay(), json, 0).last(), Some(Out::Error { before_content: true, .. })));
+}
