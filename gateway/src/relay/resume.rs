@@ -10,20 +10,18 @@
 //! what the client has. At most [`MAX_RESUMES`] per request, within the route's deadline;
 //! never inside a tool call's arguments, and after a complete tool call by replay only
 //! (a turn holding a tool call cannot be a prefill). Every attempt is billed:
-//! [`StreamEnd::resumed`] lists the continuations with their usage.
+//! [`super::StreamEnd::resumed`] lists the continuations with their usage.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
-use super::sse::{Event, Format, Splitter, Usage};
-use super::{IdleWatch, StreamEnd, broken};
+use super::IdleWatch;
+use super::sse::{Format, Usage};
 use crate::attempt::outcome::Outcome;
-use crate::attempt::{self, BodyStream, Committed, StreamError};
+use crate::attempt::{self, BodyStream, Committed};
 use crate::config::Route;
 use crate::headers::RequestId;
 use crate::request::ClientRequest;
@@ -34,7 +32,10 @@ use crate::telemetry::traces::RequestTrace;
 
 pub mod chat;
 pub mod messages;
+mod pump;
 pub mod responses;
+
+pub(super) use pump::pump;
 
 /// Resumes per request at most.
 pub const MAX_RESUMES: u32 = 2;
@@ -158,6 +159,12 @@ impl Resumer {
         Self { gw, route, req: req.clone(), deadline, used, resumes: 0, request_id, trace }
     }
 
+    /// The name of the upstream serving the first attempt.
+    fn serving_upstream(&self) -> String {
+        let serving = self.route.candidates.iter().zip(&self.used).find(|(_, used)| **used);
+        serving.map_or_else(String::new, |(c, _)| c.upstream.cfg.name.clone())
+    }
+
     /// Starts the next continuation, trying the unused candidates in spec order, those
     /// with an open circuit last.
     async fn next<T: Transcript>(
@@ -186,17 +193,15 @@ impl Resumer {
             let Some(c) = self.route.candidates.get(idx) else { continue };
             // What cannot be a prefill (a tool call, thinking) is replayed.
             let prefill = prefill.filter(|_| c.upstream.cfg.assistant_prefill);
-            for (text, tail) in
-                [prefill.map(|(text, tail)| (Some(text), Some(tail))), Some((None, None))].into_iter().flatten()
-            {
-                let body = match text {
-                    Some(text) => match with_prefill(&self.req, text) {
-                        Some(b) => b,
+            let tries = prefill.map(|(text, tail)| How::Prefill { text, tail }).into_iter().chain([How::Replay]);
+            for how in tries {
+                let (body, mode) = match how {
+                    How::Prefill { text, tail } => match with_prefill(&self.req, text) {
+                        Some(body) => (body, delivered.continuation(Some(tail))),
                         None => continue,
                     },
-                    None => self.req.clone(),
+                    How::Replay => (self.req.clone(), delivered.continuation(None)),
                 };
-                let mode = delivered.continuation(tail);
                 match self.attempt(idx, &body).await {
                     Ok((first, rest, attempt)) => {
                         self.resumes += 1;
@@ -210,7 +215,7 @@ impl Resumer {
                             from = broken_upstream,
                             to = %c.upstream.cfg.name,
                             reason = reason.as_str(),
-                            how = if text.is_some() { "prefill" } else { "replay" },
+                            how = how.as_str(),
                             delivered_chars = delivered.chars(),
                             resume = self.resumes,
                             "resuming a broken stream on another upstream"
@@ -227,7 +232,7 @@ impl Resumer {
                         });
                     }
                     // A refused prefill is tried again as a replay on the same candidate.
-                    Err(outcome) if outcome == Outcome::Http4xx && text.is_some() => continue,
+                    Err(outcome) if outcome == Outcome::Http4xx && matches!(how, How::Prefill { .. }) => continue,
                     Err(_) => break,
                 }
             }
@@ -264,6 +269,25 @@ impl Resumer {
     }
 }
 
+/// How a continuation is asked.
+#[derive(Clone, Copy)]
+enum How<'a> {
+    /// With the delivered `text` as a trailing assistant message (`tail`: the trailing
+    /// whitespace it left out).
+    Prefill { text: &'a str, tail: &'a str },
+    /// The original request again.
+    Replay,
+}
+
+impl How<'_> {
+    fn as_str(self) -> &'static str {
+        match self {
+            How::Prefill { .. } => "prefill",
+            How::Replay => "replay",
+        }
+    }
+}
+
 /// The request with `prefill` as a trailing assistant message (of `messages`, or of a
 /// Responses request's `input`); `None` for a request with thinking on, which a prefill
 /// cannot continue (Anthropic refuses it).
@@ -280,242 +304,4 @@ fn with_prefill(req: &ClientRequest, prefill: &str) -> Option<ClientRequest> {
     turns.as_array_mut()?.push(serde_json::json!({"role": "assistant", "content": prefill}));
     let bytes = Bytes::from(serde_json::to_vec(&body).ok()?);
     ClientRequest::parse(req.endpoint, &bytes).ok()
-}
-
-/// The attempt being relayed.
-struct Current {
-    /// `None` for the first attempt (finished by the caller), else the continuation's.
-    attempt: Option<(usize, Committed)>,
-    usage: Option<Usage>,
-    content_events: u64,
-    prompt_bound: u64,
-}
-
-impl Current {
-    /// What it used: reported, or the prompt bound and one token per content event.
-    fn usage(&self) -> Usage {
-        self.usage.unwrap_or(Usage::plain(self.prompt_bound, self.content_events))
-    }
-}
-
-/// Relays like [`super::pump`], resuming a break on the next candidate; `T` reads and
-/// splices the stream's format.
-pub(super) async fn pump<T: Transcript>(
-    first: Bytes,
-    mut rest: BodyStream,
-    wants_usage: bool,
-    mut idle: IdleWatch,
-    mut resumer: Resumer,
-    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
-) -> (StreamEnd, Option<Bytes>) {
-    let format = T::FORMAT;
-    let first_upstream = resumer.route.candidates.iter().enumerate().find(|(i, _)| resumer.used.get(*i) == Some(&true));
-    let mut upstream_name = first_upstream.map_or_else(String::new, |(_, c)| c.upstream.cfg.name.clone());
-    let mut end = StreamEnd::default();
-    let mut delivered = T::default();
-    // `None` while the first attempt is relayed.
-    let mut mode: Option<T::Mode> = None;
-    let mut earlier = Usage::default();
-    let mut cur = Current { attempt: None, usage: None, content_events: 0, prompt_bound: resumer.req.input_bound };
-    let mut splitter = Splitter::new(format);
-    let mut finished = false;
-    let mut first_break: Option<(Outcome, String)> = None;
-    let mut model_read = false;
-    let mut chunk = Some(first);
-    loop {
-        let mut broke: Option<(Outcome, ResumeReason, String)> = None;
-        if let Some(bytes) = chunk.take() {
-            for event in splitter.push(&bytes) {
-                let out = match event {
-                    Event::Done => return done(end, cur, &resumer, earlier, format.done()),
-                    // A Responses stream ends in the event that carries the whole
-                    // response: a continuation's is made the client's.
-                    Event::Last { raw, usage, finished: f } => {
-                        end.finish_reason = Some(f);
-                        cur.usage = usage.or(cur.usage);
-                        let Some(mode) = mode.as_mut() else { return done(end, cur, &resumer, earlier, raw) };
-                        let data = super::sse::data_of(&raw).unwrap_or_default();
-                        match delivered.splice(data.trim(), mode, cur.usage.map(|u| add(earlier, u))) {
-                            Spliced::Send(e) => return done(end, cur, &resumer, earlier, Bytes::from(e)),
-                            Spliced::Skip => return done(end, cur, &resumer, earlier, raw),
-                            Spliced::Diverged => {
-                                return diverged(end, cur, &resumer, earlier, first_break, &upstream_name, format);
-                            }
-                        }
-                    }
-                    Event::Chunk { raw, usage, finished: f, usage_only, content } => {
-                        if !std::mem::replace(&mut model_read, true) {
-                            end.model = splitter.model_of(&raw);
-                        }
-                        let Some(data) = super::sse::data_of(&raw) else { continue };
-                        let data = data.trim();
-                        if is_error(data) {
-                            let detail = format!("the upstream sent an error: {data}");
-                            broke = Some((Outcome::Reset, ResumeReason::ErrorEvent, detail));
-                            break;
-                        }
-                        if f.is_some() {
-                            finished = true;
-                            end.finish_reason = f;
-                        }
-                        if usage.is_some() {
-                            cur.usage = usage;
-                        }
-                        cur.content_events += u64::from(content);
-                        let sum = cur.usage.map(|u| add(earlier, u));
-                        match mode.as_mut() {
-                            _ if usage_only && !wants_usage => None,
-                            None => {
-                                delivered.observe(data);
-                                Some(raw)
-                            }
-                            Some(mode) => match delivered.splice(data, mode, sum) {
-                                Spliced::Send(e) => Some(Bytes::from(e)),
-                                Spliced::Skip => None,
-                                Spliced::Diverged => {
-                                    return diverged(end, cur, &resumer, earlier, first_break, &upstream_name, format);
-                                }
-                            },
-                        }
-                    }
-                    Event::Other(raw) => Some(raw),
-                    Event::Malformed(reason) => {
-                        end.dropped += 1;
-                        tracing::warn!(%reason, "dropped an upstream SSE event that is not valid JSON");
-                        None
-                    }
-                };
-                if let Some(raw) = out
-                    && tx.send(Ok(raw)).await.is_err()
-                {
-                    end.client_gone = true;
-                    end_attempt(&mut end, &mut cur, Outcome::Ok, &resumer, &mut earlier);
-                    return (end, None);
-                }
-            }
-            if broke.is_none() && finished && cur.usage.is_some() {
-                return done(end, cur, &resumer, earlier, format.done());
-            }
-        }
-        if broke.is_none() {
-            let limit = idle.limit();
-            let waiting = Instant::now();
-            let Some(next) = super::next_chunk(&mut rest, limit, format, tx).await else {
-                end.client_gone = true;
-                end_attempt(&mut end, &mut cur, Outcome::Ok, &resumer, &mut earlier);
-                return (end, None);
-            };
-            match next {
-                Ok(Some(Ok(bytes))) => {
-                    idle.gap(waiting.elapsed());
-                    chunk = Some(bytes);
-                    continue;
-                }
-                Ok(None) if finished => return done(end, cur, &resumer, earlier, format.done()),
-                Ok(None) => {
-                    broke = Some((
-                        Outcome::Reset,
-                        ResumeReason::Cut,
-                        "the upstream closed the stream before it finished".into(),
-                    ))
-                }
-                Ok(Some(Err(StreamError::Upstream(e)))) => {
-                    broke = Some((Outcome::Reset, ResumeReason::ErrorEvent, format!("the upstream sent an error: {e}")))
-                }
-                Ok(Some(Err(e))) => {
-                    broke = Some((Outcome::Reset, ResumeReason::Reset, format!("the upstream stream broke: {e}")))
-                }
-                Err(_) => {
-                    let reason = format!("the upstream sent nothing for {}ms", limit.as_millis());
-                    broke = Some((Outcome::IdleTimeout, ResumeReason::IdleTimeout, reason));
-                }
-            }
-        }
-        let Some((outcome, reason, detail)) = broke else { continue };
-        tracing::warn!(route = %resumer.route.cfg.name, upstream = %upstream_name, detail = %detail, "stream broke after bytes reached the client");
-        let first_detail = first_break.get_or_insert((outcome, detail)).clone();
-        end_attempt(&mut end, &mut cur, outcome, &resumer, &mut earlier);
-        // Never inside a tool call's arguments; after a complete one, by replay.
-        let next = if !delivered.resumable() || delivered.nothing() || finished {
-            None
-        } else {
-            resumer.next(&delivered, reason, &upstream_name).await
-        };
-        let Some(c) = next else { return broken(end, format, first_detail.0, &first_detail.1) };
-        upstream_name = c.attempt.upstream().cfg.name.clone();
-        cur = Current {
-            attempt: Some((c.candidate, c.attempt)),
-            usage: None,
-            content_events: 0,
-            prompt_bound: c.prompt_bound,
-        };
-        mode = Some(c.mode);
-        rest = c.rest;
-        idle = c.idle;
-        splitter = Splitter::new(format);
-        finished = false;
-        chunk = Some(c.first);
-    }
-}
-
-/// An in-stream error event: chat's `{"error": …}` with no choices, Messages'
-/// `{"type": "error", …}`, Responses' `error` or `response.failed`.
-fn is_error(data: &str) -> bool {
-    (data.contains("\"error\"") || data.contains("response.failed"))
-        && serde_json::from_str::<Value>(data).is_ok_and(|v| match v.get("type").and_then(Value::as_str) {
-            Some(kind) => kind == "error" || kind == "response.failed",
-            None => v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none(),
-        })
-}
-
-/// A replay that differs from what the client has: its upstream did nothing wrong, but
-/// the client's stream cannot go on, and ends with the error naming the first break.
-fn diverged(
-    mut end: StreamEnd,
-    mut cur: Current,
-    resumer: &Resumer,
-    mut earlier: Usage,
-    first_break: Option<(Outcome, String)>,
-    upstream: &str,
-    format: Format,
-) -> (StreamEnd, Option<Bytes>) {
-    let (outcome, reason) = first_break.unwrap_or((Outcome::Reset, String::new()));
-    end_attempt(&mut end, &mut cur, Outcome::Ok, resumer, &mut earlier);
-    tracing::warn!(route = %resumer.route.cfg.name, upstream, "the replay differs from what the client has; the stream ends");
-    broken(end, format, outcome, &reason)
-}
-
-/// Ends the attempt being relayed: the first one's outcome and usage go to `end`, a
-/// continuation is finished here and listed.
-fn end_attempt(end: &mut StreamEnd, cur: &mut Current, outcome: Outcome, resumer: &Resumer, earlier: &mut Usage) {
-    let used = cur.usage();
-    *earlier = add(*earlier, used);
-    match cur.attempt.take() {
-        None => {
-            end.outcome = outcome;
-            end.usage = cur.usage;
-            end.content_events = cur.content_events;
-        }
-        Some((candidate, attempt)) => {
-            attempt.finish(outcome, &resumer.gw.settings, &resumer.gw.sli);
-            end.resumed.push(Resumed { candidate, usage: used });
-        }
-    }
-    // Counted once.
-    cur.usage = None;
-    cur.content_events = 0;
-}
-
-/// A complete end with its `last` event (`[DONE]`, `message_stop`, the completed
-/// response), the attempt being relayed finished.
-fn done(
-    mut end: StreamEnd,
-    mut cur: Current,
-    resumer: &Resumer,
-    mut earlier: Usage,
-    last: Bytes,
-) -> (StreamEnd, Option<Bytes>) {
-    end_attempt(&mut end, &mut cur, Outcome::Ok, resumer, &mut earlier);
-    end.healed = !end.resumed.is_empty();
-    (end, Some(last))
 }
