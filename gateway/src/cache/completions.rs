@@ -43,7 +43,8 @@ pub struct Lookup(Option<Looked>);
 
 struct Looked {
     cache: Arc<Cache>,
-    key: Key,
+    /// `None` when the request's headers said to bypass the cache: its body is not read.
+    key: Option<Key>,
     directive: Directive,
 }
 
@@ -62,12 +63,19 @@ pub enum Served {
 impl Lookup {
     /// The lookup of `req` on `route`: nothing unless the route caches its completions
     /// (and, under `deterministic`, the request's answer is determined: `temperature` 0
-    /// or a `seed`) and the gateway has a cache.
+    /// or a `seed`) and the gateway has a cache. A request that says to bypass the cache
+    /// on a route that caches is answered `bypass` without its body being read for a
+    /// key, whether or not its answer would have been cacheable.
     pub fn of(gw: &Gateway, route: &Route, req: &ClientRequest, scope: &Scope, headers: &HeaderMap) -> Lookup {
         let policy = route.cache.completions;
         let Some(cache) = gw.cache.as_ref().filter(|_| policy != CompletionCaching::Never) else { return Lookup(None) };
         if req.endpoint == Endpoint::Embeddings {
             return Lookup(None);
+        }
+        let directive = Directive::of(headers);
+        // Neither read nor stored: the key is not made (the answer says `bypass`).
+        if directive == Directive::Bypass {
+            return Lookup(Some(Looked { cache: cache.clone(), key: None, directive }));
         }
         // A stream's `stream_options` stay in its key: they change its events.
         let skip: &[&str] = if req.stream { &INERT_OF_STREAMS } else { INERT };
@@ -77,8 +85,8 @@ impl Lookup {
         }
         Lookup(Some(Looked {
             cache: cache.clone(),
-            key: key_of(&route.cfg.key, &route.cache.models, req.endpoint, req.stream, scope, &canonical),
-            directive: Directive::of(headers),
+            key: Some(key_of(&route.cfg.key, &route.cache.models, req.endpoint, req.stream, scope, &canonical)),
+            directive,
         }))
     }
 
@@ -91,12 +99,12 @@ impl Lookup {
     pub async fn find(&self, gw: &Gateway, route: &Route, trace: &RequestTrace) -> Option<Arc<Entry>> {
         let l = self.0.as_ref()?;
         let metrics = route.metrics.cache(&gw.metrics, CacheKind::Completions);
-        if l.directive != Directive::Use {
+        let Some(key) = l.key.filter(|_| l.directive == Directive::Use) else {
             metrics.count(if l.directive == Directive::Bypass { CacheResult::Bypass } else { CacheResult::Miss });
             return None;
-        }
+        };
         let span = trace.cache_lookup();
-        let found = l.cache.get_many(&[l.key]).await.pop().flatten().filter(|e| e.fresh(now_ms(), route.cache.ttl));
+        let found = l.cache.get_many(&[key]).await.pop().flatten().filter(|e| e.fresh(now_ms(), route.cache.ttl));
         let result = if found.is_some() { CacheResult::Hit } else { CacheResult::Miss };
         span.result(result.as_str());
         metrics.count(result);
@@ -108,10 +116,11 @@ impl Lookup {
     /// error is answered as it is).
     pub async fn stale(&self, gw: &Gateway, route: &Route, failed: &Failed) -> Option<Arc<Entry>> {
         let l = self.0.as_ref()?;
-        if route.cache.stale_if_error.is_zero() || l.directive == Directive::Bypass || !failed.error.is_bad() {
+        let key = l.key?;
+        if route.cache.stale_if_error.is_zero() || !failed.error.is_bad() {
             return None;
         }
-        let found = l.cache.get_many(&[l.key]).await.pop().flatten()?;
+        let found = l.cache.get_many(&[key]).await.pop().flatten()?;
         route.metrics.cache(&gw.metrics, CacheKind::Completions).count(CacheResult::Stale);
         Some(found)
     }
@@ -120,8 +129,11 @@ impl Lookup {
     /// it was a success.
     pub fn keep_whole(&self, route: &Route, response: Response, body: Bytes) -> Response {
         let Some(l) = self.0.as_ref() else { return response };
-        if l.directive != Directive::Bypass && response.status() == StatusCode::OK && body.len() <= MAX_ENTRY_BYTES {
-            l.cache.put_many(vec![(l.key, Entry::new("", body, route.cache.lifetime()))]);
+        if let Some(key) = l.key
+            && response.status() == StatusCode::OK
+            && body.len() <= MAX_ENTRY_BYTES
+        {
+            l.cache.put_many(vec![(key, Entry::new("", body, route.cache.lifetime()))]);
         }
         marked(response, l.directive)
     }
@@ -130,10 +142,10 @@ impl Lookup {
     /// stream ended complete (its API's last event, not an error) and was sent whole.
     pub fn keep_stream(&self, route: &Route, format: Format, response: Response) -> Response {
         let Some(l) = self.0.as_ref() else { return response };
-        if l.directive == Directive::Bypass || response.status() != StatusCode::OK {
+        let Some(key) = l.key.filter(|_| response.status() == StatusCode::OK) else {
             return marked(response, l.directive);
-        }
-        let (cache, key, lifetime) = (l.cache.clone(), l.key, route.cache.lifetime());
+        };
+        let (cache, lifetime) = (l.cache.clone(), route.cache.lifetime());
         let (parts, body) = response.into_parts();
         let tap = Tap {
             inner: body.into_data_stream(),
