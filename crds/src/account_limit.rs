@@ -42,7 +42,6 @@ pub const KEY_IMMUTABLE_RULE: &str =
     shortname = "al",
     category = "sluice",
     derive = "PartialEq",
-    cel,
     printcolumn(name = "Account", type_ = "string", json_path = ".spec.account"),
     printcolumn(name = "Key", type_ = "integer", json_path = ".spec.keyId"),
     printcolumn(name = "RPM", type_ = "integer", json_path = ".spec.rpm"),

@@ -21,7 +21,6 @@ use crate::schema::{DURATION_MESSAGE, DURATION_RULE, conditions_schema};
     shortname = "eb",
     category = "sluice",
     derive = "PartialEq",
-    cel,
     printcolumn(name = "Objective", type_ = "string", json_path = ".spec.objective"),
     printcolumn(name = "Window", type_ = "string", json_path = ".spec.window"),
     printcolumn(name = "Consumed", type_ = "string", json_path = ".status.consumedPercent"),

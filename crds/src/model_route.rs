@@ -21,7 +21,6 @@ use crate::upstream::CircuitState;
     shortname = "mr",
     category = "sluice",
     derive = "PartialEq",
-    cel,
     printcolumn(name = "Model", type_ = "string", json_path = ".spec.model"),
     printcolumn(name = "Gateway", type_ = "string", json_path = ".spec.gateway"),
     printcolumn(name = "Candidates", type_ = "integer", json_path = ".status.candidateCount"),

@@ -26,7 +26,6 @@ pub use provider::{
     shortname = "ups",
     category = "sluice",
     derive = "PartialEq",
-    cel,
     printcolumn(name = "Protocol", type_ = "string", json_path = ".spec.protocol"),
     printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
     printcolumn(name = "Success", type_ = "string", json_path = ".status.successRate"),
