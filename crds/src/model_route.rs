@@ -70,6 +70,12 @@ pub struct ModelRouteSpec {
     /// cached and completions are not unless set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheSpec>,
+    /// What a translated request does with a hosted tool (`web_search`, `file_search`,
+    /// …; Anthropic's server tools) that its candidate has no equivalent for:
+    /// `refuse` (default: a 400 naming the tool) or `omit` (sent without it, and the
+    /// answer's `x-sluice-dropped` names it); docs/gateway.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosted_tools: Option<HostedTools>,
 }
 
 /// A route's synthetic checks (docs/design.md §10).
@@ -85,6 +91,48 @@ pub struct SyntheticSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 4096))]
     pub max_tokens: Option<u32>,
+    /// The inbound API each check is sent through, as a client of that API would send
+    /// it: `chat` (default), `messages` or `responses`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<SyntheticApi>,
+}
+
+/// The inbound API of a route's synthetic checks (`synthetic.api`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SyntheticApi {
+    /// `POST /v1/chat/completions` (the default).
+    #[default]
+    Chat,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/responses`.
+    Responses,
+}
+
+impl SyntheticApi {
+    /// Whether this is the default, which snapshots leave out.
+    pub fn is_chat(&self) -> bool {
+        *self == Self::Chat
+    }
+}
+
+/// What a translated request does with a hosted tool its candidate lacks (`hostedTools`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HostedTools {
+    /// A 400 naming the tool (the default): nothing is dropped unless the route says so.
+    #[default]
+    Refuse,
+    /// The tool is left out, and named in the answer's `x-sluice-dropped`.
+    Omit,
+}
+
+impl HostedTools {
+    /// Whether this is the default, which snapshots leave out.
+    pub fn is_refuse(&self) -> bool {
+        *self == Self::Refuse
+    }
 }
 
 /// A route's response and embedding cache (docs/design.md §13).

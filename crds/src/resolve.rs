@@ -331,8 +331,10 @@ fn resolve_routes(
             synthetic: spec.synthetic.as_ref().map(|s| SyntheticConfig {
                 interval_ms: ms(s.interval.as_deref(), defaults::SYNTHETIC_INTERVAL_MS),
                 max_tokens: s.max_tokens.unwrap_or(defaults::SYNTHETIC_MAX_TOKENS),
+                api: s.api.unwrap_or_default(),
             }),
             cache: spec.cache.as_ref().map(cache_config).unwrap_or_default(),
+            hosted_tools: spec.hosted_tools.unwrap_or_default(),
         });
     }
     out

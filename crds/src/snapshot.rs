@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error_budget::BudgetMethod;
 pub use crate::model_route::CompletionCaching;
-use crate::model_route::{FirstByteAction, MidStreamAction, Selection};
+use crate::model_route::{FirstByteAction, HostedTools, MidStreamAction, Selection, SyntheticApi};
 use crate::upstream::AWS_SECRET_KEYS;
 pub use crate::upstream::Protocol;
 
@@ -231,6 +231,9 @@ pub struct RouteConfig {
     /// defaults.
     #[serde(default, skip_serializing_if = "CacheConfig::is_default")]
     pub cache: CacheConfig,
+    /// Hosted tools a translated request cannot carry: refused or omitted.
+    #[serde(default, skip_serializing_if = "HostedTools::is_refuse")]
+    pub hosted_tools: HostedTools,
 }
 
 /// A route's response and embedding cache, resolved (docs/design.md §13).
@@ -282,6 +285,9 @@ pub struct SyntheticConfig {
     pub interval_ms: u64,
     /// `max_tokens` of each check.
     pub max_tokens: u32,
+    /// The inbound API the checks are sent through.
+    #[serde(default, skip_serializing_if = "SyntheticApi::is_chat")]
+    pub api: SyntheticApi,
 }
 
 /// A resolved candidate.

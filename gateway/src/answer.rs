@@ -102,7 +102,7 @@ fn dropped_header(headers: &mut HeaderMap, req: &ClientRequest, route: &Route, c
             .candidates
             .get(candidate)
             .is_some_and(|c| !req.endpoint.native_on(c.upstream.cfg.protocol, &c.cfg.model));
-    if let Some(chat) = translated.then(|| req.as_chat().ok()).flatten()
+    if let Some(chat) = translated.then(|| req.as_chat(crate::request::to_chat_options(&route.cfg)).ok()).flatten()
         && !chat.dropped.is_empty()
         && let Ok(v) = HeaderValue::from_str(&chat.dropped.join(","))
     {

@@ -209,7 +209,7 @@ impl<'a> AttemptSpec<'a> {
         };
         let protocol = c.upstream.cfg.protocol;
         if !req.endpoint.native_on(protocol, &c.cfg.model) {
-            return match req.as_chat() {
+            return match req.as_chat(crate::request::to_chat_options(route)) {
                 Ok(chat) => Self {
                     via: Some(Via::Translated { api: req.endpoint, model: &route.model, namespaces: &chat.namespaces }),
                     ..Self::new(c, route, &chat.request, limits, request_id, trace)

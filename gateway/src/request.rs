@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use sluice_providers::TranslateError;
+use sluice_providers::{ToChat, TranslateError};
 
 use crate::error::ApiError;
 use members::{Body, Kind};
@@ -151,8 +151,8 @@ pub struct ClientRequest {
 pub struct AsChat {
     /// The chat request.
     pub request: ClientRequest,
-    /// The hints left out (docs/gateway.md).
-    pub dropped: Vec<&'static str>,
+    /// The hints (and omitted hosted tools) left out (docs/gateway.md).
+    pub dropped: Vec<std::borrow::Cow<'static, str>>,
     /// Responses: the tool namespaces flattened into function names.
     pub namespaces: Vec<String>,
 }
@@ -177,21 +177,28 @@ impl ClientRequest {
 
     /// A Messages or Responses request as the chat request a candidate that does not
     /// speak its API is sent, with the hints left out (docs/gateway.md); why not, when
-    /// a member has no chat equivalent. Made once, on the first such candidate.
-    pub fn as_chat(&self) -> Result<&AsChat, TranslateError> {
+    /// a member has no chat equivalent. Made once, on the first such candidate, with
+    /// the options of the request's one route ([`to_chat_options`]).
+    pub fn as_chat(&self, options: ToChat) -> Result<&AsChat, TranslateError> {
         let translate = match self.endpoint {
             Endpoint::Messages => sluice_providers::messages::to_chat,
             Endpoint::Responses => sluice_providers::responses::to_chat,
             _ => return Err(TranslateError::invalid("endpoint", "only Messages and Responses are translated to chat")),
         };
         let chat = self.chat.get_or_init(|| {
-            let t = translate(&self.raw)?;
+            let t = translate(&self.raw, options)?;
             let request = ClientRequest::parse(Endpoint::Chat, &Bytes::from(t.body))
                 .map_err(|e| TranslateError::invalid(self.endpoint.required_member(), e.to_string()))?;
             Ok(Arc::new(AsChat { request, dropped: t.dropped, namespaces: t.namespaces }))
         });
         chat.as_ref().map(Arc::as_ref).map_err(Clone::clone)
     }
+}
+
+/// How route `route` translates an inbound request to chat: hosted tools refused, or
+/// omitted when it says `hostedTools: omit`.
+pub fn to_chat_options(route: &sluice_crds::snapshot::RouteConfig) -> ToChat {
+    ToChat { omit_hosted_tools: route.hosted_tools == sluice_crds::model_route::HostedTools::Omit }
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {

@@ -69,6 +69,7 @@ pub fn route(namespace: &str, name: &str, model: &str, gateway: Option<&str>, up
         default_max_tokens: None,
         synthetic: None,
         cache: None,
+        hosted_tools: None,
     };
     let mut metadata = meta(namespace, name, "modelroute");
     metadata.finalizers = Some(vec![FINALIZER.into()]);

@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::Instant;
 
-use sluice_providers::{AnswerOpts, ChatRequest, Protocol, Target};
+use sluice_providers::{AnswerOpts, ChatRequest, Protocol, Target, ToChat};
 
 const REQUEST: &[u8] = br#"{"model":"bench-claude","messages":[{"role":"user","content":"Say hello in one short sentence."}],"max_tokens":16}"#;
 
@@ -73,19 +73,19 @@ fn inbound(out: &mut impl Write, iters: u32) {
         namespaces: Vec::new(),
     };
     time(out, "Messages request to chat", iters, || {
-        black_box(messages::to_chat(black_box(MESSAGES)).is_ok());
+        black_box(messages::to_chat(black_box(MESSAGES), ToChat::default()).is_ok());
     });
     time(out, "Messages agent turn to chat", iters / 20, || {
-        black_box(messages::to_chat(black_box(&agent_messages)).is_ok());
+        black_box(messages::to_chat(black_box(&agent_messages), ToChat::default()).is_ok());
     });
     time(out, "chat answer to a Messages message", iters, || {
         black_box(messages::message_of_completion(black_box(COMPLETION), "msg_1", "bench-claude").is_ok());
     });
     time(out, "Responses request to chat", iters, || {
-        black_box(responses::to_chat(black_box(RESPONSES)).is_ok());
+        black_box(responses::to_chat(black_box(RESPONSES), ToChat::default()).is_ok());
     });
     time(out, "Responses agent turn to chat", iters / 20, || {
-        black_box(responses::to_chat(black_box(&agent_responses)).is_ok());
+        black_box(responses::to_chat(black_box(&agent_responses), ToChat::default()).is_ok());
     });
     time(out, "chat answer to a Responses response", iters, || {
         black_box(responses::response_of_completion(black_box(COMPLETION), &ids).is_ok());
@@ -95,7 +95,7 @@ fn inbound(out: &mut impl Write, iters: u32) {
     let target = Target::new(Protocol::Anthropic, "bench-claude", 4096);
     let opts = AnswerOpts { id: "chatcmpl-0123456789abcdef".to_owned(), created: 1_764_547_200 };
     time(out, "Responses to Anthropic and back (attempt)", iters, || {
-        let Ok(t) = responses::to_chat(black_box(RESPONSES)) else { return };
+        let Ok(t) = responses::to_chat(black_box(RESPONSES), ToChat::default()) else { return };
         let Ok(chat) = serde_json::from_slice::<ChatRequest>(&t.body) else { return };
         black_box(sluice_providers::build(&target, &chat, false).is_ok());
         let Ok(c) = sluice_providers::parse(&target, black_box(ANSWER), &opts) else { return };

@@ -159,11 +159,23 @@ pub struct AnswerOpts {
 pub struct Translated {
     /// The OpenAI chat request (JSON).
     pub body: Vec<u8>,
-    /// Hints left out (`thinking`, `cache_control`, …), each named once.
-    pub dropped: Vec<&'static str>,
+    /// Hints left out (`thinking`, `cache_control`, …), and hosted tools when
+    /// [`ToChat::omit_hosted_tools`] (`tools.web_search`, …), each named once.
+    pub dropped: Vec<std::borrow::Cow<'static, str>>,
     /// Responses: the tool namespaces flattened into function names
     /// (`{namespace}__{name}`), to be split again in the answer.
     pub namespaces: Vec<String>,
+}
+
+/// How an inbound request is translated to chat ([`messages::to_chat`],
+/// [`responses::to_chat`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ToChat {
+    /// Hosted tools (run by the provider: OpenAI's `web_search`, `file_search`, …,
+    /// Anthropic's server tools) and the records of their calls in earlier turns are
+    /// left out and named in [`Translated::dropped`]; otherwise (the default) the
+    /// request is refused naming the tool.
+    pub omit_hosted_tools: bool,
 }
 
 /// Incrementally turns a native 2xx stream body into OpenAI SSE events.

@@ -8,7 +8,8 @@ client's body as it came, to the upstream's `/v1/responses`) and an `anthropic` 
 - `gpt-translated`: `anth` on chaos backup first, `oai` on chaos primary second;
 - `gpt-resume` and `gpt-resume-native`: `oai` first, then `anth` (which continues a
   prefill, through translation) or `oai-b` (an `openai` upstream on chaos backup, which
-  replays), with `failover.midStream: resume` (docs/design.md §4.5).
+  replays), with `failover.midStream: resume` (docs/design.md §4.5);
+- `gpt-omit-hosted`: `oai` first, `anth` second, with `hostedTools: omit`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from conftest import Gateway, run_admin, start
 
 NATIVE, TRANSLATED = "gpt-native", "gpt-translated"
 RESUME, RESUME_NATIVE = "gpt-resume", "gpt-resume-native"
+OMIT_HOSTED = "gpt-omit-hosted"
 HELLO = "Say hello."
 TOOL = {"type": "function", "name": "lookup", "description": "Looks a word up.", "strict": False,
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
@@ -33,7 +35,8 @@ IN, OUT = 1_000, 2_000  # nanodollars per token at the routes' price
 
 
 def manifests(primary: str, backup: str) -> str:
-    def route(name: str, first: tuple[str, str], second: tuple[str, str], mid_stream: str = "error") -> str:
+    def route(name: str, first: tuple[str, str], second: tuple[str, str], mid_stream: str = "error",
+              extra: str = "") -> str:
         return f"""\
 apiVersion: sluice.dev/v1alpha1
 kind: ModelRoute
@@ -47,7 +50,7 @@ spec:
   - {{upstream: {second[0]}, model: {second[1]}, price: {{input: "1.00", output: "2.00"}}}}
   failover: {{retryOn: [408, 429, 500, 502, 503, 504, 529], midStream: {mid_stream}}}
   backoff: {{maxAttempts: 2, base: 10ms, maxTotal: 100ms}}
-"""
+{extra}"""
     upstreams = f"""\
 apiVersion: sluice.dev/v1alpha1
 kind: Upstream
@@ -66,7 +69,8 @@ spec: {{protocol: openai, baseUrl: "{backup}/v1", timeouts: {{connect: 2s, first
 """
     gpt, claude, gpt_b = ("oai", "gpt-x-1"), ("anth", "claude-x-1"), ("oai-b", "gpt-x-1")
     return "---\n".join([upstreams, route(NATIVE, gpt, claude), route(TRANSLATED, claude, gpt),
-                          route(RESUME, gpt, claude, "resume"), route(RESUME_NATIVE, gpt, gpt_b, "resume")])
+                          route(RESUME, gpt, claude, "resume"), route(RESUME_NATIVE, gpt, gpt_b, "resume"),
+                          route(OMIT_HOSTED, gpt, claude, extra="  hostedTools: omit\n")])
 
 
 @pytest.fixture
@@ -248,6 +252,38 @@ def test_a_hosted_tool_a_translated_candidate_lacks_is_refused_by_name(responses
     assert "tools[1]" in e.value.body["message"] and "web_search" in e.value.body["message"]
     # The native candidate behind it was not asked either: a 400 does not fail over.
     assert (backup.requests(), primary.requests()) == before
+
+
+def test_a_route_that_omits_hosted_tools_names_them_when_a_translated_candidate_serves(
+        responses_gateway, primary, backup):
+    """Codex's default web search: the native candidate gets it; when that candidate
+    fails, the translated one is sent the turn without it, and the answer says so."""
+    body = dict(input=[{"role": "user", "content": HELLO},
+                       {"type": "web_search_call", "id": "ws_1", "status": "completed",
+                        "action": {"type": "search", "query": "hello"}},
+                       {"role": "assistant", "content": [{"type": "output_text", "text": "Found it."}]},
+                       {"role": "user", "content": "Again."}],
+                tools=[TOOL, {"type": "web_search"}], tool_choice="auto", store=False)
+    c = client(responses_gateway)
+    native = c.responses.with_raw_response.create(model=OMIT_HOSTED, **body)
+    assert native.headers["x-sluice-upstream"] == "oai"
+    assert "x-sluice-dropped" not in native.headers
+
+    primary.script(status=503)
+    backup.script(chunks=2)
+    raw = c.responses.with_raw_response.create(model=OMIT_HOSTED, **body)
+    assert raw.headers["x-sluice-upstream"] == "anth"
+    assert set(raw.headers["x-sluice-dropped"].split(",")) == {"tools.web_search", "input.web_search_call"}
+    assert raw.parse().output_text
+    with c.responses.with_streaming_response.create(model=OMIT_HOSTED, stream=True, **body) as streamed:
+        assert streamed.headers["x-sluice-upstream"] == "anth"
+        assert "tools.web_search" in streamed.headers["x-sluice-dropped"]
+        kinds = [json.loads(line[len("data: "):])["type"] for line in streamed.iter_lines() if line.startswith("data: ")]
+    assert kinds[-1] == "response.completed", kinds
+    # What cannot be served without the hosted tool is still refused, by name.
+    with pytest.raises(openai.BadRequestError) as e:
+        c.responses.create(model=OMIT_HOSTED, input=HELLO, tools=[{"type": "web_search"}], tool_choice="required")
+    assert "tool_choice" in e.value.body["message"]
 
 
 def test_errors_come_in_openais_shape(responses_gateway, primary, backup):

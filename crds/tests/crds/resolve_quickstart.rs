@@ -7,7 +7,7 @@ use crate::common;
 use std::collections::BTreeMap;
 
 use sluice_crds::error_budget::BudgetMethod;
-use sluice_crds::model_route::{CompletionCaching, FirstByteAction, Selection};
+use sluice_crds::model_route::{CompletionCaching, FirstByteAction, HostedTools, Selection, SyntheticApi};
 use sluice_crds::resolve::{defaults, usd_to_nanos};
 use sluice_crds::snapshot::{
     AlertConfig, AuthConfig, BudgetConfig, CacheConfig, CandidateConfig, CircuitBreakerConfig, FirstByte, GcpConfig,
@@ -126,8 +126,9 @@ fn expected_quickstart() -> Snapshot {
         backoff_base_ms: 250,
         backoff_max_total_ms: 10 * S,
         default_max_tokens: 4096,
-        synthetic: Some(SyntheticConfig { interval_ms: 90 * S, max_tokens: 1 }),
+        synthetic: Some(SyntheticConfig { interval_ms: 90 * S, max_tokens: 1, api: SyntheticApi::Chat }),
         cache: CacheConfig::default(),
+        hosted_tools: HostedTools::Refuse,
     };
     let gpt = RouteConfig {
         key: "default/gpt-4o".into(),
@@ -341,11 +342,31 @@ fn synthetic_checks_resolve_with_their_defaults() {
         assert_eq!(common::problems(&resolved), Vec::<String>::new(), "{synthetic}");
         resolved.snapshot.routes[0].synthetic
     };
-    let defaults =
-        SyntheticConfig { interval_ms: defaults::SYNTHETIC_INTERVAL_MS, max_tokens: defaults::SYNTHETIC_MAX_TOKENS };
+    let defaults = SyntheticConfig {
+        interval_ms: defaults::SYNTHETIC_INTERVAL_MS,
+        max_tokens: defaults::SYNTHETIC_MAX_TOKENS,
+        api: SyntheticApi::Chat,
+    };
     assert_eq!(with("{}"), Some(defaults));
     assert_eq!((defaults.interval_ms, defaults.max_tokens), (90 * S, 1));
-    assert_eq!(with("{interval: 1000ms, maxTokens: 16}"), Some(SyntheticConfig { interval_ms: S, max_tokens: 16 }));
+    assert_eq!(
+        with("{interval: 1000ms, maxTokens: 16, api: messages}"),
+        Some(SyntheticConfig { interval_ms: S, max_tokens: 16, api: SyntheticApi::Messages })
+    );
+    assert_eq!(with("{api: responses}").map(|s| s.api), Some(SyntheticApi::Responses));
+}
+
+#[test]
+fn hosted_tools_are_refused_unless_the_route_omits_them() {
+    let with = |line: &str| {
+        let text = MINIMAL.replace("model: m\n", &format!("model: m\n{line}"));
+        let resolved = common::resolve_text(&text);
+        assert_eq!(common::problems(&resolved), Vec::<String>::new(), "{line}");
+        resolved.snapshot.routes[0].hosted_tools
+    };
+    assert_eq!(with(""), HostedTools::Refuse);
+    assert_eq!(with("  hostedTools: refuse\n"), HostedTools::Refuse);
+    assert_eq!(with("  hostedTools: omit\n"), HostedTools::Omit);
 }
 
 /// The route of `MINIMAL` with `cache: <cache>`, resolved without a problem.

@@ -1,6 +1,10 @@
 //! Synthetic checks (`ModelRoute.spec.synthetic`, docs/design.md §10): every interval,
 //! each candidate of the route gets a minimal real completion, sent to it alone (no
 //! failover), in its own protocol, through the attempt machinery live traffic uses.
+//! The check is written in the inbound API the route's clients speak
+//! (`synthetic.api`: Chat Completions, Messages or Responses), so a native candidate
+//! is checked on the endpoint those clients reach, and a translated one through the
+//! translation they get.
 //!
 //! A check is an attempt like any other for the upstream: it feeds its health (success
 //! ratio, circuit breaker, first-byte times), `sluice_upstream_attempts_total` and the
@@ -31,6 +35,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue};
 use rand::Rng;
+use sluice_crds::model_route::SyntheticApi;
+use sluice_crds::snapshot::SyntheticConfig;
 use sluice_ledger::SyntheticCheck;
 
 use crate::attempt::outcome::Outcome;
@@ -38,7 +44,7 @@ use crate::attempt::{self, AttemptSpec, BodyStream, StreamError};
 use crate::config::{Route, UpstreamHandle};
 use crate::headers::{RequestId, X_REQUEST_ID};
 use crate::relay::IdleWatch;
-use crate::relay::sse::{Event, Splitter, Usage};
+use crate::relay::sse::{Event, Format, Splitter, Usage};
 use crate::request::{ClientRequest, Endpoint};
 use crate::server::state::Gateway;
 use crate::telemetry::metrics::SyntheticLabel;
@@ -99,7 +105,7 @@ pub async fn run(gw: Arc<Gateway>, gateway_id: String) {
                 let running = Running(entry.running.clone());
                 let (gw, route, id) = (gw.clone(), route.clone(), gateway_id.clone());
                 tokio::spawn(async move {
-                    check(&gw, &route, idx, synthetic.max_tokens, id).await;
+                    check(&gw, &route, idx, synthetic, id).await;
                     drop(running);
                 });
             }
@@ -117,36 +123,62 @@ impl Drop for Running {
     }
 }
 
-/// The body of a check: one user message, `max_tokens`, streamed with usage.
-pub fn check_body(model: &str, max_tokens: u32) -> Bytes {
-    let body = serde_json::json!({
-        "model": model,
-        "messages": [{"role": "user", "content": "ping"}],
-        "max_tokens": max_tokens,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
+/// The endpoint a route's checks are sent through.
+pub fn check_endpoint(api: SyntheticApi) -> Endpoint {
+    match api {
+        SyntheticApi::Chat => Endpoint::Chat,
+        SyntheticApi::Messages => Endpoint::Messages,
+        SyntheticApi::Responses => Endpoint::Responses,
+    }
+}
+
+/// The body of a check in `endpoint`'s format: one user message, `max_tokens`, streamed
+/// with usage. Responses' smallest `max_output_tokens` is 16 (OpenAI refuses less).
+pub fn check_body(endpoint: Endpoint, model: &str, max_tokens: u32) -> Bytes {
+    let ping = serde_json::json!([{"role": "user", "content": "ping"}]);
+    let body = match endpoint {
+        Endpoint::Messages => serde_json::json!({
+            "model": model,
+            "messages": ping,
+            "max_tokens": max_tokens,
+            "stream": true,
+        }),
+        Endpoint::Responses => serde_json::json!({
+            "model": model,
+            "input": ping,
+            "max_output_tokens": max_tokens.max(16),
+            "stream": true,
+            "store": false,
+        }),
+        _ => serde_json::json!({
+            "model": model,
+            "messages": ping,
+            "max_tokens": max_tokens,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        }),
+    };
     Bytes::from(body.to_string())
 }
 
 /// One check of candidate `idx`: sent, read to its end, recorded everywhere.
-async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, gateway_id: String) {
+async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, synthetic: SyntheticConfig, gateway_id: String) {
     let Some(c) = route.candidates.get(idx) else { return };
     let up = &c.upstream;
     let began = SystemTime::now();
     let request_id = request_id(&route.cfg.key, &up.cfg.key, began);
     let trial = up.health.check_trial(&up.cfg.circuit_breaker, &gw.settings, Instant::now());
-    let body = check_body(&c.cfg.model, max_tokens);
+    let endpoint = check_endpoint(synthetic.api);
+    let body = check_body(endpoint, &c.cfg.model, synthetic.max_tokens);
     // The check is a client request like any other, through the attempt clients get.
-    let req = match ClientRequest::parse(Endpoint::Chat, &body) {
+    let req = match ClientRequest::parse(endpoint, &body) {
         Ok(req) => req,
         Err(e) => {
             tracing::error!(error = %e, route = %route.cfg.name, "a synthetic check's own body did not parse");
             return;
         }
     };
-    let trace =
-        RequestTrace::start(gw.traces.as_ref(), &HeaderMap::new(), Endpoint::Chat, &route.cfg.model, route, &body);
+    let trace = RequestTrace::start(gw.traces.as_ref(), &HeaderMap::new(), endpoint, &route.cfg.model, route, &body);
     let limits = attempt::Limits {
         first_byte: Some(up.health.first_byte_limit(up.cfg.first_byte)),
         // Alone on the route: the whole deadline is this candidate's.
@@ -162,7 +194,7 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, max_tokens: u32, ga
         }
         Ok(started) => {
             let first_byte = started.attempt.first_byte();
-            let read = read_answer(up, &started.first, started.rest).await;
+            let read = read_answer(up, Format::of(endpoint), &started.first, started.rest).await;
             started.attempt.finish(read.outcome, &gw.settings, &gw.sli);
             if read.outcome != Outcome::Ok {
                 tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = read.outcome.as_str(), "synthetic check broke after its first byte");
@@ -267,8 +299,8 @@ impl Read {
 
 /// Reads a streamed answer to its end, within the upstream's idle limit between chunks.
 /// It is good when it ends with `[DONE]` or a finish reason.
-async fn read_answer(up: &UpstreamHandle, first: &Bytes, rest: Option<BodyStream>) -> Read {
-    let mut splitter = Splitter::default();
+async fn read_answer(up: &UpstreamHandle, format: Format, first: &Bytes, rest: Option<BodyStream>) -> Read {
+    let mut splitter = Splitter::new(format);
     let mut read = Read { outcome: Outcome::Reset, usage: None, content_events: 0, ended: false };
     read.absorb(&mut splitter, first);
     let mut total = first.len();
@@ -293,4 +325,29 @@ async fn read_answer(up: &UpstreamHandle, first: &Bytes, rest: Option<BodyStream
     }
     read.outcome = if read.ended || total > MAX_ANSWER_BYTES { Outcome::Ok } else { Outcome::Reset };
     read
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_check_is_a_streamed_request_of_its_inbound_api() {
+        for (api, member) in
+            [(SyntheticApi::Chat, "messages"), (SyntheticApi::Messages, "messages"), (SyntheticApi::Responses, "input")]
+        {
+            let endpoint = check_endpoint(api);
+            let body = check_body(endpoint, "m", 1);
+            let req = ClientRequest::parse(endpoint, &body).unwrap_or_else(|e| panic!("{api:?}: {e:?}"));
+            assert!(req.stream, "{api:?}");
+            let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+            assert_eq!(v[member][0]["content"], "ping", "{api:?}");
+        }
+        let v = |endpoint| serde_json::from_slice::<serde_json::Value>(&check_body(endpoint, "m", 1)).expect("json");
+        assert_eq!(v(Endpoint::Chat)["stream_options"]["include_usage"], true);
+        assert_eq!(v(Endpoint::Messages)["max_tokens"], 1);
+        // OpenAI refuses a `max_output_tokens` under 16.
+        assert_eq!(v(Endpoint::Responses)["max_output_tokens"], 16);
+        assert_eq!(v(Endpoint::Responses)["store"], false);
+    }
 }

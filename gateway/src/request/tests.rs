@@ -231,11 +231,14 @@ fn a_responses_request_is_read_and_spliced_in_its_own_members() {
 fn a_responses_request_translates_to_the_chat_request_other_candidates_are_sent() {
     let r =
         parse(Endpoint::Responses, r#"{"model":"m","input":"hi","instructions":"be brief","include":["x"]}"#).unwrap();
-    let chat = r.as_chat().expect("translates");
+    let chat = r.as_chat(ToChat::default()).expect("translates");
     assert_eq!(chat.request.endpoint, Endpoint::Chat);
     assert_eq!(chat.dropped, ["include"]);
     let body: Value = serde_json::from_slice(chat.request.body()).unwrap();
     assert_eq!(body["messages"][0], json!({"role": "system", "content": "be brief"}));
     let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","tools":[{"type":"web_search"}]}"#).unwrap();
-    assert_eq!(r.as_chat().map(|_| ()).unwrap_err().field(), "tools[0]");
+    assert_eq!(r.as_chat(ToChat::default()).map(|_| ()).unwrap_err().field(), "tools[0]");
+    let omitting = ToChat { omit_hosted_tools: true };
+    let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","tools":[{"type":"web_search"}]}"#).unwrap();
+    assert_eq!(r.as_chat(omitting).expect("translates").dropped, ["tools.web_search"]);
 }

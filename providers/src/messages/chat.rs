@@ -2,21 +2,39 @@
 //! Messages API. Each member is translated, refused naming it, or — for the hints
 //! docs/gateway.md lists — left out and reported in [`Translated::dropped`].
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value, json};
 
-use crate::{TranslateError, Translated};
+use crate::{ToChat, TranslateError, Translated};
 
 /// Members that only steer Anthropic's service or the model's effort; a candidate
 /// without them answers the same conversation.
 const HINTS: &[&str] = &["thinking", "context_management", "service_tier", "cache_control", "output_config.effort"];
 
+/// Whether a tool type is a server tool Anthropic runs itself (web search, web fetch,
+/// code execution), as opposed to one the client runs.
+fn is_server_tool(kind: &str) -> bool {
+    ["web_search_", "web_fetch_", "code_execution_"].iter().any(|p| kind.starts_with(p))
+}
+
+/// Whether an assistant block records a server tool's call or result (its findings
+/// are in the text that follows).
+fn is_server_block(kind: &str) -> bool {
+    kind == "server_tool_use" || (kind.ends_with("_tool_result") && kind != "tool_result")
+}
+
 struct Out {
     messages: Vec<Value>,
-    dropped: Vec<&'static str>,
+    dropped: Vec<Cow<'static, str>>,
+    options: ToChat,
+    /// Names of the server tools left out (a `tool_choice` may not name one).
+    omitted_tools: Vec<String>,
 }
 
 impl Out {
-    fn drop_hint(&mut self, name: &'static str) {
+    fn drop_hint(&mut self, name: impl Into<Cow<'static, str>>) {
+        let name = name.into();
         if !self.dropped.contains(&name) {
             self.dropped.push(name);
         }
@@ -28,14 +46,14 @@ fn unsupported(field: impl Into<String>, reason: impl Into<String>) -> Translate
 }
 
 /// Translates a Messages request body into an OpenAI chat request.
-pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
+pub fn to_chat(body: &[u8], options: ToChat) -> Result<Translated, TranslateError> {
     let Value::Object(req) =
         serde_json::from_slice::<Value>(body).map_err(|e| TranslateError::invalid("body", e.to_string()))?
     else {
         return Err(TranslateError::invalid("body", "must be a JSON object"));
     };
     let mut chat = Map::new();
-    let mut out = Out { messages: Vec::new(), dropped: Vec::new() };
+    let mut out = Out { messages: Vec::new(), dropped: Vec::new(), options, omitted_tools: Vec::new() };
     if let Some(system) = req.get("system") {
         let text = system_text(system, "system", &mut out)?;
         out.messages.push(json!({"role": "system", "content": text}));
@@ -56,7 +74,10 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
                 }
             }
             "tools" => {
-                chat.insert("tools".into(), tools(value)?);
+                let tools = tools(value, &mut out)?;
+                if !tools.is_empty() {
+                    chat.insert("tools".into(), Value::Array(tools));
+                }
             }
             "tool_choice" => tool_choice(value, &mut chat)?,
             "output_config" => output_config(value, &mut chat, &mut out)?,
@@ -74,8 +95,9 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
             }
         }
     }
+    omitted_choice(&req, &mut chat, &out.omitted_tools)?;
     chat.insert("messages".into(), Value::Array(out.messages));
-    debug_assert!(out.dropped.iter().all(|d| HINTS.contains(d)));
+    debug_assert!(out.dropped.iter().all(|d| HINTS.contains(&d.as_ref()) || options.omit_hosted_tools));
     Ok(Translated {
         body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(),
         dropped: out.dropped,
@@ -233,6 +255,18 @@ fn assistant(content: &Value, field: &str, out: &mut Out) -> Result<(), Translat
                 }));
             }
             "thinking" | "redacted_thinking" => out.drop_hint("thinking"),
+            server if is_server_block(server) && out.options.omit_hosted_tools => {
+                out.drop_hint(format!("content.{server}"));
+            }
+            server if is_server_block(server) => {
+                return Err(unsupported(
+                    format!("{field}.content[{j}]"),
+                    format!(
+                        "a {server:?} block records a server tool this candidate lacks \
+                         (a route with hostedTools: omit sends the request without it)"
+                    ),
+                ));
+            }
             other => {
                 return Err(unsupported(
                     format!("{field}.content[{j}]"),
@@ -249,7 +283,9 @@ fn assistant(content: &Value, field: &str, out: &mut Out) -> Result<(), Translat
     Ok(())
 }
 
-fn tools(value: &Value) -> Result<Value, TranslateError> {
+/// The client's tools as chat function tools; a server tool is refused, or left out
+/// when the route omits hosted tools.
+fn tools(value: &Value, out: &mut Out) -> Result<Vec<Value>, TranslateError> {
     let Value::Array(list) = value else {
         return Err(TranslateError::invalid("tools", "must be an array"));
     };
@@ -257,6 +293,20 @@ fn tools(value: &Value) -> Result<Value, TranslateError> {
     for (i, t) in list.iter().enumerate() {
         match t.get("type").and_then(Value::as_str) {
             None | Some("custom") => {}
+            Some(server) if is_server_tool(server) && out.options.omit_hosted_tools => {
+                out.drop_hint(format!("tools.{server}"));
+                out.omitted_tools.push(t.get("name").and_then(Value::as_str).unwrap_or("").to_owned());
+                continue;
+            }
+            Some(server) if is_server_tool(server) => {
+                return Err(unsupported(
+                    format!("tools[{i}]"),
+                    format!(
+                        "the server tool {server:?} has no equivalent on this candidate \
+                         (a route with hostedTools: omit sends the request without it)"
+                    ),
+                ));
+            }
             Some(other) => {
                 return Err(unsupported(
                     format!("tools[{i}]"),
@@ -276,7 +326,37 @@ fn tools(value: &Value) -> Result<Value, TranslateError> {
         }
         tools.push(json!({"type": "function", "function": function}));
     }
-    Ok(Value::Array(tools))
+    Ok(tools)
+}
+
+/// With server tools left out, a `tool_choice` may no longer be served: one naming a
+/// left-out tool, or requiring a call when no tool is left, is refused; with no tool
+/// left, any other choice is moot and not sent.
+fn omitted_choice(
+    req: &Map<String, Value>,
+    chat: &mut Map<String, Value>,
+    omitted: &[String],
+) -> Result<(), TranslateError> {
+    if omitted.is_empty() {
+        return Ok(());
+    }
+    let choice = req.get("tool_choice");
+    let kind = choice.and_then(|c| c.get("type")).and_then(Value::as_str);
+    let named = choice.and_then(|c| c.get("name")).and_then(Value::as_str);
+    if kind == Some("tool") && named.is_some_and(|n| omitted.iter().any(|o| o == n)) {
+        return Err(unsupported("tool_choice.name", "names a server tool this candidate lacks"));
+    }
+    if !chat.contains_key("tools") {
+        if kind == Some("any") {
+            return Err(unsupported(
+                "tool_choice",
+                "requires a tool call, and only server tools were given, which this candidate lacks",
+            ));
+        }
+        chat.remove("tool_choice");
+        chat.remove("parallel_tool_calls");
+    }
+    Ok(())
 }
 
 fn tool_choice(value: &Value, chat: &mut Map<String, Value>) -> Result<(), TranslateError> {

@@ -120,8 +120,15 @@ fn vertex_gets_its_envelope_and_loses_only_what_it_refuses() {
     assert!(native(&target, body, &headers, false, true).is_err(), "count_tokens is anthropic's");
 }
 
-fn chat(body: Value) -> Result<(Value, Vec<&'static str>), TranslateError> {
-    let t = to_chat(body.to_string().as_bytes())?;
+fn chat(body: Value) -> Result<(Value, Vec<std::borrow::Cow<'static, str>>), TranslateError> {
+    chat_with(body, crate::ToChat::default())
+}
+
+fn chat_with(
+    body: Value,
+    options: crate::ToChat,
+) -> Result<(Value, Vec<std::borrow::Cow<'static, str>>), TranslateError> {
+    let t = to_chat(body.to_string().as_bytes(), options)?;
     Ok((serde_json::from_slice(&t.body).unwrap_or_default(), t.dropped))
 }
 
@@ -340,4 +347,49 @@ fn bedrocks_frames_become_the_messages_events_at_every_split() {
     assert!(matches!(run(bedrock_relay(), &cut, 0).last(), Some(Out::Error { before_content: false, .. })));
     let json = br#"{"message":"The security token included in the request is expired"}"#;
     assert!(matches!(run(bedrock_relay(), json, 0).last(), Some(Out::Error { before_content: true, .. })));
+}
+
+#[test]
+fn server_tools_are_refused_unless_the_route_omits_them_and_then_named() {
+    let body = json!({"model": "m", "max_tokens": 64,
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}},
+                  {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}],
+        "messages": [
+            {"role": "user", "content": "weather and news?"},
+            {"role": "assistant", "content": [
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "news"}},
+                {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                {"type": "text", "text": "Here is the news."}]},
+            {"role": "user", "content": "thanks"}]});
+    // Refused by default, naming the first server part met (the earlier turn's call).
+    let refused = chat(body.clone()).expect_err("refused by default");
+    assert_eq!(refused.field(), "messages[1].content[0]");
+    assert!(refused.to_string().contains("hostedTools: omit"), "{refused}");
+    let mut fresh = body.clone();
+    fresh["messages"] = json!([{"role": "user", "content": "news?"}]);
+    let refused = chat(fresh).expect_err("the tool itself");
+    assert_eq!(refused.field(), "tools[1]");
+    assert!(refused.to_string().contains("hostedTools: omit"), "{refused}");
+
+    let omit = crate::ToChat { omit_hosted_tools: true };
+    let (c, dropped) = chat_with(body.clone(), omit).expect("translates");
+    assert_eq!(dropped, ["content.server_tool_use", "content.web_search_tool_result", "tools.web_search_20250305"]);
+    assert_eq!(c["tools"].as_array().map(Vec::len), Some(1));
+    assert_eq!(c["messages"][1], json!({"role": "assistant", "content": "Here is the news."}));
+
+    // A choice of the omitted tool, or of any tool when none is left, cannot be served.
+    let mut named = body.clone();
+    named["tool_choice"] = json!({"type": "tool", "name": "web_search"});
+    assert_eq!(chat_with(named, omit).expect_err("names it").field(), "tool_choice.name");
+    let mut only = body;
+    only["tools"] = json!([{"type": "web_fetch_20250910", "name": "web_fetch"}]);
+    only["tool_choice"] = json!({"type": "any"});
+    assert_eq!(chat_with(only.clone(), omit).expect_err("no tool left").field(), "tool_choice");
+    only["tool_choice"] = json!({"type": "auto"});
+    let (c, _) = chat_with(only, omit).expect("translates");
+    assert_eq!((c.get("tools"), c.get("tool_choice")), (None, None));
+    // Client-run Anthropic tools (bash, text editor) are never omitted.
+    let bash = json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "bash_20250124", "name": "bash"}]});
+    assert_eq!(chat_with(bash, omit).expect_err("client tool").field(), "tools[0]");
 }

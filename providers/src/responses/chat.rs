@@ -2,9 +2,11 @@
 //! Responses API. Each member is translated, refused naming it, or — for the hints
 //! docs/gateway.md lists — left out and reported in [`Translated::dropped`].
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value, json};
 
-use crate::{TranslateError, Translated};
+use crate::{ToChat, TranslateError, Translated};
 
 /// Members that only steer OpenAI's service (storage, caching, tiers, telemetry) or
 /// the model's effort; a candidate without them answers the same conversation.
@@ -25,10 +27,28 @@ const HINTS: &[&str] = &[
 /// Members that need state sluice does not keep (docs/gateway.md: no response store).
 const STATEFUL: &[&str] = &["previous_response_id", "conversation", "prompt"];
 
+/// Items that record a hosted tool's call in an earlier turn: the provider ran it, and
+/// its findings are in the text that follows.
+const HOSTED_CALLS: &[&str] = &[
+    "web_search_call",
+    "file_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+    "mcp_call",
+    "mcp_list_tools",
+];
+
+/// Whether a tool type is one the provider runs itself (OpenAI's hosted tools), as
+/// opposed to a function the client runs.
+fn is_hosted(kind: &str) -> bool {
+    kind.starts_with("web_search") || matches!(kind, "file_search" | "code_interpreter" | "image_generation" | "mcp")
+}
+
 struct Out {
     messages: Vec<Value>,
-    dropped: Vec<&'static str>,
+    dropped: Vec<Cow<'static, str>>,
     namespaces: Vec<String>,
+    options: ToChat,
 }
 
 /// Joins a namespace and a tool name into the one function name a chat candidate sees.
@@ -44,7 +64,8 @@ fn function_name(namespace: Option<&str>, name: &str) -> String {
 }
 
 impl Out {
-    fn drop_hint(&mut self, name: &'static str) {
+    fn drop_hint(&mut self, name: impl Into<Cow<'static, str>>) {
+        let name = name.into();
         if !self.dropped.contains(&name) {
             self.dropped.push(name);
         }
@@ -73,14 +94,14 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 /// Translates a Responses request body into an OpenAI chat request.
-pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
+pub fn to_chat(body: &[u8], options: ToChat) -> Result<Translated, TranslateError> {
     let Value::Object(req) =
         serde_json::from_slice::<Value>(body).map_err(|e| TranslateError::invalid("body", e.to_string()))?
     else {
         return Err(TranslateError::invalid("body", "must be a JSON object"));
     };
     let mut chat = Map::new();
-    let mut out = Out { messages: Vec::new(), dropped: Vec::new(), namespaces: Vec::new() };
+    let mut out = Out { messages: Vec::new(), dropped: Vec::new(), namespaces: Vec::new(), options };
     match req.get("instructions") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => out.messages.push(json!({"role": "system", "content": s})),
@@ -100,7 +121,10 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
                 chat.insert("max_tokens".into(), value.clone());
             }
             "tools" => {
-                chat.insert("tools".into(), tools(value, &mut out.namespaces)?);
+                let tools = tools(value, &mut out)?;
+                if !tools.is_empty() {
+                    chat.insert("tools".into(), Value::Array(tools));
+                }
             }
             "tool_choice" => {
                 chat.insert("tool_choice".into(), tool_choice(value)?);
@@ -120,13 +144,17 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
                 return Err(unsupported(k, "sluice does not store responses; send the whole conversation in 'input'"));
             }
             k => match HINTS.iter().find(|h| **h == k) {
-                Some(hint) => out.drop_hint(hint),
+                Some(hint) => out.drop_hint(*hint),
                 None => return Err(unsupported(k, "this candidate's protocol has no equivalent")),
             },
         }
     }
+    // Every tool left out (the route omits hosted tools).
+    if req.get("tools").is_some_and(|t| !t.is_null()) && !chat.contains_key("tools") {
+        without_tools(&mut chat)?;
+    }
     chat.insert("messages".into(), Value::Array(out.messages));
-    debug_assert!(out.dropped.iter().all(|d| HINTS.contains(d)));
+    debug_assert!(out.dropped.iter().all(|d| HINTS.contains(&d.as_ref()) || options.omit_hosted_tools));
     Ok(Translated {
         body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(),
         dropped: out.dropped,
@@ -172,6 +200,16 @@ fn input(value: &Value, out: &mut Out) -> Result<(), TranslateError> {
             // Reasoning is the minting provider's own (its encrypted content cannot be
             // read elsewhere), and earlier turns' reasoning does not reach the model.
             "reasoning" => out.drop_hint("reasoning"),
+            k if HOSTED_CALLS.contains(&k) && out.options.omit_hosted_tools => out.drop_hint(format!("input.{k}")),
+            k if HOSTED_CALLS.contains(&k) => {
+                return Err(unsupported(
+                    field,
+                    format!(
+                        "a {k:?} item records a hosted tool this candidate lacks \
+                         (a route with hostedTools: omit sends the request without it)"
+                    ),
+                ));
+            }
             "item_reference" => {
                 return Err(unsupported(field, "sluice does not store responses; send the item itself"));
             }
@@ -264,10 +302,27 @@ fn tool_output(output: Option<&Value>, field: &str) -> Result<String, TranslateE
     }
 }
 
+/// A request whose tools were all left out: a chat request may not choose among no
+/// tools, and one that requires a call cannot be served.
+fn without_tools(chat: &mut Map<String, Value>) -> Result<(), TranslateError> {
+    match chat.get("tool_choice") {
+        Some(Value::String(s)) if s == "required" => Err(unsupported(
+            "tool_choice",
+            "requires a tool call, and only hosted tools were given, which this candidate lacks",
+        )),
+        _ => {
+            chat.remove("tool_choice");
+            chat.remove("parallel_tool_calls");
+            Ok(())
+        }
+    }
+}
+
 /// Function tools, and the function tools of a namespace (named
 /// `{namespace}__{name}`); a hosted tool (`web_search`, `file_search`, …) has no
-/// equivalent on a candidate of another protocol.
-fn tools(value: &Value, namespaces: &mut Vec<String>) -> Result<Value, TranslateError> {
+/// equivalent on a candidate of another protocol: refused, or left out when the
+/// route omits hosted tools.
+fn tools(value: &Value, out: &mut Out) -> Result<Vec<Value>, TranslateError> {
     let Value::Array(list) = value else {
         return Err(TranslateError::invalid("tools", "must be an array"));
     };
@@ -290,7 +345,17 @@ fn tools(value: &Value, namespaces: &mut Vec<String>) -> Result<Value, Translate
                     }
                     tools.push(function(f, Some(ns)));
                 }
-                namespaces.push(ns.to_owned());
+                out.namespaces.push(ns.to_owned());
+            }
+            hosted if is_hosted(hosted) && out.options.omit_hosted_tools => out.drop_hint(format!("tools.{hosted}")),
+            hosted if is_hosted(hosted) => {
+                return Err(unsupported(
+                    format!("tools[{i}]"),
+                    format!(
+                        "the hosted {hosted:?} tool has no equivalent on this candidate \
+                         (a route with hostedTools: omit sends the request without it)"
+                    ),
+                ));
             }
             other => {
                 return Err(unsupported(
@@ -300,7 +365,7 @@ fn tools(value: &Value, namespaces: &mut Vec<String>) -> Result<Value, Translate
             }
         }
     }
-    Ok(Value::Array(tools))
+    Ok(tools)
 }
 
 /// A Responses function tool as a chat function tool.

@@ -24,8 +24,15 @@ fn run(mut t: Box<dyn Transcoder + Send>, input: &[u8], at: usize) -> Vec<Out> {
     outs
 }
 
-fn chat_of(body: Value) -> Result<(Value, Vec<&'static str>), TranslateError> {
-    let t = to_chat(body.to_string().as_bytes())?;
+fn chat_of(body: Value) -> Result<(Value, Vec<std::borrow::Cow<'static, str>>), TranslateError> {
+    chat_with(body, crate::ToChat::default())
+}
+
+fn chat_with(
+    body: Value,
+    options: crate::ToChat,
+) -> Result<(Value, Vec<std::borrow::Cow<'static, str>>), TranslateError> {
+    let t = to_chat(body.to_string().as_bytes(), options)?;
     Ok((serde_json::from_slice(&t.body).unwrap_or(Value::Null), t.dropped))
 }
 
@@ -291,7 +298,7 @@ fn namespaced_tools_are_flattened_for_chat_and_split_again_in_the_answer() {
         "input": [{"role": "user", "content": "go"},
                   {"type": "function_call", "call_id": "c1", "namespace": "agents", "name": "spawn", "arguments": "{}"},
                   {"type": "function_call_output", "call_id": "c1", "output": "ok"}]});
-    let t = to_chat(body.to_string().as_bytes()).expect("translates");
+    let t = to_chat(body.to_string().as_bytes(), crate::ToChat::default()).expect("translates");
     let chat: Value = serde_json::from_slice(&t.body).expect("json");
     assert_eq!(chat["tools"][0]["function"]["name"], "agents__spawn");
     assert_eq!(chat["tool_choice"]["function"]["name"], "agents__spawn");
@@ -313,4 +320,52 @@ fn namespaced_tools_are_flattened_for_chat_and_split_again_in_the_answer() {
     assert_eq!((&added["item"]["namespace"], &added["item"]["name"]), (&json!("agents"), &json!("spawn")));
     let done = ev.iter().find(|(k, _)| k == "response.function_call_arguments.done").map(|(_, d)| d).expect("done");
     assert_eq!(done["name"], "spawn");
+}
+
+#[test]
+fn hosted_tools_are_refused_unless_the_route_omits_them_and_then_named() {
+    // Codex's default turn: its function tools, the hosted web search, and an earlier
+    // turn's web search call.
+    let body = json!({"model": "m", "tool_choice": "auto", "parallel_tool_calls": true,
+        "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}},
+                  {"type": "web_search"}, {"type": "web_search_preview"}],
+        "input": [{"role": "user", "content": "look it up"},
+                  {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+                  {"role": "assistant", "content": [{"type": "output_text", "text": "found"}]}]});
+    // Refused by default, naming the first hosted part met (the earlier turn's call).
+    let refused = chat_of(body.clone()).expect_err("refused by default");
+    assert_eq!(refused.field(), "input[1]");
+    assert!(refused.to_string().contains("hostedTools: omit"), "{refused}");
+    let mut fresh = body.clone();
+    fresh["input"] = json!("look it up");
+    let refused = chat_of(fresh).expect_err("the tool itself");
+    assert_eq!(refused.field(), "tools[1]");
+    assert!(refused.to_string().contains("hostedTools: omit"), "{refused}");
+
+    let omit = crate::ToChat { omit_hosted_tools: true };
+    let (chat, dropped) = chat_with(body, omit).expect("translates");
+    assert_eq!(dropped, ["input.web_search_call", "tools.web_search", "tools.web_search_preview"]);
+    assert_eq!(chat["tools"].as_array().map(Vec::len), Some(1));
+    assert_eq!(chat["tools"][0]["function"]["name"], "shell");
+    assert_eq!(chat["tool_choice"], "auto");
+    assert_eq!(
+        chat["messages"],
+        json!([{"role": "user", "content": "look it up"}, {"role": "assistant", "content": "found"}])
+    );
+
+    // Only hosted tools: the request goes without tools; one that requires a call, or
+    // chooses a hosted tool, cannot be served.
+    let only = json!({"model": "m", "input": "hi", "tools": [{"type": "file_search"}], "tool_choice": "auto", "parallel_tool_calls": false});
+    let (chat, dropped) = chat_with(only.clone(), omit).expect("translates");
+    assert_eq!(dropped, ["tools.file_search"]);
+    assert_eq!((chat.get("tools"), chat.get("tool_choice"), chat.get("parallel_tool_calls")), (None, None, None));
+    let mut required = only.clone();
+    required["tool_choice"] = json!("required");
+    assert_eq!(chat_with(required, omit).expect_err("no tool left to call").field(), "tool_choice");
+    let mut chosen = only;
+    chosen["tool_choice"] = json!({"type": "file_search"});
+    assert_eq!(chat_with(chosen, omit).expect_err("a hosted choice").field(), "tool_choice");
+    // Client-run tools are never omitted: a custom tool stays refused.
+    let custom = json!({"model": "m", "input": "hi", "tools": [{"type": "custom", "name": "apply_patch"}]});
+    assert_eq!(chat_with(custom, omit).expect_err("client tool").field(), "tools[0]");
 }

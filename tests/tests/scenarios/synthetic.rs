@@ -238,3 +238,44 @@ async fn every_protocol_is_checked_in_its_own_wire_format_with_its_own_credentia
     }
     Ok(())
 }
+
+/// `synthetic.api`: checks written in Messages and Responses, as Claude Code and Codex
+/// write their requests, pass natively and through translation. Reading a Messages or
+/// Responses stream as chat chunks would never see its end (`[DONE]`), so a check read
+/// in the wrong format fails as `reset`.
+#[tokio::test]
+async fn checks_are_sent_through_the_inbound_api_the_route_names() -> anyhow::Result<()> {
+    let _serial = serial().await;
+    let [oai, claude] = ChaosUpstream::start_all(["oai", "claude"]).await?;
+    let price = json!({"input": "3.00", "output": "15.00"});
+    let docs = [
+        oai.doc(),
+        claude.native_doc("anthropic"),
+        route("agents-claude", "claude-model", &[("claude", 100), ("oai", 50)])
+            .candidate(0, "price", price.clone())
+            .with("spec.synthetic", json!({"interval": "1s", "api": "messages"})),
+        route("agents-gpt", "gpt-model", &[("oai", 100), ("claude", 50)])
+            .candidate(0, "price", price)
+            .with("spec.synthetic", json!({"interval": "1s", "api": "responses"})),
+    ];
+    let gw = TestGateway::start(&yaml(&docs)).await?;
+    let of = |route: &str, upstream: &str, outcome: &str| {
+        gw.count("sluice_synthetic_checks_total", &[("route", route), ("upstream", upstream), ("outcome", outcome)])
+    };
+    let pairs =
+        [("agents-claude", "claude"), ("agents-claude", "oai"), ("agents-gpt", "oai"), ("agents-gpt", "claude")];
+    let all_ok = eventually(Duration::from_secs(8), async || pairs.iter().all(|(r, u)| of(r, u, "ok") >= 2.0)).await;
+    assert!(all_ok, "not every check through Messages and Responses succeeds:\n{}", gw.metrics());
+    for (r, u) in pairs {
+        for bad in ["reset", "http_4xx", "http_5xx", "first_byte_timeout", "idle_timeout"] {
+            assert_eq!(of(r, u, bad), 0.0, "{r}/{u}: {bad}\n{}", gw.metrics());
+        }
+    }
+    // Priced checks are billed from the usage their answers reported.
+    let ledger = gw.ledger()?;
+    assert!(ledger.synthetic_spend().await? > 0, "no synthetic spend journalled");
+    for r in ["agents-claude", "agents-gpt"] {
+        assert_eq!(gw.count("sluice_requests_total", &[("route", r)]), 0.0, "{r}: checks counted as requests");
+    }
+    Ok(())
+}

@@ -71,6 +71,19 @@ const ITEM_TYPES: &[&str] = &[
     "custom_tool_call_output",
     "reasoning",
     "item_reference",
+    // Earlier turns' hosted tool calls, sent back as the API returned them.
+    "web_search_call",
+    "file_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+    "computer_call",
+    "computer_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
 ];
 
 const ROLES: &[&str] = &["user", "assistant", "system", "developer"];
@@ -138,7 +151,7 @@ fn required_str<'a>(map: &'a Map<String, Value>, key: &str, path: &str) -> Resul
 }
 
 /// `input[i]`: a message (typed or not), a function call or its output, a
-/// reasoning item or an item reference.
+/// reasoning item, a hosted tool's call or an item reference.
 fn check_item(i: usize, item: &Value) -> Result<(), Invalid> {
     let path = format!("input[{i}]");
     let Value::Object(item) = item else {
