@@ -53,7 +53,7 @@ impl Sli {
             &self.routes,
             minute,
             route_key,
-            || RouteMinute::new(route_key, minute),
+            || RouteMinute::new(route_key, "chat", minute),
             |row| {
                 row.record(bad, latency_ms);
                 row.failovers += failovers;
@@ -85,7 +85,7 @@ impl Sli {
                     &self.routes,
                     row.minute,
                     &row.route,
-                    || RouteMinute::new(row.route.clone(), row.minute),
+                    || RouteMinute::new(row.route.clone(), row.api.clone(), row.minute),
                     |r| r.merge(&row),
                 );
             }
