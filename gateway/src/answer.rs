@@ -66,7 +66,7 @@ pub fn conclude(
     trace.end(route, end.status.as_u16(), end.candidate, end.usage.as_ref());
     route.metrics.answered(&gw.metrics, end.api, end.status.as_u16(), started.elapsed().as_secs_f64());
     if let Some(bad) = end.slo_bad {
-        gw.sli.request(&route.cfg.key, bad, end.latency_ms, u64::from(end.attempts.saturating_sub(1)));
+        gw.sli.request(&route.cfg.key, end.api, bad, end.latency_ms, u64::from(end.attempts.saturating_sub(1)));
     }
     for u in end.usage.iter().chain(end.resumed.iter().map(|(_, u)| u)) {
         route.metrics.input_tokens.inc_by(u.prompt_tokens);

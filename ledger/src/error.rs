@@ -83,6 +83,16 @@ pub enum LedgerError {
         /// The value given.
         value: u64,
     },
+    /// A route minute to write names no inbound API (empty, or [`ALL_APIS`](crate::ALL_APIS)).
+    #[error("route minute {minute} of route {route:?}: api {api:?} is not an inbound API")]
+    RollupApi {
+        /// The route key.
+        route: String,
+        /// The unix minute.
+        minute: i64,
+        /// The `api` given.
+        api: String,
+    },
     /// A heartbeat could not be encoded or the stored one decoded.
     #[error("heartbeat of gateway {gateway_id:?} is not valid JSON: {source}")]
     BadHeartbeat {

@@ -57,6 +57,7 @@ pub(crate) const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (4, "synthetic", include_str!("../migrations/sqlite/0004_synthetic.sql")),
     (5, "posting", include_str!("../migrations/sqlite/0005_posting.sql")),
     (6, "limits", include_str!("../migrations/sqlite/0006_limits.sql")),
+    (7, "route api", include_str!("../migrations/sqlite/0007_route_api.sql")),
 ]);
 
 pub(crate) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
@@ -66,6 +67,7 @@ pub(crate) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (4, "synthetic", include_str!("../migrations/postgres/0004_synthetic.sql")),
     (5, "posting", include_str!("../migrations/postgres/0005_posting.sql")),
     (6, "limits", include_str!("../migrations/postgres/0006_limits.sql")),
+    (7, "route api", include_str!("../migrations/postgres/0007_route_api.sql")),
 ]);
 
 /// Connections in the Postgres pool (shared by readers and writers).

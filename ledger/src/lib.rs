@@ -20,8 +20,9 @@
 //!   concurrency; [`Ledger::reap_expired`] cleans up after crashed processes. Every change
 //!   of money is a row in the append-only journal, checked by [`Ledger::journal_verify`].
 //! - SLIs: the gateway adds per-minute [`RouteMinute`]/[`UpstreamMinute`] rollups with
-//!   [`Ledger::write_rollups`] and a [`Heartbeat`] per process; the operator reads them back
-//!   and feeds them to the pure error-budget maths in [`budget`].
+//!   [`Ledger::write_rollups`] (a route's per inbound API) and a [`Heartbeat`] per
+//!   process; the operator reads them back, a route's APIs summed, and feeds them to the
+//!   pure error-budget maths in [`budget`].
 //! - [`cli`] is the `sluice-gateway admin …` command set.
 //! - `testing` (feature `test-support`) is the test database and polling helper that
 //!   every crate's tests share.
@@ -60,7 +61,8 @@ pub use money::{NANOS_PER_USD, UsdError, format_usd, parse_usd};
 pub use notify::Change;
 pub use reservation::{Reservation, SettleOutcome, Settlement, Usage};
 pub use rollup::{
-    LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_MS, RouteMinute, UPSTREAM_OUTCOMES, UpstreamMinute, latency_bucket_index,
+    ALL_APIS, LATENCY_BUCKET_COUNT, LATENCY_BUCKETS_MS, RouteMinute, UPSTREAM_OUTCOMES, UpstreamMinute,
+    latency_bucket_index,
 };
 pub use status_read::{RouteCount, StoredCheck};
 pub use synthetic::{SYNTHETIC_ACCOUNT, SYNTHETIC_RETENTION, SyntheticCheck};

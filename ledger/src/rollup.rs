@@ -4,6 +4,11 @@
 //! [`Ledger::write_rollups`], which *adds* to the stored minute, so several pods (and
 //! several flushes of one pod) may write the same minute. Route and upstream keys are
 //! opaque strings chosen by the caller (the gateway uses `namespace/name`).
+//!
+//! A route's minute is stored as one row per inbound API that served it
+//! ([`RouteMinute::api`], docs/design.md §12). Every read that error budgets and status
+//! use sums those rows back into the route's minute; [`Ledger::route_api_minutes`]
+//! reads them apart.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -29,11 +34,15 @@ pub const LATENCY_BUCKETS_MS: [u64; 22] = [
 /// Counters per histogram: one per bound plus the +Inf bucket.
 pub const LATENCY_BUCKET_COUNT: usize = LATENCY_BUCKETS_MS.len() + 1;
 
+/// The [`RouteMinute::api`] of a minute summed over every inbound API of its route, as
+/// [`Ledger::route_minutes`] reads them. Never stored: [`Ledger::write_rollups`] refuses it.
+pub const ALL_APIS: &str = "*";
+
 /// The attempt outcomes of docs/design.md §3 (`sluice_upstream_attempts_total{outcome}`).
 pub const UPSTREAM_OUTCOMES: [&str; 9] =
     ["ok", "http_4xx", "http_429", "http_5xx", "connect", "first_byte_timeout", "idle_timeout", "reset", "budget"];
 
-/// One route's counters for one minute.
+/// One route's counters for one minute, of one inbound API or of all of them.
 ///
 /// Contract with the budget maths: `total` counts the requests that matter to the SLO
 /// (good or bad; client errors are left out), `bad` those that were bad by status
@@ -44,6 +53,10 @@ pub const UPSTREAM_OUTCOMES: [&str; 9] =
 pub struct RouteMinute {
     /// Route key, e.g. `namespace/name`.
     pub route: String,
+    /// The inbound API the requests came in on: `chat`, `completions`, `embeddings`,
+    /// `messages` or `responses` (docs/design.md §12); [`ALL_APIS`] on a minute summed
+    /// over them.
+    pub api: String,
     /// Unix minute (seconds since the epoch ÷ 60).
     pub minute: i64,
     /// Requests that count for the SLO.
@@ -76,10 +89,11 @@ pub fn latency_bucket_index(ms: u64) -> usize {
 }
 
 impl RouteMinute {
-    /// An empty minute.
-    pub fn new(route: impl Into<String>, minute: i64) -> RouteMinute {
+    /// An empty minute of `route`'s requests on inbound API `api`.
+    pub fn new(route: impl Into<String>, api: impl Into<String>, minute: i64) -> RouteMinute {
         RouteMinute {
             route: route.into(),
+            api: api.into(),
             minute,
             total: 0,
             bad: 0,
@@ -98,7 +112,8 @@ impl RouteMinute {
         }
     }
 
-    /// Adds another minute's counters (same route and minute assumed).
+    /// Adds another minute's counters (same route and minute assumed; the API is not
+    /// looked at, so that the minutes of several APIs add up to the route's).
     pub fn merge(&mut self, other: &RouteMinute) {
         self.total += other.total;
         self.bad += other.bad;
@@ -141,15 +156,21 @@ impl UpstreamMinute {
 }
 
 impl Ledger {
-    /// Adds the given minutes to the stored ones, in one transaction.
+    /// Adds the given minutes to the stored ones, in one transaction: a route minute to
+    /// the stored row of its route, API and minute. A route minute whose `api` is empty
+    /// or [`ALL_APIS`] is refused ([`LedgerError::RollupApi`]) and nothing is written.
     pub async fn write_rollups(&self, routes: &[RouteMinute], upstreams: &[UpstreamMinute]) -> Result<(), LedgerError> {
         if routes.is_empty() && upstreams.is_empty() {
             return Ok(());
+        }
+        if let Some(m) = routes.iter().find(|m| m.api.is_empty() || m.api == ALL_APIS) {
+            return Err(LedgerError::RollupApi { route: m.route.clone(), minute: m.minute, api: m.api.clone() });
         }
         let mut tx = self.begin_write().await?;
         for m in routes {
             let mut q = sqlx::query(sql::upsert_route_minute())
                 .bind(&m.route)
+                .bind(&m.api)
                 .bind(m.minute)
                 .bind(to_db("total", m.total)?)
                 .bind(to_db("bad", m.bad)?)
@@ -183,18 +204,41 @@ impl Ledger {
         Ok(())
     }
 
-    /// Stored minutes of `routes` with `from_minute ≤ minute ≤ to_minute`, ordered by
-    /// route then minute. Minutes without traffic have no row.
+    /// The minutes of `routes` with `from_minute ≤ minute ≤ to_minute`, each summed over
+    /// the route's inbound APIs (`api` is [`ALL_APIS`]), ordered by route then minute.
+    /// Minutes without traffic have no row.
     pub async fn route_minutes(
         &self,
         routes: &[String],
         from_minute: i64,
         to_minute: i64,
     ) -> Result<Vec<RouteMinute>, LedgerError> {
+        self.read_route_minutes(routes, from_minute, to_minute, false).await
+    }
+
+    /// The stored minutes of `routes` with `from_minute ≤ minute ≤ to_minute`, one per
+    /// route, inbound API and minute, ordered by route, API, minute. The rows of a
+    /// route's minute add up to what [`Ledger::route_minutes`] reads.
+    pub async fn route_api_minutes(
+        &self,
+        routes: &[String],
+        from_minute: i64,
+        to_minute: i64,
+    ) -> Result<Vec<RouteMinute>, LedgerError> {
+        self.read_route_minutes(routes, from_minute, to_minute, true).await
+    }
+
+    async fn read_route_minutes(
+        &self,
+        routes: &[String],
+        from_minute: i64,
+        to_minute: i64,
+        by_api: bool,
+    ) -> Result<Vec<RouteMinute>, LedgerError> {
         if routes.is_empty() {
             return Ok(Vec::new());
         }
-        let text = sql::select_route_minutes(routes.len());
+        let text = sql::select_route_minutes(routes.len(), by_api);
         let mut q = sqlx::query(&text).bind(from_minute).bind(to_minute);
         for route in routes {
             q = q.bind(route);
@@ -205,7 +249,7 @@ impl Ledger {
 
     /// What [`budget::evaluate_minutes`](crate::budget::evaluate_minutes) reads: the
     /// minutes of `routes` with `from_minute ≤ minute ≤ to_minute`, summed across the
-    /// routes in the database, with the requests in histogram buckets from `slow_from`
+    /// routes and their inbound APIs in the database, with the requests in histogram buckets from `slow_from`
     /// on counted as slow, ordered by minute. Five numbers a minute instead of a row of
     /// every bucket per route: a 30-day budget reads 43,200 of them.
     pub async fn budget_minutes(
@@ -219,8 +263,9 @@ impl Ledger {
         rows.iter().map(|row| Ok((row.try_get(0)?, reduced(row, 1)?))).collect()
     }
 
-    /// [`Ledger::budget_minutes`] per route: one query for the last minutes of several
-    /// budgets that count slow requests alike, ordered by route, minute.
+    /// [`Ledger::budget_minutes`] per route (summed over its inbound APIs): one query for
+    /// the last minutes of several budgets that count slow requests alike, ordered by
+    /// route, minute.
     pub async fn budget_route_minutes(
         &self,
         routes: &[String],
@@ -320,39 +365,18 @@ fn reduced(row: &AnyRow, at: usize) -> Result<MinuteCounts, LedgerError> {
     })
 }
 
+/// Reads the columns of [`sql::select_route_minutes`]: route, api, minute, total, bad,
+/// failovers, then the latency buckets.
 fn route_minute_from_row(row: &AnyRow) -> Result<RouteMinute, LedgerError> {
-    let mut m = RouteMinute::new(row.try_get::<String, _>(0)?, row.try_get(1)?);
-    m.total = from_db(row.try_get(2)?);
-    m.bad = from_db(row.try_get(3)?);
-    m.failovers = from_db(row.try_get(4)?);
+    let mut m = RouteMinute::new(row.try_get::<String, _>(0)?, row.try_get::<String, _>(1)?, row.try_get(2)?);
+    m.total = from_db(row.try_get(3)?);
+    m.bad = from_db(row.try_get(4)?);
+    m.failovers = from_db(row.try_get(5)?);
     for (i, slot) in m.latency_buckets.iter_mut().enumerate() {
-        *slot = from_db(row.try_get(i + 5)?);
+        *slot = from_db(row.try_get(i + 6)?);
     }
     Ok(m)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bucket_index_uses_inclusive_upper_bounds() {
-        assert_eq!(latency_bucket_index(0), 0);
-        assert_eq!(latency_bucket_index(5), 0);
-        assert_eq!(latency_bucket_index(6), 1);
-        assert_eq!(latency_bucket_index(10_000), 17);
-        assert_eq!(latency_bucket_index(60_000), 21);
-        assert_eq!(latency_bucket_index(60_001), 22);
-        assert_eq!(LATENCY_BUCKET_COUNT, 23);
-    }
-
-    #[test]
-    fn record_never_counts_a_request_bad_twice() {
-        let mut m = RouteMinute::new("default/r", 7);
-        m.record(true, 90_000);
-        m.record(false, 120);
-        assert_eq!((m.total, m.bad), (2, 1));
-        assert_eq!(m.latency_buckets.iter().sum::<u64>(), 1);
-        assert_eq!(m.latency_buckets[6], 1);
-    }
-}
+mod tests;

@@ -37,21 +37,22 @@ pub struct StoredCheck {
 }
 
 impl Ledger {
-    /// Requests per minute of `routes` from `from_minute` on, ordered by route, minute.
+    /// Requests per minute of `routes` from `from_minute` on, summed over each route's
+    /// inbound APIs, ordered by route, minute.
     pub async fn route_counts(&self, routes: &[String], from_minute: i64) -> Result<Vec<RouteCount>, LedgerError> {
         if routes.is_empty() {
             return Ok(Vec::new());
         }
         let text = format!(
-            "SELECT route, minute, total, bad FROM route_minutes WHERE minute >= $1 \
-             AND route IN ({}) ORDER BY route, minute",
+            "SELECT route, minute, CAST(SUM(total) AS BIGINT), CAST(SUM(bad) AS BIGINT) FROM route_minutes \
+             WHERE minute >= $1 AND route IN ({}) GROUP BY route, minute ORDER BY route, minute",
             placeholders(2, routes.len())
         );
         self.counts(&text, &[from_minute], routes).await
     }
 
-    /// Requests per unix day of `routes` for `from_day ≤ day ≤ to_day`, ordered by
-    /// route, day. Days without traffic have no row.
+    /// Requests per unix day of `routes` for `from_day ≤ day ≤ to_day` (all inbound
+    /// APIs), ordered by route, day. Days without traffic have no row.
     pub async fn route_days(
         &self,
         routes: &[String],

@@ -164,8 +164,8 @@ async fn seed(url: &str, now_minute: i64) -> Result<(), BoxError> {
     );
     let mut tx = c.begin().await?;
     sqlx::query(&format!(
-        "{minutes} INSERT INTO route_minutes (route, minute, total, bad, lat_7) \
-         SELECT 'bench/r' || i, minute, 100, (minute + i) % 1440 = 0, 99 FROM m, r"
+        "{minutes} INSERT INTO route_minutes (route, api, minute, total, bad, lat_7) \
+         SELECT 'bench/r' || i, 'chat', minute, 100, (minute + i) % 1440 = 0, 99 FROM m, r"
     ))
     .execute(&mut *tx)
     .await?;

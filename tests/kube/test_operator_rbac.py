@@ -190,7 +190,7 @@ def case(new_kube, workdir, migrated):
         kube.kubectl("apply", "-f", "-", input=WORKLOAD)
         # The route failing: 100 requests, all bad, this minute (the gateway's rollup table).
         minute = int(time.time() // 60)
-        psql(migrated.url, f"INSERT INTO route_minutes (route, minute, total, bad) VALUES ('{kube.namespace}/chat', {minute}, 100, 100)")
+        psql(migrated.url, f"INSERT INTO route_minutes (route, api, minute, total, bad) VALUES ('{kube.namespace}/chat', 'chat', {minute}, 100, 100)")
         operator = start_operator(f"{name}-operator", identity.kubeconfig, migrated.url, d, "--status-interval", "2s",
                                   "--leader-election=true", "--lease-namespace", release_ns, "--status-page=true")
         c = Case(kube, release_ns, identity, operator, d)

@@ -17,7 +17,7 @@ fn days(n: u64) -> Duration {
 
 /// A minute of `route` with `good` fast (100 ms) requests and `bad` bad ones.
 pub(super) fn minute(route: &str, at: i64, good: u64, bad: u64) -> RouteMinute {
-    let mut m = RouteMinute::new(route, at);
+    let mut m = RouteMinute::new(route, "chat", at);
     for _ in 0..good {
         m.record(false, 100);
     }
@@ -145,7 +145,7 @@ fn occurrences_exhaust_at_100_percent() {
 
 #[test]
 fn slow_requests_are_bad_with_the_threshold_rounded_up_to_a_bucket() {
-    let mut m = RouteMinute::new("r", T0);
+    let mut m = RouteMinute::new("r", "chat", T0);
     m.record(false, 9_000); // ≤ 10 s bucket: fast
     m.record(false, 14_000); // ≤ 15 s bucket: fast, since 12 s rounds up to 15 s
     m.record(false, 16_000); // ≤ 20 s bucket: slow
@@ -167,7 +167,7 @@ fn a_slice_is_bad_when_its_percentile_latency_exceeds_the_threshold() {
         ..timeslices(0.99, days(1))
     };
     let slice = |slow: u64| {
-        let mut m = RouteMinute::new("r", T0);
+        let mut m = RouteMinute::new("r", "chat", T0);
         for i in 0..100 {
             m.record(false, if i < slow { 5_000 } else { 200 });
         }

@@ -4,21 +4,21 @@
 use std::fmt::Write as _;
 use std::sync::LazyLock;
 
-use super::LATENCY_BUCKET_COUNT;
+use super::{ALL_APIS, LATENCY_BUCKET_COUNT};
 
-/// `INSERT … ON CONFLICT DO UPDATE` adding to the stored route minute. Binds: route,
-/// minute, total, bad, failovers, then every latency bucket.
+/// `INSERT … ON CONFLICT DO UPDATE` adding to the stored minute of a route and inbound
+/// API. Binds: route, api, minute, total, bad, failovers, then every latency bucket.
 pub(super) fn upsert_route_minute() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         let buckets = columns("lat_");
         let mut sql = format!(
-            "INSERT INTO route_minutes (route, minute, total, bad, failovers, {}) VALUES ({}) \
-             ON CONFLICT (route, minute) DO UPDATE SET \
+            "INSERT INTO route_minutes (route, api, minute, total, bad, failovers, {}) VALUES ({}) \
+             ON CONFLICT (route, minute, api) DO UPDATE SET \
              total = route_minutes.total + excluded.total, \
              bad = route_minutes.bad + excluded.bad, \
              failovers = route_minutes.failovers + excluded.failovers",
             buckets.join(", "),
-            placeholders(1, 5 + LATENCY_BUCKET_COUNT),
+            placeholders(1, 6 + LATENCY_BUCKET_COUNT),
         );
         for c in &buckets {
             let _ = write!(sql, ", {c} = route_minutes.{c} + excluded.{c}");
@@ -45,19 +45,32 @@ pub(super) fn upsert_upstream_minute() -> &'static str {
     &SQL
 }
 
-/// Binds: from, to, then `keys` route names.
-pub(super) fn select_route_minutes(keys: usize) -> String {
+/// Route, api, minute, total, bad, failovers and every latency bucket of the minutes of
+/// `keys` routes: the stored rows with `by_api` (ordered by route, api, minute), else
+/// summed per route and minute over the APIs, with api [`ALL_APIS`] (ordered by route,
+/// minute). Binds: from, to, then the route names.
+pub(super) fn select_route_minutes(keys: usize, by_api: bool) -> String {
+    let counters = ["total", "bad", "failovers"].into_iter().map(str::to_owned).chain(columns("lat_"));
+    let (api, counters, group) = if by_api {
+        ("api".to_owned(), counters.collect::<Vec<_>>(), "ORDER BY route, api, minute")
+    } else {
+        (
+            format!("CAST('{ALL_APIS}' AS TEXT)"),
+            counters.map(|c| format!("CAST(SUM({c}) AS BIGINT)")).collect(),
+            "GROUP BY route, minute ORDER BY route, minute",
+        )
+    };
     format!(
-        "SELECT route, minute, total, bad, failovers, {} FROM route_minutes \
-         WHERE minute >= $1 AND minute <= $2 AND route IN ({}) ORDER BY route, minute",
-        columns("lat_").join(", "),
+        "SELECT route, {api}, minute, {} FROM route_minutes \
+         WHERE minute >= $1 AND minute <= $2 AND route IN ({}) {group}",
+        counters.join(", "),
         placeholders(3, keys),
     )
 }
 
 /// The minutes of `keys` routes, the histogram reduced to all of it and the buckets
-/// from `slow_from` on (0 without one): summed per minute across the routes, or per
-/// route and minute with `by_route` (route first). Binds: from, to, then the route
+/// from `slow_from` on (0 without one): summed per minute across the routes and their
+/// inbound APIs, or per route and minute with `by_route` (route first). Binds: from, to, then the route
 /// names. Postgres sums `BIGINT` into `NUMERIC`, which the `Any` driver cannot decode:
 /// hence the casts.
 pub(super) fn select_budget_minutes(keys: usize, slow_from: Option<usize>, by_route: bool) -> String {

@@ -1,15 +1,21 @@
-//! Rollups add up across writers; heartbeats upsert.
+//! Rollups add up across writers and a route's inbound APIs; heartbeats upsert.
 
 use std::time::{Duration, SystemTime};
 
 use sluice_ledger::budget::{self, BudgetPolicy, LatencySli, MinuteSeries};
-use sluice_ledger::{Heartbeat, Ledger, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
+use sluice_ledger::{ALL_APIS, Heartbeat, Ledger, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
 
 use crate::on_both;
 use crate::support::Db;
 
+/// A `chat` minute of `route`.
 fn route_minute(route: &str, minute: i64, good: u64, bad: u64) -> RouteMinute {
-    let mut m = RouteMinute::new(route, minute);
+    api_minute(route, "chat", minute, good, bad)
+}
+
+/// `good` requests of latencies 40, 140, 240… ms, and `bad` ones with as many failovers.
+fn api_minute(route: &str, api: &str, minute: i64, good: u64, bad: u64) -> RouteMinute {
+    let mut m = RouteMinute::new(route, api, minute);
     for i in 0..good {
         m.record(false, 40 + i * 100);
     }
@@ -50,7 +56,7 @@ async fn rollups_add_up(db: &Db) {
     let l = &db.ledger;
     let a = l.route_minutes(&["ns/a".into()], 100, 100).await.unwrap();
     assert_eq!(a.len(), 1);
-    let mut expected = RouteMinute::new("ns/a", 100);
+    let mut expected = RouteMinute::new("ns/a", ALL_APIS, 100);
     for _ in 0..10 {
         expected.merge(&route_minute("ns/a", 100, 3, 1));
     }
@@ -124,6 +130,71 @@ async fn budget_minutes_sum_in_the_database(db: &Db) {
     assert!(l.budget_minutes(&[], 0, 1000, None).await.unwrap().is_empty());
 }
 on_both!(budget_minutes, super::budget_minutes_sum_in_the_database);
+
+/// A route's minute is stored as one row per inbound API, each adding up on its own, and
+/// every read for budgets and status sums them back into the route's minute.
+async fn apis_are_stored_apart_and_read_summed(db: &Db) {
+    let l = &db.ledger;
+    let chat = api_minute("ns/a", "chat", 100, 3, 1);
+    let messages = api_minute("ns/a", "messages", 100, 2, 2);
+    let more_messages = api_minute("ns/a", "messages", 100, 1, 0);
+    l.write_rollups(&[chat.clone(), messages.clone(), api_minute("ns/b", "responses", 100, 1, 0)], &[]).await.unwrap();
+    l.write_rollups(std::slice::from_ref(&more_messages), &[]).await.unwrap();
+
+    let a = vec!["ns/a".to_owned()];
+    let stored = l.route_api_minutes(&a, 0, 1000).await.unwrap();
+    let mut messages_sum = messages.clone();
+    messages_sum.merge(&more_messages);
+    assert_eq!(stored, [chat.clone(), messages_sum.clone()]);
+    assert_eq!(
+        stored.iter().map(|m| (m.api.as_str(), m.total, m.bad)).collect::<Vec<_>>(),
+        [("chat", 4, 1), ("messages", 5, 2)]
+    );
+
+    let mut route = RouteMinute::new("ns/a", ALL_APIS, 100);
+    route.merge(&chat);
+    route.merge(&messages_sum);
+    assert_eq!(l.route_minutes(&a, 0, 1000).await.unwrap(), [route.clone()]);
+    assert_eq!((route.total, route.bad, route.failovers), (9, 3, 3));
+
+    // Good requests of 40, 140, 240 ms (chat) and 40, 140, 40 ms (messages): with a
+    // 100 ms threshold, three are slow.
+    let mut policy = BudgetPolicy::new(0.99, Duration::from_secs(3600));
+    policy.latency = Some(LatencySli { threshold_ms: 100, percentile: 90.0 });
+    let summed = l.budget_minutes(&a, 0, 1000, policy.slow_from()).await.unwrap();
+    let c = &summed[0].1;
+    assert_eq!((summed.len(), summed[0].0, c.total, c.bad, c.timed, c.slow), (1, 100, 9, 3, 6, 3));
+    assert_eq!(
+        budget::evaluate_minutes(&policy, &MinuteSeries::from_rows(0, &summed), 110).unwrap(),
+        budget::evaluate(&policy, &stored, 110).unwrap(),
+        "the budget of the API rows summed is the budget of the API rows"
+    );
+    let keys = vec!["ns/a".to_owned(), "ns/b".to_owned()];
+    let per_route = l.budget_route_minutes(&keys, 0, 1000, None).await.unwrap();
+    assert_eq!(
+        per_route.iter().map(|(r, m, c)| (r.as_str(), *m, c.total, c.bad)).collect::<Vec<_>>(),
+        [("ns/a", 100, 9, 3), ("ns/b", 100, 1, 0)]
+    );
+
+    // The status page's reads.
+    let counts = l.route_counts(&a, 0).await.unwrap();
+    assert_eq!(counts.iter().map(|c| (c.at, c.total, c.bad)).collect::<Vec<_>>(), [(100, 9, 3)]);
+    let days = l.route_days(&a, 0, 0).await.unwrap();
+    assert_eq!(days.iter().map(|d| (d.at, d.total, d.bad)).collect::<Vec<_>>(), [(0, 9, 3)]);
+
+    // A minute summed over the APIs is not an API: writing it back is refused, and
+    // nothing of that write is stored.
+    for api in [ALL_APIS, ""] {
+        let err = l.write_rollups(&[chat.clone(), api_minute("ns/a", api, 100, 1, 0)], &[]).await.unwrap_err();
+        assert_eq!(err.to_string(), format!("route minute 100 of route \"ns/a\": api {api:?} is not an inbound API"));
+    }
+    assert_eq!(l.route_api_minutes(&a, 0, 1000).await.unwrap(), stored);
+
+    // Retention deletes every API's row.
+    assert_eq!(l.prune_rollups(101, SystemTime::UNIX_EPOCH).await.unwrap(), 3);
+    assert!(l.route_api_minutes(&keys, 0, 1000).await.unwrap().is_empty());
+}
+on_both!(apis, super::apis_are_stored_apart_and_read_summed);
 
 async fn heartbeats_upsert(db: &Db) {
     let l = &db.ledger;

@@ -93,7 +93,7 @@ async fn a_route_applies_its_group_and_writes_its_status() {
     let (client, mut api) = mock_client();
     let (ctx, ledger) =
         context(client, stores(vec![r.clone()], ups, vec![budget("team-a", "slo", &["chat"])], vec![], vec![])).await;
-    let mut m = RouteMinute::new("team-a/chat", NOW_MINUTE - 1);
+    let mut m = RouteMinute::new("team-a/chat", "chat", NOW_MINUTE - 1);
     m.total = 200;
     m.bad = 2;
     m.failovers = 5;

@@ -134,7 +134,7 @@ async fn an_exhausted_budget_is_an_event_and_its_status_shows_the_burn() {
         context(client, stores(vec![r], vec![upstream("team-a", "east")], vec![b.clone()], vec![], vec![])).await;
     let minutes: Vec<RouteMinute> = (0..10)
         .map(|i| {
-            let mut m = RouteMinute::new("team-a/chat", NOW_MINUTE - i);
+            let mut m = RouteMinute::new("team-a/chat", "chat", NOW_MINUTE - i);
             m.total = 100;
             m.bad = 5;
             m

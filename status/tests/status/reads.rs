@@ -18,22 +18,25 @@ async fn reads_on(backend: Backend) {
     let ledger = db.connect().await.unwrap();
     ensure_checks_table(&db).await;
     let day = 20_000;
-    let mut a = RouteMinute::new("ns/a", day * 1440 + 5);
+    let mut a = RouteMinute::new("ns/a", "chat", day * 1440 + 5);
     a.record(false, 10);
     a.record(true, 10);
-    let mut b = RouteMinute::new("ns/a", day * 1440 + 6);
+    let mut b = RouteMinute::new("ns/a", "chat", day * 1440 + 6);
     b.record(false, 10);
+    // The same minute on another inbound API: the page counts the route's requests.
+    let mut c = RouteMinute::new("ns/a", "messages", day * 1440 + 6);
+    c.record(true, 10);
     let mut u = UpstreamMinute::new("ns/up", day * 1440 + 5);
     u.record("ok", Some(30));
     u.record("http_5xx", None);
     u.record("http_4xx", Some(20));
-    ledger.write_rollups(&[a, b], &[u]).await.unwrap();
+    ledger.write_rollups(&[a, b, c], &[u]).await.unwrap();
 
     let days = ledger.route_days(&["ns/a".into()], day, day).await.unwrap();
     assert_eq!(days.len(), 1);
-    assert_eq!((days[0].at, days[0].total, days[0].bad), (day, 3, 1));
+    assert_eq!((days[0].at, days[0].total, days[0].bad), (day, 4, 2));
     let minutes = ledger.route_counts(&["ns/a".into()], day * 1440 + 6).await.unwrap();
-    assert_eq!(minutes.len(), 1);
+    assert_eq!(minutes.iter().map(|m| (m.at, m.total, m.bad)).collect::<Vec<_>>(), [(day * 1440 + 6, 2, 1)]);
 
     let now = SystemTime::now();
     add_check(&db, "ns/a", "ns/up", now - Duration::from_secs(5), "ok").await;
@@ -55,7 +58,7 @@ async fn reads_on_postgres() {
 }
 
 fn minute_of(route: &str, minute: i64, good: u64, bad: u64, latency_ms: u64) -> RouteMinute {
-    let mut m = RouteMinute::new(route, minute);
+    let mut m = RouteMinute::new(route, "chat", minute);
     for _ in 0..good {
         m.record(false, latency_ms);
     }

@@ -101,7 +101,7 @@ pub async fn seeded(db: &TestDb) -> (Ledger, Catalog) {
     let mut upstreams = Vec::new();
     for back in 0..3 {
         for key in ["default/gpt", "default/claude"] {
-            let mut m = RouteMinute::new(key, minute - back);
+            let mut m = RouteMinute::new(key, "chat", minute - back);
             for _ in 0..50 {
                 m.record(false, 300);
             }
@@ -117,7 +117,7 @@ pub async fn seeded(db: &TestDb) -> (Ledger, Catalog) {
         upstreams.push(anthropic);
     }
     // A day of traffic 10 days ago, for the bar.
-    let mut old = RouteMinute::new("default/gpt", minute - 10 * 1440);
+    let mut old = RouteMinute::new("default/gpt", "chat", minute - 10 * 1440);
     old.record(false, 100);
     old.record(true, 100);
     routes.push(old);

@@ -20,7 +20,7 @@ fn report(bad_per_minute: u64) -> BudgetReport {
     let policy = BudgetPolicy::from(&config);
     let minutes: Vec<RouteMinute> = (0..60)
         .map(|i| {
-            let mut m = RouteMinute::new("team-a/chat", NOW_MINUTE - i);
+            let mut m = RouteMinute::new("team-a/chat", "chat", NOW_MINUTE - i);
             m.total = 1000;
             m.bad = bad_per_minute;
             m

@@ -127,18 +127,18 @@ fn readiness_follows_the_gateway_deployment() {
 #[test]
 fn figures_come_from_the_route_and_its_candidates() {
     let v = view(&[route("team-a", "chat", "gpt-4o", None, &["east", "west"])]);
-    let mut m = RouteMinute::new("team-a/chat", NOW_MINUTE);
+    let mut m = RouteMinute::new("team-a/chat", "chat", NOW_MINUTE);
     m.total = 400;
     m.bad = 3;
     m.failovers = 12;
-    let mut earlier = RouteMinute::new("team-a/chat", NOW_MINUTE - 2);
+    let mut earlier = RouteMinute::new("team-a/chat", "chat", NOW_MINUTE - 2);
     earlier.total = 100;
     let mut east = UpstreamMinute::new("team-a/east", NOW_MINUTE);
     east.record("ok", Some(100));
     east.record("http_5xx", None);
     east.record("http_4xx", Some(50));
     let obs = Observations {
-        route_minutes: vec![m, earlier, RouteMinute::new("team-a/other", NOW_MINUTE)],
+        route_minutes: vec![m, earlier, RouteMinute::new("team-a/other", "chat", NOW_MINUTE)],
         upstream_minutes: vec![east],
         heartbeats: vec![Heartbeat {
             gateway_id: "gw-1".into(),
