@@ -36,6 +36,9 @@ class System:
     # The `x-sluice-cache` its answers must carry (`hit`, `miss`), checked before timing
     # (docs/design.md §13); None: not a cache run.
     cache: str | None = None
+    # The `type` its JSON answer must have (`message` for a Messages passthrough), checked
+    # before timing; None: not checked.
+    answer_type: str | None = None
 
     def pids(self) -> list[int]:
         out = []

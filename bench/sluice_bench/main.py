@@ -22,7 +22,8 @@ from .host import machine, scan_logs, versions
 from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
 from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
-from .settings import ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, CACHE_BODY, FULL, LOAD_CPU, QUICK, ROOT, SCALING_CONNS, free_port, log
+from .settings import (ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, CACHE_BODY, FULL, LOAD_CPU, MESSAGES_BODY, MESSAGES_HEADERS,
+                       MESSAGES_PATH, QUICK, ROOT, SCALING_CONNS, free_port, log)
 from .stats import answered_in_full
 from .systems import (
     LIMIT_FLAGS,
@@ -100,8 +101,9 @@ def main() -> int:
         results["configs"] = {"sluice.yaml": man.read_text()}
         results["limit_flags"] = LIMIT_FLAGS
         systems = [System("direct", "direct (mock)", mock_port, services=[mock]),
-                   System("direct-anthropic", "direct (mock), Anthropic protocol", mock_port, path="/v1/messages",
-                          headers={"anthropic-version": "2023-06-01"}, services=[mock], body=ANTHROPIC_DIRECT_BODY)]
+                   System("direct-anthropic", "direct (mock), Anthropic protocol", mock_port, path=MESSAGES_PATH,
+                          headers=dict(MESSAGES_HEADERS), services=[mock], body=ANTHROPIC_DIRECT_BODY,
+                          answer_type="message")]
         s_off, p_off = start_sluice("sluice-off", work, man, f"sqlite://{work}/off.db", "none")
         systems.append(System("sluice", "sluice, billing off", p_off, services=[s_off]))
         # The same gateway on the route that caches deterministic completions, side by
@@ -115,6 +117,12 @@ def main() -> int:
                               cache="miss"))
         systems.append(System("sluice-anthropic", "sluice, billing off, Anthropic protocol (translated)", p_off, services=[s_off],
                               body=ANTHROPIC_BODY))
+        # The same gateway and route spoken to in the Messages protocol: the client's body
+        # passed through to the `anthropic` candidate, side by side with the Chat
+        # Completions passthrough (`sluice`), against the mock's own `/v1/messages`.
+        systems.append(System("sluice-messages", "sluice, billing off, /v1/messages passthrough (anthropic candidate)", p_off,
+                              path=MESSAGES_PATH, headers=dict(MESSAGES_HEADERS), services=[s_off], body=MESSAGES_BODY,
+                              answer_type="message"))
         led = f"sqlite://{work}/billing.db"
         key, key_lim = billing_key(led), limited_key(led)
         s_sq, p_sq = start_sluice("sluice-sqlite", work, man, led, "keys")
@@ -176,6 +184,10 @@ def main() -> int:
             # limits are not in force and the run would measure an unlimited key.
             if s.limited and "x-ratelimit-limit-requests" not in {k.lower() for k in hdrs}:
                 raise RuntimeError(f"{s.key} answered without x-ratelimit-* headers: its key's limits are not in force")
+            # A passthrough must answer in its own protocol (a Messages `message`, not a
+            # `chat.completion`): otherwise the row measures a translation.
+            if s.answer_type is not None and json.loads(body).get("type") != s.answer_type:
+                raise RuntimeError(f"{s.key} answered {body[:300]!r}, expected an object of type {s.answer_type!r}")
 
         # ---- warm-up, then the rate matrix, systems alternated and rotated per round
         log(f"mode {mode.name}: {len(systems)} systems, rates {mode.rates}, {mode.rounds} round(s) of {mode.duration}s")

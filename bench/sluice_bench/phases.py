@@ -15,7 +15,8 @@ from pathlib import Path
 from .clients import failover_series, pct, stream_once
 from .load import System, describe, run_oha
 from .procs import Service
-from .settings import ANTHROPIC_BODY, BIN, BODY, CACHE_BODY, OHA, STREAM_BODY, Mode, free_port, log
+from .settings import (ANTHROPIC_BODY, BIN, BODY, CACHE_BODY, MESSAGES_BODY, MESSAGES_HEADERS, MESSAGES_PATH, OHA, STREAM_BODY,
+                       Mode, free_port, log)
 from .systems import OtlpSink, chaos, litellm_conf, nginx_conf, post_json, start_sluice, wait_http
 
 #: The rate of the tracing comparison (the target: tracing on at 1k req/s with sampling
@@ -27,7 +28,8 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
     """User-space instructions per request under callgrind: deterministic, so it holds
     even when the shared machine is busy. n sequential requests after a warm-up, counted
     for: sluice (billing off) on the OpenAI passthrough (`sluice`) and, in the same
-    process, on the route translated to the Anthropic protocol (`sluice-anthropic`) and
+    process, on the route translated to the Anthropic protocol (`sluice-anthropic`), on
+    the same route's Messages passthrough at `/v1/messages` (`sluice-messages`), and
     on the caching route, answered from the cache (`sluice-cache-hit`) and sent upstream
     then stored (`sluice-cache-miss`, `cache-control: no-cache`), and streamed
     (`sluice-stream`, against nginx relaying the same stream, `nginx-stream`); a
@@ -38,19 +40,25 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
         return {"error": "valgrind is not installed"}
     out: dict = {"n": n}
 
-    def drive(port: int, count: int, body: str, headers: list[str]) -> None:
+    def drive(port: int, count: int, body: str, headers: list[str], path: str) -> None:
         extra = [a for h in headers for a in ("-H", h)]
         subprocess.run([OHA, "-n", str(count), "-c", "1", "--no-tui", "--output-format", "json", "-m", "POST",
                         "-H", "content-type: application/json", *extra, "-d", body,
-                        f"http://127.0.0.1:{port}/v1/chat/completions"],
+                        f"http://127.0.0.1:{port}{path}"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
 
-    def count(svc: Service, port: int, dump: Path, body: str, headers: list[str] | None = None) -> float | None:
-        """Instructions per request of n requests of `body`, after a warm-up."""
-        drive(port, 300, body, headers or [])
+    def count(svc: Service, port: int, dump: Path, body: str, headers: list[str] | None = None,
+              path: str = "/v1/chat/completions") -> float | None:
+        """Instructions per request of n requests of `body` to `path`, after a warm-up
+        (and one request checked to answer 200: oha counts any answer)."""
+        drive(port, 300, body, headers or [], path)
+        status, _, text = post_json(port, path, json.loads(body), dict(h.split(": ", 1) for h in headers or []),
+                                    timeout=60)
+        if status != 200:
+            raise RuntimeError(f"{svc.name} answered {status} on {path}: {text[:300]!r}")
         subprocess.run(["callgrind_control", "-z", str(svc.pid)], capture_output=True, timeout=60)
         before = set(work.glob(f"{dump.name}.*"))
-        drive(port, n, body, headers or [])
+        drive(port, n, body, headers or [], path)
         subprocess.run(["callgrind_control", "-d", str(svc.pid)], capture_output=True, timeout=60)
         parts = sorted(set(work.glob(f"{dump.name}.*")) - before)
         total = 0
@@ -68,11 +76,14 @@ def callgrind_phase(work: Path, mock_port: int, manifests: Path, n: int) -> dict
         port = int(svc.wait_log(r"listening on http://127\.0\.0\.1:(\d+)", timeout=180).group(1))
         return svc, port, dump
 
-    # sluice: the passthrough, then the translated route, in one process
+    # sluice: the passthrough, the translated route, the Messages passthrough, the cache
+    # and a stream, in one process
     svc, port, dump = sluice_under_valgrind("sluice", [])
     try:
         out["sluice"] = count(svc, port, dump, BODY)
         out["sluice-anthropic"] = count(svc, port, dump, ANTHROPIC_BODY)
+        out["sluice-messages"] = count(svc, port, dump, MESSAGES_BODY, [f"{k}: {v}" for k, v in MESSAGES_HEADERS.items()],
+                                       path=MESSAGES_PATH)
         out["sluice-cache-hit"] = count(svc, port, dump, CACHE_BODY)
         out["sluice-cache-miss"] = count(svc, port, dump, CACHE_BODY, ["cache-control: no-cache"])
         out["sluice-stream"] = count(svc, port, dump, STREAM_BODY)

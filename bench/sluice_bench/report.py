@@ -33,6 +33,7 @@ def render(results: dict, out_dir: Path) -> Path:
                for k, v in results.get("systems", {}).items()}
     rates = mode["rates"]
     has_cache = any(k.startswith("sluice-cache-") for k in systems)
+    has_anthropic = any(k in systems for k in ("sluice-anthropic", "sluice-messages"))
     L: list[str] = []
     w = L.append
 
@@ -93,7 +94,10 @@ def render(results: dict, out_dir: Path) -> Path:
     w("## Added latency (via − direct), µs")
     w("")
     w("Per round: the system's percentile minus the direct run's percentile in the same round; then the median over rounds. "
-      "The ratio columns compare sluice's added latency with nginx's at the same rate.")
+      "The ratio columns compare sluice's added latency with nginx's at the same rate."
+      + (" The rows of the route whose candidate speaks `anthropic` (translated, and the `/v1/messages` passthrough) "
+         "subtract the mock answering the Messages request on its own `/v1/messages` (`direct (mock), Anthropic "
+         "protocol`), not its chat path." if has_anthropic else ""))
     w("")
     w("| rate | system | +p50 | +p90 | +p99 | +p99.9 | ÷ nginx p50 | ÷ nginx p99 |")
     w("|---|---|---|---|---|---|---|---|")
@@ -307,6 +311,7 @@ def render(results: dict, out_dir: Path) -> Path:
         w("|---|---|---|---|")
         w(f"| sluice, billing off | {cg['sluice']:,.0f} | {cg['sluice'] / cg['nginx']:.1f}× | |")
         for key, label in (("sluice-anthropic", "sluice, billing off, Anthropic protocol (translated)"),
+                           ("sluice-messages", "sluice, billing off, `/v1/messages` passthrough (anthropic candidate)"),
                            ("sluice-cache-hit", "sluice, billing off, cache hit"),
                            ("sluice-cache-miss", "sluice, billing off, cache miss (no-cache: upstream, then stored)"),
                            ("sluice-traced", "sluice, billing off, traces on (sampling 1.0; the exporter's thread included)")):
@@ -440,6 +445,12 @@ def render(results: dict, out_dir: Path) -> Path:
       "settles in the ledger (SQLite file, or a dedicated Postgres database `sluice_bench` that is dropped at the end). "
       "Key with limits: the same gateway and account through a second key made with limit flags (docs/design.md §5b) "
       "that no run reaches; the bench checks its answers carry `x-ratelimit-*` headers before timing.")
+    if has_anthropic:
+        w("- The route `bench-claude` (billing off), whose one candidate is the mock spoken to in the `anthropic` protocol: "
+          "translated, the request above with that model name (`sluice-anthropic`), sent on as a Messages request and "
+          "answered as a chat completion; Messages passthrough (`sluice-messages`), `POST /v1/messages` with "
+          f"`anthropic-version: 2023-06-01` and `{MESSAGES_BODY_DOC}`, sent on as it came with the candidate's model "
+          "spliced in and answered as the mock's message. Their baseline is the same Messages request sent to the mock.")
     if has_cache:
         w(f"- Response cache (billing off): `{CACHE_BODY_DOC}` to the route `bench-cached` (`cache: {{completions: "
           "deterministic}`), as is (hits) and with `cache-control: no-cache` (misses: upstream, then stored).")
@@ -471,6 +482,7 @@ def render(results: dict, out_dir: Path) -> Path:
 
 
 BODY_DOC = '{"model":"bench-model","messages":[{"role":"user","content":"Say hello in one short sentence."}],"max_tokens":16}'
+MESSAGES_BODY_DOC = '{"model":"bench-claude","max_tokens":16,"messages":[{"role":"user","content":"Say hello in one short sentence."}]}'
 CACHE_BODY_DOC = ('{"model":"bench-cached","messages":[{"role":"user","content":"Say hello in one short sentence."}],'
                   '"max_tokens":16,"temperature":0}')
 

@@ -46,6 +46,13 @@ ANTHROPIC_DIRECT_BODY = json.dumps(
     },
     separators=(",", ":"),
 )
+# The Messages request the gateway serves at `/v1/messages` (`sluice-messages`): the
+# same bytes as the direct baseline's, for the route `bench-claude`, whose one candidate
+# speaks `anthropic`, so the gateway sends the client's body on natively with the
+# candidate's model spliced in (the same name here) and passes the answer back as it came.
+MESSAGES_BODY = ANTHROPIC_DIRECT_BODY
+MESSAGES_PATH = "/v1/messages"
+MESSAGES_HEADERS = {"anthropic-version": "2023-06-01"}
 # The same request on the route that caches deterministic completions
 # (`cache: {completions: deterministic}`, docs/design.md §13), with `temperature: 0` so
 # that it is one: every repeat of it is answered from the gateway's cache.

@@ -54,8 +54,9 @@ def combine(rounds: list[dict]) -> dict | None:
 
 
 # The direct run a system's added latency is measured against, when it is not `direct`:
-# the translated route is compared with the same request sent to the mock natively.
-BASELINES = {"sluice-anthropic": "direct-anthropic"}
+# the translated route and the Messages passthrough are compared with the Messages
+# request sent to the mock natively.
+BASELINES = {"sluice-anthropic": "direct-anthropic", "sluice-messages": "direct-anthropic"}
 
 
 def added_by_round(runs: list[dict], system: str, rate: int, baseline: str | None = None) -> dict:
@@ -70,6 +71,20 @@ def added_by_round(runs: list[dict], system: str, rate: int, baseline: str | Non
         for p in PERCENTILES:
             if r["lat_ms"][p] is not None and d[0]["lat_ms"][p] is not None:
                 per[p].append((r["lat_ms"][p] - d[0]["lat_ms"][p]) * 1000)
+    return {p: statistics.median(v) if v else None for p, v in per.items()}
+
+
+def added_over_by_round(runs: list[dict], system: str, other: str, rate: int) -> dict:
+    """What `system` adds over its baseline minus what `other` adds over its own (µs), per
+    percentile, per round (each run against its baseline in the same round), then the
+    median over the rounds where all four ran."""
+    per: dict[str, list[float]] = {p: [] for p in PERCENTILES}
+    for rnd in sorted({r.get("round") for r in by(runs, system, rate)}, key=lambda x: (x is None, x)):
+        a = added_by_round([r for r in runs if r.get("round") == rnd], system, rate)
+        b = added_by_round([r for r in runs if r.get("round") == rnd], other, rate)
+        for p in PERCENTILES:
+            if a[p] is not None and b[p] is not None:
+                per[p].append(a[p] - b[p])
     return {p: statistics.median(v) if v else None for p, v in per.items()}
 
 

@@ -223,9 +223,6 @@ class Configuration(unittest.TestCase):
         self.assertAlmostEqual(a["p50"], 5.0, places=6)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class Callgrind(unittest.TestCase):
     def test_cache_rows_against_the_plain_request(self):
@@ -251,3 +248,139 @@ class Callgrind(unittest.TestCase):
         res["callgrind"] = {"n": 1000, "sluice": 84_600, "nginx": 24_250}
         md = section(render(res), "Instructions per request (callgrind)")
         self.assertNotIn("cache", md)
+
+
+# The Messages passthrough beside the chat passthrough: +80 µs (sluice over direct) and
+# +85 µs (sluice-messages over direct-anthropic) at 1k req/s.
+MSG_P50 = {
+    "direct": {1000: 0.100, 5000: 0.120},
+    "sluice": {1000: 0.180, 5000: 0.210},
+    "direct-anthropic": {1000: 0.110, 5000: 0.130},
+    "sluice-messages": {1000: 0.195, 5000: 0.240},
+    "nginx": {1000: 0.160, 5000: 0.190},
+}
+
+
+def messages_results(p50: dict | None = None, **run_over) -> dict:
+    res = results(p50 or MSG_P50, **run_over)
+    res["systems"] = {"direct": "direct (mock)", "direct-anthropic": "direct (mock), Anthropic protocol",
+                      "sluice": "sluice, billing off",
+                      "sluice-messages": "sluice, billing off, /v1/messages passthrough (anthropic candidate)",
+                      "nginx": "nginx (proxy_pass)"}
+    return res
+
+
+def messages_rows(res: dict) -> list[tuple[str, str, bool | None]]:
+    return targets.messages_targets(res)
+
+
+class MessagesTargets(unittest.TestCase):
+    def test_latency_row_passes_within_the_tolerance(self):
+        rows = messages_rows(messages_results())
+        self.assertEqual(len(rows), 1)
+        name, measured, ok = rows[0]
+        self.assertIn("`/v1/messages` passthrough (anthropic candidate) adds no more p50 than the Chat Completions "
+                      "passthrough at 1k req/s", name)
+        self.assertIn("tolerance +10 µs", name)
+        self.assertEqual(measured, "+85 µs added (vs the mock's `/v1/messages`) vs +80 µs (chat, vs its "
+                                   "`/v1/chat/completions`): +5 µs (per round, median of 3)")
+        self.assertIs(ok, True)
+
+    def test_latency_row_fails_past_the_tolerance(self):
+        p50 = {k: dict(v) for k, v in MSG_P50.items()}
+        p50["sluice-messages"][1000] = 0.110 + 0.091  # +91 µs: 11 µs over chat's +80
+        name, measured, ok = messages_rows(messages_results(p50))[0]
+        self.assertIn(": +11 µs (per round", measured)
+        self.assertIs(ok, False)
+
+    def test_baseline_is_the_mocks_messages_path(self):
+        res = messages_results()
+        self.assertEqual(stats.BASELINES["sluice-messages"], "direct-anthropic")
+        a = stats.added_by_round(res["runs"], "sluice-messages", 1000)
+        self.assertAlmostEqual(a["p50"], 85.0, places=6)
+
+    def test_per_round_differences_not_difference_of_medians(self):
+        res = messages_results(rates=[1000])
+        # added per round: messages +85, +105, +120 (median +105), chat +80, +100, +60
+        # (median +80): the medians' difference would be +25 µs; per round it is +5, +5,
+        # +60, median +5
+        p50 = {"direct": [0.100] * 3, "direct-anthropic": [0.110] * 3,
+               "sluice-messages": [0.195, 0.215, 0.230], "sluice": [0.180, 0.200, 0.160]}
+        for r in res["runs"]:
+            if r["system"] in p50:
+                r["lat_ms"]["p50"] = p50[r["system"]][r["round"]]
+        extra = stats.added_over_by_round(res["runs"], "sluice-messages", "sluice", 1000)["p50"]
+        self.assertAlmostEqual(extra, 5.0, places=6)
+        name, measured, ok = messages_rows(res)[0]
+        self.assertIn("+105 µs added (vs the mock's `/v1/messages`) vs +80 µs (chat", measured)
+        self.assertIn(": +5 µs (per round, median of 3)", measured)
+        self.assertIs(ok, True)
+
+    def test_a_disturbed_run_is_not_comparable(self):
+        res = messages_results(**{"direct-anthropic": {"foreign_cpu_pct": 50.0}})
+        _, measured, ok = messages_rows(res)[0]
+        self.assertIn("not comparable: other work used 50 % of a core during the direct-anthropic run", measured)
+        self.assertIs(ok, False)
+
+    def test_instructions_row(self):
+        res = messages_results()
+        res["callgrind"] = {"n": 2000, "sluice": 78_000, "sluice-messages": 79_500, "nginx": 24_250}
+        rows = messages_rows(res)
+        self.assertEqual(len(rows), 2)
+        name, measured, ok = rows[1]
+        self.assertEqual(name, "instructions per `/v1/messages` passthrough request ≤ the Chat Completions "
+                               "passthrough's + 3 % (callgrind, the same process)")
+        self.assertEqual(measured, "79,500 vs 78,000: +1,500 (+1.9 %)")
+        self.assertIs(ok, True)
+        res["callgrind"]["sluice-messages"] = 80_400  # +3.1 %
+        self.assertIs(messages_rows(res)[1][2], False)
+
+    def test_no_messages_runs_no_rows(self):
+        self.assertEqual(messages_rows(results()), [])
+        res = results()
+        res["callgrind"] = {"n": 2000, "sluice": 78_000, "nginx": 24_250}
+        self.assertEqual(messages_rows(res), [])
+
+    def test_in_the_targets_table_and_the_report(self):
+        res = messages_results()
+        res["callgrind"] = {"n": 2000, "sluice": 78_000, "sluice-messages": 79_500, "nginx": 24_250}
+        md = render(res)
+        tgt = section(md, "Targets")
+        self.assertRegex(tgt, r"\| `/v1/messages` passthrough \(anthropic candidate\) adds no more p50 [^|]*\| [^|]*\| PASS \|")
+        self.assertRegex(tgt, r"\| instructions per `/v1/messages` passthrough request [^|]*\| [^|]*\| PASS \|")
+        added = section(md, "Added latency (via − direct), µs")
+        self.assertIn("subtract the mock answering the Messages request on its own `/v1/messages`", added)
+        self.assertIn("| 1000 | sluice, billing off, /v1/messages passthrough (anthropic candidate) | +85 |", added)
+        cg = section(md, "Instructions per request (callgrind)")
+        self.assertIn("| sluice, billing off, `/v1/messages` passthrough (anthropic candidate) | 79,500 | 3.3× | +1,500 |", cg)
+        self.assertIn("- The route `bench-claude` (billing off)", md)
+        self.assertIn("`" + settings.MESSAGES_BODY + "`", md)
+
+    def test_no_anthropic_wording_without_its_rows(self):
+        md = render(results())
+        self.assertNotIn("bench-claude", md)
+        self.assertNotIn("/v1/messages", md)
+
+
+class MessagesConfiguration(unittest.TestCase):
+    def test_body_names_the_route_whose_candidate_speaks_anthropic(self):
+        import json
+
+        body = json.loads(settings.MESSAGES_BODY)
+        self.assertEqual(body["model"], settings.ANTHROPIC_MODEL)
+        self.assertEqual(settings.MESSAGES_PATH, "/v1/messages")
+        self.assertEqual(settings.MESSAGES_HEADERS, {"anthropic-version": "2023-06-01"})
+        docs = systems.sluice_manifests(12345).split("\n---\n")
+        route = next(d for d in docs if "kind: ModelRoute" in d and f"  model: {settings.ANTHROPIC_MODEL}\n" in d)
+        upstream = route.split("- upstream: ", 1)[1].split("\n", 1)[0]
+        # the candidate's model is the client's: the splice leaves the bytes as they were
+        self.assertIn(f"    model: {settings.ANTHROPIC_MODEL}\n", route)
+        up = next(d for d in docs if "kind: Upstream" in d and f"  name: {upstream}\n" in d)
+        self.assertIn("  protocol: anthropic\n", up)
+        # the same bytes as the direct baseline's, and as the report says
+        self.assertEqual(settings.MESSAGES_BODY, settings.ANTHROPIC_DIRECT_BODY)
+        self.assertEqual(report.MESSAGES_BODY_DOC, settings.MESSAGES_BODY)
+
+
+if __name__ == "__main__":
+    unittest.main()
