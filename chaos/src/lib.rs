@@ -13,16 +13,19 @@
 //! | `openai` | `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models` (also without `/v1`) |
 //! | `openai` (Responses API) | `/v1/responses`, `/responses`: a `response` object, or `event:`-named SSE with `sequence_number` (`response.created` … `response.completed`/`response.incomplete`); unknown members (`max_tokens` too) refused with `unknown_parameter` |
 //! | `azure-openai` | `/openai/deployments/{deployment}/chat/completions?api-version=…` (also without `/openai`; no `api-version`: Azure's 404); its Responses API at `/openai/responses?api-version=…`, the deployment as `model` |
-//! | `anthropic` | `/v1/messages`, `/messages` (`anthropic-version` header and `max_tokens` required); `…/messages/count_tokens` (the same estimate the answers bill) |
-//! | `vertex-anthropic` | `/v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict` (body `anthropic_version: vertex-2023-10-16`, no `model`) |
+//! | `anthropic` | `/v1/messages`, `/messages` (`anthropic-version` header and `max_tokens` required); `…/messages/count_tokens` (`{"input_tokens": N}`, no `max_tokens` or `stream`) |
+//! | `vertex-anthropic` | `/v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict` (body `anthropic_version: vertex-2023-10-16`, no `model`); the token count `…/models/count-tokens:rawPredict` (the `model` in the body, `anthropic_version` optional) |
 //! | `vertex-gemini` | `/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (both Vertex protocols also under `/v1beta1/`, which `google-genai` calls) |
 //! | `gemini` | `/v1beta/models/{m}:generateContent`, `:streamGenerateContent[?alt=sse]` (also `/v1/models/…`, the stable version `google-genai` calls by default) |
-//! | `bedrock` | `/model/{percent-encoded id}/converse`, `/converse-stream` (event-stream frames); Claude's Messages through `/invoke`, `/invoke-with-response-stream` (Anthropic's events base64 in `chunk` frames) |
+//! | `bedrock` | `/model/{percent-encoded id}/converse`, `/converse-stream` (event-stream frames); Claude's Messages through `/invoke`, `/invoke-with-response-stream` (Anthropic's events base64 in `chunk` frames); CountTokens at `/count-tokens` (`{"input": {"invokeModel": {"body": base64}}}` or `{"input": {"converse": …}}`, validated as that call; foundation-model ids of Claude only: a profile such as `us.anthropic.claude-…` is refused) answering `{"inputTokens": N}` |
 //! | Google auth | `POST /token` (JWT-bearer grant), `GET /computeMetadata/v1/instance/service-accounts/default/token` |
 //!
 //! Fields a provider does not know are refused with its 400, as the real
 //! API does (so `stream_options` sent to Anthropic fails). Credentials are
-//! checked as [`ChaosAuth`] says; by default nothing is checked.
+//! checked as [`ChaosAuth`] says; by default nothing is checked. A token count
+//! counts what the same request's answer bills (text bytes of `system`, `messages`
+//! and the tools / 4); it takes the script's delays, hangs, resets and failures as a
+//! whole answer does, but is not counted as an inference request.
 //!
 //! | header | effect |
 //! |---|---|

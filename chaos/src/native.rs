@@ -12,6 +12,7 @@
 
 mod anthropic;
 mod bedrock;
+mod count;
 pub(crate) mod errors;
 mod google;
 mod request;
@@ -119,39 +120,10 @@ pub(crate) async fn azure_responses(State(state): State<ChaosState>, request: Re
     inference(state, Ok(call), request).await
 }
 
-/// `POST /v1/messages/count_tokens` and `/messages/count_tokens`: the input tokens
-/// the same request is billed by this fake (its estimate: text bytes / 4). Credentials
-/// and the script's failure (`fail_on_tool_result` too) apply as to a call; it is not
-/// counted as one.
+/// `POST /v1/messages/count_tokens` and `/messages/count_tokens`.
 pub(crate) async fn count_tokens(State(state): State<ChaosState>, request: Request) -> Response {
-    let protocol = Protocol::Anthropic;
-    let family = protocol.family();
-    let (parts, body) = request.into_parts();
-    let plan = match state.plan_for(&parts.headers) {
-        Ok(plan) => plan,
-        Err(e) => return errors::invalid(family, &e.to_string()),
-    };
-    let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
-        Ok(body) => body,
-        Err(e) => return errors::invalid(family, &e.to_string()),
-    };
-    if let Some(response) = state.refuse_auth(protocol, &parts, &body) {
-        return response;
-    }
-    if !parts.headers.contains_key("anthropic-version") {
-        return errors::invalid(family, "anthropic-version: header is required");
-    }
-    let value = serde_json::from_slice::<Value>(&body).ok();
-    if let Some(reply) = plan.failure(value.as_ref().is_some_and(request::anthropic_answers_tool)) {
-        return errors::scripted(protocol, reply);
-    }
-    match crate::inference::InferenceRequest::parse(&body) {
-        Ok(r) if value.is_some_and(|v| v["messages"].is_array()) => {
-            json_response(StatusCode::OK, Bytes::from(serde_json::json!({"input_tokens": r.prompt_tokens}).to_string()))
-        }
-        Ok(_) => errors::invalid(family, "messages: Field required"),
-        Err(e) => errors::invalid(family, &e.to_string()),
-    }
+    let call = Call { count_tokens: true, ..Call::new(Protocol::Anthropic, None, false) };
+    count::count(state, &call, request).await
 }
 
 /// `POST /v1/projects/…` or `/v1beta1/projects/…` (Vertex AI, stable and
@@ -174,7 +146,8 @@ pub(crate) async fn gemini(State(state): State<ChaosState>, request: Request) ->
     inference(state, protocol::gemini(&tail), request).await
 }
 
-/// `POST /model/{id}/converse|converse-stream` (Bedrock).
+/// `POST /model/{id}/converse|converse-stream|invoke|invoke-with-response-stream|count-tokens`
+/// (Bedrock).
 pub(crate) async fn bedrock(State(state): State<ChaosState>, request: Request) -> Response {
     let rest = request.uri().path().strip_prefix("/model/").unwrap_or_default().to_owned();
     inference(state, protocol::bedrock(&rest), request).await
@@ -184,6 +157,9 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
     let Ok(call) = call else {
         return no_operation(request.uri().path());
     };
+    if call.count_tokens {
+        return count::count(state, &call, request).await;
+    }
     let (protocol, family) = (call.protocol, call.family);
     let counters = Arc::clone(&state.inner.counters);
     let (seq, in_flight) = counters.begin(protocol);

@@ -100,12 +100,16 @@ pub(crate) struct Call {
     pub(crate) model: Option<String>,
     /// The path selects streaming (`:streamRawPredict`, `converse-stream`, …).
     pub(crate) stream: bool,
+    /// The call counts tokens rather than answering (Anthropic's
+    /// `/v1/messages/count_tokens`, Vertex's `count-tokens:rawPredict`, Bedrock's
+    /// `count-tokens`).
+    pub(crate) count_tokens: bool,
 }
 
 impl Call {
     /// A call in `protocol`'s own body format.
     pub(crate) fn new(protocol: Protocol, model: Option<String>, stream: bool) -> Self {
-        Self { protocol, family: protocol.family(), model, stream }
+        Self { protocol, family: protocol.family(), model, stream, count_tokens: false }
     }
 }
 
@@ -114,7 +118,8 @@ impl Call {
 pub(crate) struct NoCall;
 
 /// `/v1/projects/{p}/locations/{l}/publishers/{anthropic|google}/models/{m}:{method}`
-/// (the `/v1` already stripped by the route).
+/// (the `/v1` already stripped by the route); Claude's token count is the model
+/// `count-tokens` with `rawPredict` (its body names the model).
 pub(crate) fn vertex(rest: &str) -> Result<Call, NoCall> {
     let parts: Vec<&str> = rest.split('/').collect();
     let ["projects", project, "locations", location, "publishers", publisher, "models", tail] = parts[..] else {
@@ -124,6 +129,12 @@ pub(crate) fn vertex(rest: &str) -> Result<Call, NoCall> {
         return Err(NoCall);
     }
     let (model, method) = tail.rsplit_once(':').ok_or(NoCall)?;
+    if (publisher, model) == ("anthropic", "count-tokens") {
+        return match method {
+            "rawPredict" => Ok(Call { count_tokens: true, ..Call::new(Protocol::VertexAnthropic, None, false) }),
+            _ => Err(NoCall),
+        };
+    }
     let (protocol, stream) = match (publisher, method) {
         ("anthropic", "rawPredict") => (Protocol::VertexAnthropic, false),
         ("anthropic", "streamRawPredict") => (Protocol::VertexAnthropic, true),
@@ -148,11 +159,15 @@ pub(crate) fn gemini(tail: &str) -> Result<Call, NoCall> {
     named(Protocol::Gemini, model, stream)
 }
 
-/// `/model/{id}/converse|converse-stream|invoke|invoke-with-response-stream`: the id
-/// is ONE path segment, so a literal `/` in it (an ARN sent unencoded) names no
+/// `/model/{id}/converse|converse-stream|invoke|invoke-with-response-stream|count-tokens`:
+/// the id is ONE path segment, so a literal `/` in it (an ARN sent unencoded) names no
 /// operation, as on AWS.
 pub(crate) fn bedrock(rest: &str) -> Result<Call, NoCall> {
     let (id, op) = rest.split_once('/').ok_or(NoCall)?;
+    if op == "count-tokens" {
+        let model = percent_decode(id).ok_or(NoCall)?;
+        return Ok(Call { count_tokens: true, ..named(Protocol::Bedrock, &model, false)? });
+    }
     let (stream, family) = match op {
         "converse" => (false, Family::Bedrock),
         "converse-stream" => (true, Family::Bedrock),
@@ -215,6 +230,15 @@ mod tests {
         assert_eq!(c.model.as_deref(), Some("arn:aws:bedrock:us-east-1:1:application-inference-profile/abc"));
         // The same ARN with a literal '/': not an operation.
         assert_eq!(bedrock("arn:aws:bedrock:us-east-1:1:application-inference-profile/abc/converse"), Err(NoCall));
+        let c = vertex("projects/p/locations/l/publishers/anthropic/models/count-tokens:rawPredict").unwrap();
+        assert_eq!((c.protocol, c.model, c.count_tokens), (Protocol::VertexAnthropic, None, true));
+        assert_eq!(
+            vertex("projects/p/locations/l/publishers/anthropic/models/count-tokens:streamRawPredict"),
+            Err(NoCall)
+        );
+        let c = bedrock("anthropic.claude-x-v1%3A0/count-tokens").unwrap();
+        assert_eq!((c.model.as_deref(), c.count_tokens), (Some("anthropic.claude-x-v1:0"), true));
+        assert!(!bedrock("m/invoke").unwrap().count_tokens);
         assert_eq!(query_param(Some("a=1&api-version=2024-10-21"), "api-version").as_deref(), Some("2024-10-21"));
         assert_eq!(query_param(Some("alt=sse"), "api-version"), None);
     }

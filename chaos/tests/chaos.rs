@@ -3,8 +3,8 @@
 //! OpenAI protocol is in `chaos/openai.rs` (its Responses API in
 //! `chaos/responses.rs`), wire faults in `chaos/faults.rs`,
 //! the control endpoint in `chaos/control.rs`, the native protocols in
-//! `chaos/<protocol>.rs`, the agent's tool loop in every protocol in
-//! `chaos/tool_loop.rs`.
+//! `chaos/<protocol>.rs` (their token counts in `chaos/count_tokens.rs`), the
+//! agent's tool loop in every protocol in `chaos/tool_loop.rs`.
 #![expect(clippy::unwrap_used, reason = "helpers outside #[test] fns panic on failure, like the tests")]
 
 use std::error::Error as _;
@@ -24,6 +24,8 @@ mod auth;
 mod bedrock;
 #[path = "chaos/control.rs"]
 mod control;
+#[path = "chaos/count_tokens.rs"]
+mod count_tokens;
 #[path = "chaos/faults.rs"]
 mod faults;
 #[path = "chaos/gemini.rs"]

@@ -2,7 +2,7 @@
 //! the first-byte watchdog, and classified into an [`Outcome`].
 //!
 //! This is the attempt's one lifecycle, whoever makes it (the dispatcher's walk, a
-//! stream's resume, a synthetic check): [`AttemptSpec::new`] specifies it for a
+//! stream's resume, a synthetic check, a token count): [`AttemptSpec::new`] specifies it for a
 //! candidate, [`run`] starts it (span, watchdog, in-flight count) and books what is
 //! known when it ends or commits (a failure's outcome, or the first-byte time, into
 //! health, metrics and the SLI rollups), and the [`Committed`] attempt books how its
@@ -126,6 +126,10 @@ pub enum Via<'a> {
     /// In its own API: Messages with the client's `anthropic-*` headers (`anthropic`,
     /// `vertex-anthropic`), Responses as it came (`openai`, `azure-openai`).
     Native(&'a [(http::HeaderName, HeaderValue)]),
+    /// A Messages `count_tokens` request to the count endpoint of a candidate that speaks
+    /// Messages (`anthropic`, `vertex-anthropic`, Claude on `bedrock`), with the client's
+    /// `anthropic-*` headers; the answer is Anthropic's `{"input_tokens": N}`.
+    CountTokens(&'a [(http::HeaderName, HeaderValue)]),
     /// As a chat request; the answer re-encoded into the inbound API's format.
     Translated {
         /// The inbound API.
@@ -162,6 +166,36 @@ impl<'a> AttemptSpec<'a> {
         let body =
             if native.is_some() { Bytes::new() } else { req.upstream_body(&c.cfg.model, route.default_max_tokens) };
         Self { native, ..Self::plain(c, route, req, limits, request_id, trace, req.endpoint, body) }
+    }
+
+    /// A `count_tokens` attempt on candidate `c` (one that speaks Messages): `body` is the
+    /// client's count request with the candidate's model spliced in, `headers` its
+    /// `anthropic-*` headers. It is never streamed and fails over as the route's
+    /// `retryOn` says.
+    pub fn count_tokens(
+        c: &'a Candidate,
+        route: &'a RouteConfig,
+        body: Bytes,
+        headers: &'a [(http::HeaderName, HeaderValue)],
+        limits: Limits,
+        request_id: &'a RequestId,
+        trace: &'a RequestTrace,
+    ) -> Self {
+        Self {
+            endpoint: Endpoint::Messages,
+            body,
+            stream: false,
+            first_byte: None,
+            budget: limits.budget,
+            retry_on: &route.retry_on,
+            request_id,
+            trial: limits.trial,
+            model: &c.cfg.model,
+            native: None,
+            via: Some(Via::CountTokens(headers)),
+            refused: None,
+            trace,
+        }
     }
 
     /// A spec with no translation: `body` sent to `endpoint` as it is.
@@ -250,7 +284,10 @@ pub async fn run(
         }
         let answer = match (&spec.via, &spec.native) {
             (Some(Via::Native(headers)), _) if spec.endpoint == Endpoint::Messages => {
-                native::messages_exchange(upstream, secrets, &spec, headers, traceparent.as_ref()).await
+                native::messages_exchange(upstream, secrets, &spec, headers, traceparent.as_ref(), false).await
+            }
+            (Some(Via::CountTokens(headers)), _) => {
+                native::messages_exchange(upstream, secrets, &spec, headers, traceparent.as_ref(), true).await
             }
             (_, Some(input)) => native::exchange(upstream, secrets, &spec, input, traceparent.as_ref()).await,
             (_, None) => openai_exchange(upstream, secrets, &spec, traceparent.as_ref()).await,

@@ -32,7 +32,7 @@ pub enum ApiError {
     /// No route serves the model.
     #[error("the model {0:?} does not exist or you do not have access to it")]
     ModelNotFound(String),
-    /// The route cannot serve this endpoint (e.g. count_tokens without an `anthropic` candidate).
+    /// The route cannot serve this endpoint (e.g. count_tokens without a candidate that speaks Messages).
     #[error("{0}")]
     NotServed(String),
     /// Body over the limit.

@@ -23,7 +23,7 @@ mod envelope;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-pub use bedrock::{bedrock_relay, is_claude_on_bedrock};
+pub use bedrock::{bedrock_relay, is_claude_on_bedrock, token_count_of_bedrock};
 pub use chat::to_chat;
 pub use encode::{from_chat, message_of_completion};
 pub use envelope::{ANTHROPIC_VERSION, BEDROCK_VERSION, native};

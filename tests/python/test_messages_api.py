@@ -8,11 +8,15 @@ Gemini, and the answer back as Messages events):
 - `claude-translated`: `gem` on chaos backup first, `anth` on chaos primary second;
 - `claude-resume` and `claude-resume-translated`: `anth` first, then `anth-b` (an
   `anthropic` upstream on chaos backup, which continues a prefill) or `gem`, with
-  `failover.midStream: resume` (docs/design.md §4.5).
+  `failover.midStream: resume` (docs/design.md §4.5);
+- `claude-cloud`: `anth` first, then Claude on Vertex AI (`vert`, on chaos backup, with
+  a Google token from its token endpoint); `claude-bedrock`: Claude on Bedrock
+  (`bdrk`, on chaos backup, SigV4) alone.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import anthropic
@@ -20,9 +24,10 @@ import httpx
 import pytest
 from sluice_testsupport.poll import wait_for
 
-from conftest import Gateway, run_admin, start
+from conftest import AWS_KEY_ID, AWS_REGION, AWS_SECRET, GCP_LOCATION, GCP_PROJECT, Gateway, run_admin, sa_key_for, start
 
 NATIVE, TRANSLATED = "claude-native", "claude-translated"
+CLOUD, BEDROCK = "claude-cloud", "claude-bedrock"
 RESUME, RESUME_TRANSLATED = "claude-resume", "claude-resume-translated"
 HELLO = [{"role": "user", "content": "Say hello."}]
 TOOL = {"name": "lookup", "description": "Looks a word up.",
@@ -32,7 +37,10 @@ IN, OUT = 1_000, 2_000  # nanodollars per token at the routes' price
 
 
 def manifests(primary: str, backup: str) -> str:
-    def route(name: str, first: tuple[str, str], second: tuple[str, str], mid_stream: str = "error") -> str:
+    def route(name: str, first: tuple[str, str], second: tuple[str, str] | None, mid_stream: str = "error") -> str:
+        picked = [first] if second is None else [first, second]
+        candidates = "".join(f'  - {{upstream: {u}, model: "{m}", price: {{input: "1.00", output: "2.00"}}}}\n'
+                             for u, m in picked)
         return f"""\
 apiVersion: sluice.dev/v1alpha1
 kind: ModelRoute
@@ -42,9 +50,7 @@ spec:
   deadline: 20s
   selection: ordered
   candidates:
-  - {{upstream: {first[0]}, model: {first[1]}, price: {{input: "1.00", output: "2.00"}}}}
-  - {{upstream: {second[0]}, model: {second[1]}, price: {{input: "1.00", output: "2.00"}}}}
-  failover: {{retryOn: [408, 429, 500, 502, 503, 504], midStream: {mid_stream}}}
+{candidates}  failover: {{retryOn: [408, 429, 500, 502, 503, 504], midStream: {mid_stream}}}
   backoff: {{maxAttempts: 2, base: 10ms, maxTotal: 100ms}}
 """
     upstreams = f"""\
@@ -63,24 +69,52 @@ kind: Upstream
 metadata: {{name: anth-b}}
 spec: {{protocol: anthropic, baseUrl: "{backup}/v1", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
 """
+    upstreams += f"""\
+---
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {{name: vert}}
+spec:
+  protocol: vertex-anthropic
+  baseUrl: "{backup}/v1"
+  gcp: {{project: {GCP_PROJECT}, location: {GCP_LOCATION}, credentials: {{secretRef: {{name: vertex-sa, key: key.json}}}}}}
+  timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {{name: bdrk}}
+spec:
+  protocol: bedrock
+  baseUrl: "{backup}"
+  aws: {{region: {AWS_REGION}, credentials: {{secretRef: {{name: aws-keys}}}}}}
+  timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}
+"""
     claude, gemini, claude_b = ("anth", "claude-x-1"), ("gem", "gemini-x-1"), ("anth-b", "claude-x-1")
+    vertex, bedrock = ("vert", "claude-x@1"), ("bdrk", "us.anthropic.claude-x-v1:0")
     return "---\n".join([upstreams, route(NATIVE, claude, gemini), route(TRANSLATED, gemini, claude),
                           route(RESUME, claude, claude_b, "resume"),
-                          route(RESUME_TRANSLATED, claude, gemini, "resume")])
+                          route(RESUME_TRANSLATED, claude, gemini, "resume"),
+                          route(CLOUD, claude, vertex), route(BEDROCK, bedrock, None)])
 
 
 @pytest.fixture
 def messages_gateway(chaos, tmp_path):
-    """A gateway with `--auth keys` and account `alice` ($10.00) over the two routes."""
+    """A gateway with `--auth keys` and account `alice` ($10.00) over the routes."""
     mdir = tmp_path / "manifests"
     mdir.mkdir()
     (mdir / "routes.yaml").write_text(manifests(chaos["primary"].url, chaos["backup"].url))
+    secrets = tmp_path / "secrets"
+    files = {"vertex-sa/key.json": json.dumps(sa_key_for(chaos["backup"].url)),
+             "aws-keys/AWS_ACCESS_KEY_ID": AWS_KEY_ID, "aws-keys/AWS_SECRET_ACCESS_KEY": AWS_SECRET}
+    for name, text in files.items():
+        (secrets / name).parent.mkdir(parents=True, exist_ok=True)
+        (secrets / name).write_text(text)
     ledger = f"sqlite://{tmp_path / 'l.db'}"
     run_admin(ledger, "account", "create", "alice", "--balance", "10.00")
     key = run_admin(ledger, "key", "create", "alice").strip()
     assert re.fullmatch(r"sk-sluice-\S+", key), key
-    proc = start("messages-gw", ["serve", "--manifests", str(mdir), "--listen", "127.0.0.1:0",
-                                 "--ledger", ledger, "--auth", "keys"], tmp_path)
+    proc = start("messages-gw", ["serve", "--manifests", str(mdir), "--secrets-dir", str(secrets),
+                                 "--listen", "127.0.0.1:0", "--ledger", ledger, "--auth", "keys"], tmp_path)
     try:
         yield Gateway(proc=proc, ledger=ledger, keys={"alice": key})
     finally:
@@ -224,6 +258,39 @@ def test_count_tokens_is_counted_by_the_anthropic_candidate(messages_gateway, pr
     primary.script(status=503)
     with pytest.raises(anthropic.InternalServerError):
         c.messages.count_tokens(model=NATIVE, messages=HELLO)
+
+
+def test_count_tokens_is_counted_on_vertex_and_bedrock_too(messages_gateway, primary, backup):
+    c = client(messages_gateway)
+    ask = {"messages": HELLO, "system": "Be brief.", "tools": [TOOL]}
+    counted = c.messages.with_raw_response.count_tokens(model=CLOUD, **ask)
+    assert counted.headers["x-sluice-upstream"] == "anth"
+    tokens = counted.parse().input_tokens
+    assert tokens > 0
+
+    # A client error is not failed over (Vertex, healthy, would have counted): Anthropic's
+    # own 400 reaches the client as it came.
+    primary.script(status=400)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        c.messages.count_tokens(model=CLOUD, **ask)
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    assert e.value.body["request_id"] == "req_chaos"
+
+    # Anthropic overloaded: Claude on Vertex counts, with the same count.
+    primary.script(status=529)
+    on_vertex = c.messages.with_raw_response.count_tokens(model=CLOUD, **ask)
+    assert on_vertex.headers["x-sluice-upstream"] == "vert"
+    assert on_vertex.headers["x-sluice-failover"] == "http_5xx"
+    assert on_vertex.parse().input_tokens == tokens
+
+    # Claude on Bedrock: its count in Anthropic's shape, and so are its errors.
+    on_bedrock = c.messages.with_raw_response.count_tokens(model=BEDROCK, **ask)
+    assert on_bedrock.headers["x-sluice-upstream"] == "bdrk"
+    assert on_bedrock.parse().input_tokens == tokens
+    backup.script(status=400, error_code="ValidationException")
+    with pytest.raises(anthropic.BadRequestError) as e:
+        c.messages.count_tokens(model=BEDROCK, **ask)
+    assert (e.value.body["type"], e.value.body["error"]["type"]) == ("error", "invalid_request_error")
 
 
 def test_errors_come_in_anthropics_shape(messages_gateway, primary, backup):

@@ -15,6 +15,8 @@ mod billing_overdraft;
 mod billing_usage;
 #[path = "scenarios/cache.rs"]
 mod cache;
+#[path = "scenarios/count_tokens.rs"]
+mod count_tokens;
 #[path = "scenarios/crash.rs"]
 mod crash;
 #[path = "scenarios/crash_load.rs"]

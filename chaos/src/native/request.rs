@@ -4,6 +4,7 @@
 //! The Responses API's request is read in `request/responses.rs`; whether
 //! the last turn carries a tool result in `request/tool_result.rs`.
 
+pub(crate) mod count;
 mod responses;
 mod tool_result;
 
@@ -143,17 +144,7 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
         }
     }
     if vertex {
-        match map.get("anthropic_version").and_then(Value::as_str) {
-            // Vertex's own tag, or a dated API version (what Anthropic's
-            // current Vertex SDK sends).
-            Some(v) if v == VERTEX_ANTHROPIC_VERSION || is_dated_version(v) => {}
-            Some(other) => {
-                return Err(Invalid::new(format!(
-                    "anthropic_version: Input should be '{VERTEX_ANTHROPIC_VERSION}', got {other:?}"
-                )));
-            }
-            None => return Err(Invalid::new("anthropic_version: Field required")),
-        }
+        vertex_version(map.get("anthropic_version"), true)?;
     }
     let model = match (&call.model, map.get("model")) {
         (Some(m), _) => m.clone(),
@@ -210,12 +201,6 @@ fn bedrock_messages(call: &Call, map: &Map<String, Value>) -> Result<NativeReque
     anthropic_body.remove("anthropic_beta");
     let req = anthropic(call, &anthropic_body)?;
     Ok(NativeRequest { stream: call.stream, ..req })
-}
-
-/// Whether an Anthropic Messages body (`count_tokens` reads it as a value)
-/// ends with a tool result.
-pub(crate) fn anthropic_answers_tool(body: &Value) -> bool {
-    tool_result::anthropic(body.get("messages"))
 }
 
 /// The text of the last message when it is the assistant's: a string, or its text blocks.
@@ -297,6 +282,19 @@ fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inval
         answers_tool: tool_result::bedrock(map.get("messages")),
         echo: Map::new(),
     })
+}
+
+/// Checks a Vertex body's `anthropic_version`: Vertex's own tag, or a dated API version
+/// (what Anthropic's current Vertex SDK sends); none at all only when not `required`.
+fn vertex_version(value: Option<&Value>, required: bool) -> Result<(), Invalid> {
+    match value.and_then(Value::as_str) {
+        Some(v) if v == VERTEX_ANTHROPIC_VERSION || is_dated_version(v) => Ok(()),
+        Some(other) => {
+            Err(Invalid::new(format!("anthropic_version: Input should be '{VERTEX_ANTHROPIC_VERSION}', got {other:?}")))
+        }
+        None if required || value.is_some() => Err(Invalid::new("anthropic_version: Field required")),
+        None => Ok(()),
+    }
 }
 
 /// `YYYY-MM-DD`.

@@ -225,18 +225,21 @@ pub(super) async fn exchange(
 /// (`anthropic`, `vertex-anthropic`, Claude on `bedrock`): the client's body in the
 /// candidate's envelope and its `anthropic-*` headers; the answer — events, a whole
 /// message or an error body — passed on as it came (Bedrock's events unwrapped from
-/// its frames, its errors in Anthropic's shape).
+/// its frames, its errors in Anthropic's shape). With `count_tokens`, the request's
+/// token count at the candidate's count endpoint instead, answered as Anthropic's
+/// `{"input_tokens": N}` (Bedrock's own count converted to it).
 pub(super) async fn messages_exchange(
     upstream: &UpstreamHandle,
     secrets: &Secrets,
     spec: &AttemptSpec<'_>,
     headers: &[(http::HeaderName, HeaderValue)],
     traceparent: Option<&HeaderValue>,
+    count_tokens: bool,
 ) -> Result<Answer, AttemptError> {
     let cfg = &upstream.cfg;
     let input = NativeInput { model: spec.model, default_max_tokens: 0, client_body: &[] };
     let target = target(cfg, &input);
-    let native = providers::messages::native(&target, &spec.body, headers, spec.stream, false)
+    let native = providers::messages::native(&target, &spec.body, headers, spec.stream, count_tokens)
         .map_err(|e| refused_here(e.to_string()))?;
     let uri = upstream
         .native_uris
@@ -245,6 +248,15 @@ pub(super) async fn messages_exchange(
     let bedrock = target.protocol == Protocol::Bedrock;
     let response = send(upstream, secrets, spec, &target, &native, &uri, traceparent, !bedrock).await?;
     let status = response.status();
+    if count_tokens {
+        let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
+        let count = if bedrock {
+            providers::messages::token_count_of_bedrock(&body).map_err(|e| failed(e, spec.retry_on))?
+        } else {
+            body
+        };
+        return Ok(Answer::new(status, Some(HeaderValue::from_static("application/json")), count, None));
+    }
     if !spec.stream {
         let body = response.into_body().collect().await.map_err(|e| broken(&e))?.to_bytes();
         let usage = providers::messages::usage_of_message(&body).map(|u| usage_of(&u));

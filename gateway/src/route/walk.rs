@@ -81,7 +81,7 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
     // ThreadRng is not Send; a small generator seeded from it can live across awaits
     // (jitter and weighted picks need no cryptographic randomness).
     let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::from_rng(&mut rand::rng());
-    let mut trials = HeldTrials { route, held: Vec::new() };
+    let mut trials = HeldTrials::new(route);
 
     for walk in 0..cfg.max_walks.max(1) {
         let picks = order::order(route, ctx.settings, Instant::now(), &excluded, &mut rng);
@@ -229,18 +229,24 @@ fn launch<'a>(
 /// whatever is still held when the dispatch ends *or is dropped* (a client that went
 /// away mid-attempt) is cancelled. A leaked slot would keep a recovered upstream from
 /// ever getting its trial again.
-struct HeldTrials<'a> {
+pub(crate) struct HeldTrials<'a> {
     route: &'a Route,
     held: Vec<usize>,
 }
 
-impl HeldTrials<'_> {
-    fn hold(&mut self, picks: &[order::Pick]) {
+impl<'a> HeldTrials<'a> {
+    /// None held yet.
+    pub(crate) fn new(route: &'a Route) -> Self {
+        Self { route, held: Vec::new() }
+    }
+
+    /// Holds the trial slots `picks` took.
+    pub(crate) fn hold(&mut self, picks: &[order::Pick]) {
         self.held.extend(picks.iter().filter(|p| p.trial).map(|p| p.idx));
     }
 
     /// The attempt on candidate `idx` finished; its slot, if any, is accounted for elsewhere.
-    fn handed_back(&mut self, idx: usize, trial: bool) {
+    pub(crate) fn handed_back(&mut self, idx: usize, trial: bool) {
         if trial && let Some(at) = self.held.iter().position(|h| *h == idx) {
             self.held.swap_remove(at);
         }
@@ -282,7 +288,7 @@ fn deadline_failure(route: &Route, attempts: u32, failovers: Vec<Outcome>) -> Fa
 
 /// The answer when every walk failed: 504 if the deadline ran out, 429 if throttling was
 /// the cause, else 503 naming each candidate and why.
-fn exhausted(
+pub(crate) fn exhausted(
     route: &Route,
     attempts: u32,
     failovers: Vec<Outcome>,

@@ -3,11 +3,14 @@
 //! InvokeModelWithResponseStream, whose `chunk` event frames each carry one Messages
 //! event as base64 JSON (`{"bytes": "…"}`). The events pass on as from Anthropic (their
 //! data byte for byte); an exception frame ends the stream in the error it names.
+//! CountTokens counts an InvokeModel body: [`count_tokens_input`] wraps it, and
+//! [`token_count_of_bedrock`] turns the answer into Anthropic's.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
 use http::HeaderMap;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::eventstream::{FrameDecoder, MessageType};
 use crate::sse::{NamedRelay, SseEvents};
@@ -19,6 +22,35 @@ use crate::{Out, Transcoder, UpstreamError};
 /// ARNs do not say) are sent a translation through Converse.
 pub fn is_claude_on_bedrock(model: &str) -> bool {
     model.contains("anthropic.claude")
+}
+
+/// The model whose tokens CountTokens counts for a candidate's Claude `model`. It
+/// takes foundation-model ids only (it refuses a cross-region inference profile with
+/// "The provided model doesn't support counting tokens"), so a profile
+/// (`us.anthropic.claude-…`, or an ARN ending in one or in a foundation model) is
+/// counted by the foundation model it names: the same tokenizer, the same count. Any
+/// other id is left as it is.
+pub(crate) fn counted_model(model: &str) -> &str {
+    let id = model.rsplit('/').next().unwrap_or(model);
+    id.find("anthropic.claude").and_then(|at| id.get(at..)).unwrap_or(model)
+}
+
+/// The CountTokens body for an InvokeModel `body`: `{"input":{"invokeModel":{"body":
+/// "<base64>"}}}`.
+pub(crate) fn count_tokens_input(body: &[u8]) -> Bytes {
+    let input = json!({"input": {"invokeModel": {"body": B64.encode(body)}}});
+    Bytes::from(input.to_string())
+}
+
+/// Bedrock's CountTokens answer (`{"inputTokens": N}`) as Anthropic's count
+/// (`{"input_tokens": N}`); an answer without the count is malformed.
+pub fn token_count_of_bedrock(body: &[u8]) -> Result<Bytes, UpstreamError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| UpstreamError::malformed(200, e))?;
+    let n = v
+        .get("inputTokens")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| UpstreamError::malformed(200, "CountTokens answered without `inputTokens`"))?;
+    Ok(Bytes::from(json!({"input_tokens": n}).to_string()))
 }
 
 /// The transcoder of a Bedrock InvokeModelWithResponseStream body of Messages events.

@@ -3,6 +3,8 @@
 //! `anthropic_version` member, and what Vertex refuses: docs/gateway.md, "Messages on
 //! Vertex AI") and for Claude on `bedrock` (InvokeModel: the model in the path, the
 //! betas in the body, and what Bedrock refuses: docs/gateway.md, "Messages on Bedrock").
+//! A `count_tokens` request goes to each one's own count endpoint, in the same envelope
+//! (Bedrock's CountTokens wraps the InvokeModel body).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -100,11 +102,16 @@ fn invalid_body(e: impl fmt::Display) -> TranslateError {
     TranslateError::invalid("body", e.to_string())
 }
 
-/// The native request for a Messages body sent to an `anthropic` or `vertex-anthropic`
-/// target (`count_tokens`: to `POST /v1/messages/count_tokens`, `anthropic` only).
-/// `headers` are the client's `anthropic-*` headers, forwarded as they came (on
-/// Vertex: only the betas it accepts). For `anthropic` the body is sent as given: the
-/// caller has spliced the candidate's model into the client's bytes.
+/// The native request for a Messages body sent to an `anthropic`, `vertex-anthropic` or
+/// Claude-on-`bedrock` target; with `count_tokens`, the request that counts the body's
+/// input tokens instead: Anthropic's `POST /v1/messages/count_tokens`, Vertex AI's
+/// `count-tokens:rawPredict` (the model in the body) or Bedrock's CountTokens (the
+/// InvokeModel body, base64, in its `input.invokeModel.body`), each answering
+/// `{"input_tokens": N}` but Bedrock (`{"inputTokens": N}`, see
+/// [`super::token_count_of_bedrock`]). `headers` are the client's `anthropic-*` headers,
+/// forwarded as they came (on Vertex: only the betas it accepts). For `anthropic` the
+/// body is sent as given: the caller has spliced the candidate's model into the
+/// client's bytes.
 pub fn native(
     target: &Target<'_>,
     body: &[u8],
@@ -142,11 +149,12 @@ fn vertex(
     stream: bool,
     count_tokens: bool,
 ) -> Result<NativeRequest, TranslateError> {
-    if count_tokens {
-        return Err(TranslateError::unsupported("count_tokens", "served by `anthropic` candidates only"));
-    }
     let drops = |k: &str| matches!(k, "model" | "anthropic_version") || VERTEX_DROPS.contains(&k);
     let mut extra = vec![("anthropic_version", format!("\"{VERTEX_VERSION}\""))];
+    if count_tokens {
+        // The count endpoint's path names no model: the body does.
+        extra.insert(0, ("model", serde_json::Value::from(target.model).to_string()));
+    }
     let body = rebuilt(body, drops, &mut extra)?;
     let mut out = Vec::new();
     for (name, value) in headers {
@@ -161,14 +169,18 @@ fn vertex(
             _ => out.push((name.clone(), value.clone())),
         }
     }
-    let verb = if stream { "streamRawPredict" } else { "rawPredict" };
-    let path = format!("{}/publishers/anthropic/models/{}:{verb}", vertex_prefix(target)?, model_segment(target.model));
+    // Counting names the model in the body and is never streamed.
+    let model = if count_tokens { "count-tokens".to_owned() } else { model_segment(target.model) };
+    let verb = if stream && !count_tokens { "streamRawPredict" } else { "rawPredict" };
+    let path = format!("{}/publishers/anthropic/models/{model}:{verb}", vertex_prefix(target)?);
     Ok(NativeRequest { path, body: bytes::Bytes::from(body), headers: out })
 }
 
 /// Claude on Bedrock (InvokeModel): the model in the path, the operation naming the
 /// stream, `anthropic_version` in the body and the client's accepted betas as its
-/// `anthropic_beta` list; no `anthropic-*` header is sent.
+/// `anthropic_beta` list; no `anthropic-*` header is sent. CountTokens is sent the same
+/// InvokeModel body (with the `max_tokens` InvokeModel requires, which a count request
+/// has none of), for the foundation model the candidate's id names.
 fn bedrock(
     target: &Target<'_>,
     body: &[u8],
@@ -176,9 +188,6 @@ fn bedrock(
     stream: bool,
     count_tokens: bool,
 ) -> Result<NativeRequest, TranslateError> {
-    if count_tokens {
-        return Err(TranslateError::unsupported("count_tokens", "served by `anthropic` candidates only"));
-    }
     let mut extra = vec![("anthropic_version", format!("\"{BEDROCK_VERSION}\""))];
     let betas: Vec<&str> = headers
         .iter()
@@ -188,10 +197,33 @@ fn bedrock(
     if !betas.is_empty() {
         extra.push(("anthropic_beta", serde_json::Value::from(betas).to_string()));
     }
+    if count_tokens && let Some(bound) = output_bound(body)? {
+        extra.push(("max_tokens", bound.to_string()));
+    }
     let body = rebuilt(body, |k| BEDROCK_DROPS.contains(&k) || k == "anthropic_beta", &mut extra)?;
+    if count_tokens {
+        let path =
+            format!("/model/{}/count-tokens", crate::encode_segment(super::bedrock::counted_model(target.model)));
+        let body = super::bedrock::count_tokens_input(&body);
+        return Ok(NativeRequest { path, body, headers: Vec::new() });
+    }
     let verb = if stream { "invoke-with-response-stream" } else { "invoke" };
     let path = format!("/model/{}/{verb}", crate::encode_segment(target.model));
     Ok(NativeRequest { path, body: bytes::Bytes::from(body), headers: Vec::new() })
+}
+
+/// The `max_tokens` a body without one is given where the API requires it but nothing
+/// is generated (Bedrock's CountTokens): more than the thinking budget, which
+/// InvokeModel checks it against, or 1; `None` when the body has its own.
+fn output_bound(body: &[u8]) -> Result<Option<u64>, TranslateError> {
+    #[derive(serde::Deserialize)]
+    struct Bounds {
+        max_tokens: Option<de::IgnoredAny>,
+        thinking: Option<serde_json::Value>,
+    }
+    let b: Bounds = serde_json::from_slice(body).map_err(invalid_body)?;
+    let budget = b.thinking.as_ref().and_then(|t| t.get("budget_tokens")).and_then(serde_json::Value::as_u64);
+    Ok(b.max_tokens.is_none().then(|| budget.map_or(1, |n| n.saturating_add(1))))
 }
 
 /// The betas of an `anthropic-beta` header that are in `accepted`.
