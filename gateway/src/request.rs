@@ -146,6 +146,25 @@ pub struct ClientRequest {
     chat: OnceLock<Result<Arc<AsChat>, TranslateError>>,
 }
 
+/// A header of the request as one the request's buffer does not back: a name or value
+/// parsed from the request shares its buffer, and cloning it turns that buffer into a
+/// shared one (an allocation and atomic counts for the request's life). The names every
+/// Messages client sends are static, and the values (a date, a few betas) are copied.
+fn owned_header(name: &HeaderName, value: &HeaderValue) -> (HeaderName, HeaderValue) {
+    const VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+    const BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+    let name = match name.as_str() {
+        "anthropic-version" => VERSION,
+        "anthropic-beta" => BETA,
+        _ => name.clone(),
+    };
+    let value = match value.as_bytes() {
+        b"2023-06-01" => HeaderValue::from_static("2023-06-01"),
+        bytes => HeaderValue::from_bytes(bytes).unwrap_or_else(|_| value.clone()),
+    };
+    (name, value)
+}
+
 /// A Messages or Responses request translated to chat.
 #[derive(Debug)]
 pub struct AsChat {
@@ -169,7 +188,7 @@ impl ClientRequest {
             self.anthropic_headers = headers
                 .iter()
                 .filter(|(name, _)| name.as_str().starts_with("anthropic-"))
-                .map(|(name, value)| (name.clone(), value.clone()))
+                .map(|(name, value)| owned_header(name, value))
                 .collect();
         }
         self

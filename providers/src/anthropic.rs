@@ -34,16 +34,15 @@ pub(crate) fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Res
     let (path, headers) = if target.protocol == Protocol::VertexAnthropic {
         body["anthropic_version"] = json!(VERTEX_VERSION);
         let verb = if stream { "streamRawPredict" } else { "rawPredict" };
-        (
-            format!("{}/publishers/anthropic/models/{}:{verb}", vertex_prefix(target)?, model_segment(target.model)),
-            Vec::new(),
-        )
+        let path =
+            format!("{}/publishers/anthropic/models/{}:{verb}", vertex_prefix(target)?, model_segment(target.model));
+        (Cow::Owned(path), Vec::new())
     } else {
         body["model"] = json!(target.model);
         let version = target.anthropic_version.unwrap_or(DEFAULT_VERSION);
         let value = HeaderValue::from_str(version)
             .map_err(|_| TranslateError::invalid("anthropic.version", "not a valid header value"))?;
-        ("/messages".to_owned(), vec![(HeaderName::from_static("anthropic-version"), value)])
+        (Cow::Borrowed("/messages"), vec![(HeaderName::from_static("anthropic-version"), value)])
     };
     Ok(NativeRequest { headers, ..NativeRequest::json(path, &body) })
 }

@@ -43,6 +43,8 @@ pub mod retry;
 pub mod sse;
 mod usage;
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -119,16 +121,17 @@ impl<'a> Target<'a> {
 /// JSON body and extra headers. Auth headers are the gateway's to add.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NativeRequest {
-    pub path: String,
+    /// Static where it names no model (`/messages`, `/chat/completions`).
+    pub path: Cow<'static, str>,
     pub body: Bytes,
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl NativeRequest {
     /// A request whose body is `body` as JSON, without extra headers.
-    pub(crate) fn json(path: String, body: &serde_json::Value) -> Self {
+    pub(crate) fn json(path: impl Into<Cow<'static, str>>, body: &serde_json::Value) -> Self {
         Self {
-            path,
+            path: path.into(),
             // `to_vec`, not `to_string`: the latter writes through `fmt::Display`, a few
             // times slower. A `Value` always serialises.
             body: Bytes::from(serde_json::to_vec(body).unwrap_or_default()),

@@ -3,6 +3,8 @@
 //! request is the client's own (model and stream set, usage always requested), answers
 //! pass through, and `classify` reads OpenAI's and Azure's error names and retry hints.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Value, json};
@@ -19,13 +21,13 @@ pub(crate) fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Res
             let version = target
                 .azure_api_version
                 .ok_or_else(|| TranslateError::invalid("azure.apiVersion", "azure-openai needs an api-version"))?;
-            format!(
+            Cow::Owned(format!(
                 "/deployments/{}/chat/completions?api-version={}",
                 encode_segment(target.model),
                 encode_segment(version)
-            )
+            ))
         }
-        _ => "/chat/completions".to_owned(),
+        _ => Cow::Borrowed("/chat/completions"),
     };
     let mut req = req.clone();
     req.model = Some(target.model.to_owned());

@@ -242,3 +242,31 @@ fn a_responses_request_translates_to_the_chat_request_other_candidates_are_sent(
     let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","tools":[{"type":"web_search"}]}"#).unwrap();
     assert_eq!(r.as_chat(omitting).expect("translates").dropped, ["tools.web_search"]);
 }
+
+#[test]
+fn a_messages_request_keeps_its_anthropic_headers_and_only_those() {
+    let body = r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        ("anthropic-version", "2023-06-01"),
+        ("anthropic-beta", "interleaved-thinking-2025-05-14,context-1m-2025-08-07"),
+        ("anthropic-dangerous-direct-browser-access", "true"),
+        ("x-api-key", "sk-sluice"),
+        ("user-agent", "claude-cli/2.1"),
+    ] {
+        headers.insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap());
+    }
+    let kept = parse(Endpoint::Messages, body).unwrap().with_headers(&headers).anthropic_headers;
+    let kept: Vec<(&str, &[u8])> = kept.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
+    assert_eq!(
+        kept,
+        [
+            ("anthropic-version", &b"2023-06-01"[..]),
+            ("anthropic-beta", b"interleaved-thinking-2025-05-14,context-1m-2025-08-07"),
+            ("anthropic-dangerous-direct-browser-access", b"true"),
+        ]
+    );
+    // A chat request forwards none.
+    let chat = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    assert!(parse(Endpoint::Chat, chat).unwrap().with_headers(&headers).anthropic_headers.is_empty());
+}

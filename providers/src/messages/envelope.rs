@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use serde::de::{self, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -114,7 +115,7 @@ fn invalid_body(e: impl fmt::Display) -> TranslateError {
 /// client's bytes.
 pub fn native(
     target: &Target<'_>,
-    body: &[u8],
+    body: &Bytes,
     headers: &[(HeaderName, HeaderValue)],
     stream: bool,
     count_tokens: bool,
@@ -131,7 +132,7 @@ pub fn native(
                 .unwrap_or_else(|| HeaderValue::from_static(ANTHROPIC_VERSION));
             out.push((HeaderName::from_static("anthropic-version"), version));
             let path = if count_tokens { "/messages/count_tokens" } else { "/messages" };
-            Ok(NativeRequest { path: path.to_owned(), body: bytes::Bytes::copy_from_slice(body), headers: out })
+            Ok(NativeRequest { path: path.into(), body: body.clone(), headers: out })
         }
         Protocol::VertexAnthropic => vertex(target, body, headers, stream, count_tokens),
         Protocol::Bedrock => bedrock(target, body, headers, stream, count_tokens),
@@ -173,7 +174,7 @@ fn vertex(
     let model = if count_tokens { "count-tokens".to_owned() } else { model_segment(target.model) };
     let verb = if stream && !count_tokens { "streamRawPredict" } else { "rawPredict" };
     let path = format!("{}/publishers/anthropic/models/{model}:{verb}", vertex_prefix(target)?);
-    Ok(NativeRequest { path, body: bytes::Bytes::from(body), headers: out })
+    Ok(NativeRequest { path: path.into(), body: Bytes::from(body), headers: out })
 }
 
 /// Claude on Bedrock (InvokeModel): the model in the path, the operation naming the
@@ -205,11 +206,11 @@ fn bedrock(
         let path =
             format!("/model/{}/count-tokens", crate::encode_segment(super::bedrock::counted_model(target.model)));
         let body = super::bedrock::count_tokens_input(&body);
-        return Ok(NativeRequest { path, body, headers: Vec::new() });
+        return Ok(NativeRequest { path: path.into(), body, headers: Vec::new() });
     }
     let verb = if stream { "invoke-with-response-stream" } else { "invoke" };
     let path = format!("/model/{}/{verb}", crate::encode_segment(target.model));
-    Ok(NativeRequest { path, body: bytes::Bytes::from(body), headers: Vec::new() })
+    Ok(NativeRequest { path: path.into(), body: Bytes::from(body), headers: Vec::new() })
 }
 
 /// The `max_tokens` a body without one is given where the API requires it but nothing

@@ -78,7 +78,7 @@ fn anthropic_gets_the_body_as_given_and_every_anthropic_header() {
     let target = Target::new(Protocol::Anthropic, "claude-x", 1024);
     let body = br#"{"model":"claude-x","max_tokens":5,"messages":[],"future_member":{"a":1}}"#;
     let headers = [header("anthropic-beta", "new-beta-2099-01-01"), header("anthropic-future", "1")];
-    let n = native(&target, body, &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
+    let n = native(&target, &bytes::Bytes::from_static(body), &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(n.path, "/messages");
     assert_eq!(&n.body[..], &body[..]);
     let names: Vec<(&str, &str)> = n.headers.iter().map(|(k, v)| (k.as_str(), v.to_str().unwrap_or(""))).collect();
@@ -87,7 +87,7 @@ fn anthropic_gets_the_body_as_given_and_every_anthropic_header() {
         [("anthropic-beta", "new-beta-2099-01-01"), ("anthropic-future", "1"), ("anthropic-version", "2023-06-01")]
     );
     let own = [header("anthropic-version", "2024-01-01")];
-    let n = native(&target, body, &own, false, true).unwrap_or_else(|e| panic!("{e}"));
+    let n = native(&target, &bytes::Bytes::from_static(body), &own, false, true).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(n.path, "/messages/count_tokens");
     assert_eq!(n.headers[0].1, "2024-01-01", "the client's version wins");
 }
@@ -107,7 +107,7 @@ fn vertex_gets_its_envelope_and_loses_only_what_it_refuses() {
         header("anthropic-version", "2023-06-01"),
         header("anthropic-beta", "claude-code-20250219, interleaved-thinking-2025-05-14"),
     ];
-    let n = native(&target, body, &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
+    let n = native(&target, &bytes::Bytes::from_static(body), &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(n.path, "/projects/p/locations/us-east5/publishers/anthropic/models/claude-x@2025:streamRawPredict");
     let text = String::from_utf8_lossy(&n.body);
     assert!(text.contains(r#""signature":"Sig\u00e9/+=""#), "byte-exact: {text}");
@@ -284,7 +284,7 @@ fn claude_on_bedrock_gets_invoke_models_envelope_and_betas_in_the_body() {
         header("anthropic-version", "2023-06-01"),
         header("anthropic-beta", "claude-code-20250219, interleaved-thinking-2025-05-14"),
     ];
-    let n = native(&target, body, &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
+    let n = native(&target, &bytes::Bytes::from_static(body), &headers, true, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         n.path,
         "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fus.anthropic.claude-x-v1%3A0/invoke-with-response-stream"
@@ -300,7 +300,8 @@ fn claude_on_bedrock_gets_invoke_models_envelope_and_betas_in_the_body() {
     }
     assert_eq!(v["system"], json!([{"type": "text", "text": "be brief"}]), "the system entry left messages");
     assert_eq!(v["messages"].as_array().map(Vec::len), Some(2));
-    let n = native(&target, br#"{"max_tokens":5,"messages":[]}"#, &[], false, false).unwrap_or_else(|e| panic!("{e}"));
+    let n = native(&target, &bytes::Bytes::from_static(br#"{"max_tokens":5,"messages":[]}"#), &[], false, false)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(n.path.ends_with("/invoke"));
 }
 

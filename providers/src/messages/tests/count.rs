@@ -27,7 +27,7 @@ fn vertex_counts_at_its_count_endpoint_with_the_model_in_the_body() {
         ..Target::new(Protocol::VertexAnthropic, "claude-sonnet-4-5@20250929", 1024)
     };
     let headers = [header("anthropic-version", "2023-06-01"), header("anthropic-beta", "claude-code-20250219")];
-    let n = native(&target, COUNT, &headers, false, true).unwrap_or_else(|e| panic!("{e}"));
+    let n = native(&target, &bytes::Bytes::from_static(COUNT), &headers, false, true).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(n.path, "/projects/p/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict");
     let v = json_of(&n.body);
     assert_eq!(v["model"], "claude-sonnet-4-5@20250929", "the candidate's model, not the client's: {v}");
@@ -37,7 +37,8 @@ fn vertex_counts_at_its_count_endpoint_with_the_model_in_the_body() {
     assert_eq!(v["tools"][0]["name"], "Read");
     assert!(n.headers.is_empty(), "no beta Vertex does not know, no version header: {:?}", n.headers);
     // Streaming says nothing about a count.
-    let streamed = native(&target, COUNT, &headers, true, true).unwrap_or_else(|e| panic!("{e}"));
+    let streamed =
+        native(&target, &bytes::Bytes::from_static(COUNT), &headers, true, true).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(streamed.path, n.path);
 }
 
@@ -45,7 +46,7 @@ fn vertex_counts_at_its_count_endpoint_with_the_model_in_the_body() {
 fn bedrock_counts_the_invoke_model_body_it_would_send_base64() {
     let target = Target::new(Protocol::Bedrock, "us.anthropic.claude-sonnet-4-5-20250929-v1:0", 1024);
     let headers = [header("anthropic-beta", "interleaved-thinking-2025-05-14,claude-code-20250219")];
-    let n = native(&target, COUNT, &headers, false, true).unwrap_or_else(|e| panic!("{e}"));
+    let n = native(&target, &bytes::Bytes::from_static(COUNT), &headers, false, true).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(n.path, "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/count-tokens", "the foundation model");
     assert!(n.headers.is_empty());
     let v = json_of(&n.body);
@@ -60,16 +61,19 @@ fn bedrock_counts_the_invoke_model_body_it_would_send_base64() {
     }
     assert_eq!(invoke["system"], json!([{"type": "text", "text": "be brief"}]));
     // Exactly the body invoke would send, but for the bound it lacked.
-    let invoked = native(&target, COUNT, &headers, false, false).unwrap_or_else(|e| panic!("{e}"));
+    let invoked =
+        native(&target, &bytes::Bytes::from_static(COUNT), &headers, false, false).unwrap_or_else(|e| panic!("{e}"));
     let mut sent = json_of(&invoked.body);
     sent["max_tokens"] = json!(2049);
     assert_eq!(invoke, sent);
 
-    let own = native(&target, br#"{"max_tokens":7,"messages":[]}"#, &[], false, true).unwrap_or_else(|e| panic!("{e}"));
+    let own = native(&target, &bytes::Bytes::from_static(br#"{"max_tokens":7,"messages":[]}"#), &[], false, true)
+        .unwrap_or_else(|e| panic!("{e}"));
     let v = json_of(&own.body);
     let invoke = json_of(&B64.decode(v["input"]["invokeModel"]["body"].as_str().unwrap_or("")).unwrap_or_default());
     assert_eq!(invoke["max_tokens"], 7, "the client's own bound is kept");
-    let none = native(&target, br#"{"messages":[]}"#, &[], false, true).unwrap_or_else(|e| panic!("{e}"));
+    let none = native(&target, &bytes::Bytes::from_static(br#"{"messages":[]}"#), &[], false, true)
+        .unwrap_or_else(|e| panic!("{e}"));
     let v = json_of(&none.body);
     let invoke = json_of(&B64.decode(v["input"]["invokeModel"]["body"].as_str().unwrap_or("")).unwrap_or_default());
     assert_eq!(invoke["max_tokens"], 1);
@@ -79,7 +83,9 @@ fn bedrock_counts_the_invoke_model_body_it_would_send_base64() {
 fn bedrock_counts_a_profile_by_the_foundation_model_it_names() {
     let path = |model: &str| {
         let target = Target::new(Protocol::Bedrock, model, 1024);
-        native(&target, br#"{"messages":[]}"#, &[], false, true).map(|n| n.path).unwrap_or_else(|e| panic!("{e}"))
+        native(&target, &bytes::Bytes::from_static(br#"{"messages":[]}"#), &[], false, true)
+            .map(|n| n.path)
+            .unwrap_or_else(|e| panic!("{e}"))
     };
     let foundation = "/model/anthropic.claude-x-v1%3A0/count-tokens";
     assert_eq!(path("anthropic.claude-x-v1:0"), foundation);
