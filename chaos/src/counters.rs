@@ -49,6 +49,9 @@ pub struct CounterSnapshot {
     /// TCP connections accepted: with requests, how well a client reuses them.
     #[serde(default)]
     pub connections: u64,
+    /// Answers that searched the web (Anthropic's web search tool was declared).
+    #[serde(default)]
+    pub web_searches: u64,
 }
 
 /// Shared counters behind [`super::ChaosState`].
@@ -64,6 +67,7 @@ pub(crate) struct Counters {
     tokens_issued: AtomicU64,
     embedding_inputs: AtomicU64,
     connections: AtomicU64,
+    web_searches: AtomicU64,
 }
 
 /// Marks one inference request as in flight until dropped.
@@ -87,6 +91,7 @@ impl Counters {
             by_protocol: std::array::from_fn(|_| AtomicU64::new(0)),
             tokens_issued: AtomicU64::new(0),
             embedding_inputs: AtomicU64::new(0),
+            web_searches: AtomicU64::new(0),
             connections: AtomicU64::new(0),
         }
     }
@@ -129,6 +134,10 @@ impl Counters {
 
     pub(crate) fn token_issued(&self) {
         self.tokens_issued.fetch_add(1, SeqCst);
+    }
+
+    pub(crate) fn web_search(&self) {
+        self.web_searches.fetch_add(1, SeqCst);
     }
 
     pub(crate) fn embedding_inputs(&self, n: u64) {
@@ -181,6 +190,7 @@ impl Counters {
                 .collect(),
             tokens_issued: self.tokens_issued.load(SeqCst),
             embedding_inputs: self.embedding_inputs.load(SeqCst),
+            web_searches: self.web_searches.load(SeqCst),
             connections: self.connections.load(SeqCst),
         }
     }
@@ -200,6 +210,7 @@ impl Counters {
         }
         self.tokens_issued.store(0, SeqCst);
         self.embedding_inputs.store(0, SeqCst);
+        self.web_searches.store(0, SeqCst);
         self.connections.store(0, SeqCst);
     }
 }

@@ -25,7 +25,11 @@
 //! checked as [`ChaosAuth`] says; by default nothing is checked. A token count
 //! counts what the same request's answer bills (text bytes of `system`, `messages`
 //! and the tools / 4); it takes the script's delays, hangs, resets and failures as a
-//! whole answer does, but is not counted as an inference request.
+//! whole answer does, but is not counted as an inference request. An Anthropic or
+//! Vertex AI request that declares Anthropic's web search tool (`web_search_…`) and is
+//! answered in text searches first, as the real service does: a `server_tool_use`
+//! block, its `web_search_tool_result` (one page), then the text citing that page
+//! (`citations`, streamed as a `citations_delta`) and `usage.server_tool_use`.
 //!
 //! | header | effect |
 //! |---|---|

@@ -79,6 +79,10 @@ pub(crate) struct Answer {
     pub(crate) sse: bool,
     /// Native name of the in-stream error (the script's `error_code`).
     pub(crate) error_name: Option<String>,
+    /// Anthropic: the answer searched the web first (the request declared the
+    /// server-side web search tool and the answer is text): a `server_tool_use` block,
+    /// its `web_search_tool_result`, then the text citing the one result.
+    pub(crate) web_search: bool,
 }
 
 impl Answer {
@@ -220,6 +224,9 @@ async fn inference(state: ChaosState, call: Result<Call, NoCall>, request: Reque
     let ctx = BodyCtx { counters: Arc::clone(&counters), conn, _in_flight: in_flight };
     let sse = protocol::query_param(parts.uri.query(), "alt").as_deref() == Some("sse");
     let answer = answer(&plan, &call, seq, &req, sse);
+    if answer.web_search {
+        counters.web_search();
+    }
     respond(&plan, family, answer, streaming, ctx)
 }
 
@@ -248,6 +255,7 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
             tools::arguments(plan.tool_arguments.as_deref(), from..chunks, plan.chunks, words, whole)
         }
     };
+    let web_search = req.web_search && tool.is_none();
     let finish = match (&tool, chunks < plan.chunks) {
         (_, true) => Finish::Length,
         (Some(_), false) => Finish::Tool,
@@ -276,6 +284,7 @@ fn answer(plan: &Plan, call: &Call, seq: u64, req: &NativeRequest, sse: bool) ->
         echo: req.echo.clone(),
         sse,
         error_name: plan.error_code.clone(),
+        web_search,
     }
 }
 

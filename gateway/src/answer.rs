@@ -95,16 +95,22 @@ fn sluice_headers(headers: &mut HeaderMap, upstream: Option<&HeaderValue>, attem
 }
 
 /// `x-sluice-dropped`: the hints a Messages or Responses request was sent without,
-/// when the candidate that served it was sent a translation (docs/gateway.md).
+/// when the candidate that served it was sent a translation (docs/gateway.md), and
+/// its web search when that candidate has none (the route omits hosted tools; without
+/// that such a candidate refuses the request).
 fn dropped_header(headers: &mut HeaderMap, req: &ClientRequest, route: &Route, candidate: usize) {
-    let translated = req.endpoint.is_inbound_format()
-        && route
-            .candidates
-            .get(candidate)
-            .is_some_and(|c| !req.endpoint.native_on(c.upstream.cfg.protocol, &c.cfg.model));
-    if let Some(chat) = translated.then(|| req.as_chat(crate::request::to_chat_options(&route.cfg)).ok()).flatten()
-        && !chat.dropped.is_empty()
-        && let Ok(v) = HeaderValue::from_str(&chat.dropped.join(","))
+    let Some(c) = route.candidates.get(candidate) else { return };
+    let protocol = c.upstream.cfg.protocol;
+    let translated = req.endpoint.is_inbound_format() && !req.endpoint.native_on(protocol, &c.cfg.model);
+    let Some(chat) = translated.then(|| req.as_chat(crate::request::to_chat_options(&route.cfg)).ok()).flatten() else {
+        return;
+    };
+    let mut dropped = chat.dropped.clone();
+    if chat.web_search && !crate::attempt::native::protocol(protocol).translates_web_search() {
+        dropped.push("tools.web_search".into());
+    }
+    if !dropped.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&dropped.join(","))
     {
         headers.insert(X_SLUICE_DROPPED, v);
     }

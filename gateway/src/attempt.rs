@@ -162,6 +162,7 @@ impl<'a> AttemptSpec<'a> {
             model: &c.cfg.model,
             default_max_tokens: route.default_max_tokens,
             client_body: req.body(),
+            omit_hosted_tools: false,
         });
         let body =
             if native.is_some() { Bytes::new() } else { req.upstream_body(&c.cfg.model, route.default_max_tokens) };
@@ -243,11 +244,22 @@ impl<'a> AttemptSpec<'a> {
         };
         let protocol = c.upstream.cfg.protocol;
         if !req.endpoint.native_on(protocol, &c.cfg.model) {
-            return match req.as_chat(crate::request::to_chat_options(route)) {
-                Ok(chat) => Self {
-                    via: Some(Via::Translated { api: req.endpoint, model: &route.model, namespaces: &chat.namespaces }),
-                    ..Self::new(c, route, &chat.request, limits, request_id, trace)
-                },
+            let options = crate::request::to_chat_options(route);
+            return match req.as_chat(options) {
+                Ok(chat) => {
+                    let mut translated = Self::new(c, route, &chat.request, limits, request_id, trace);
+                    if let Some(native) = translated.native.as_mut() {
+                        native.omit_hosted_tools = options.omit_hosted_tools;
+                    }
+                    Self {
+                        via: Some(Via::Translated {
+                            api: req.endpoint,
+                            model: &route.model,
+                            namespaces: &chat.namespaces,
+                        }),
+                        ..translated
+                    }
+                }
                 Err(e) => Self { refused: Some(e.to_string()), via: None, ..spec(Bytes::new()) },
             };
         }

@@ -174,6 +174,8 @@ pub struct AsChat {
     pub dropped: Vec<std::borrow::Cow<'static, str>>,
     /// Responses: the tool namespaces flattened into function names.
     pub namespaces: Vec<String>,
+    /// Responses: the hosted web search goes as chat's `web_search_options`.
+    pub web_search: bool,
 }
 
 impl ClientRequest {
@@ -208,7 +210,7 @@ impl ClientRequest {
             let t = translate(&self.raw, options)?;
             let request = ClientRequest::parse(Endpoint::Chat, &Bytes::from(t.body))
                 .map_err(|e| TranslateError::invalid(self.endpoint.required_member(), e.to_string()))?;
-            Ok(Arc::new(AsChat { request, dropped: t.dropped, namespaces: t.namespaces }))
+            Ok(Arc::new(AsChat { request, dropped: t.dropped, namespaces: t.namespaces, web_search: t.web_search }))
         });
         chat.as_ref().map(Arc::as_ref).map_err(Clone::clone)
     }

@@ -72,9 +72,18 @@ pub(crate) fn parse(target: &Target<'_>, body: &[u8], opts: &AnswerOpts) -> Resu
         usage: usage_of(&m.usage, &mut Usage::default()),
         ..Answer::default()
     };
+    let mut chars = 0;
     for block in m.content.0 {
         match block.kind.as_deref() {
-            Some("text") => answer.text.push_str(block.text.as_deref().unwrap_or("")),
+            Some("text") => {
+                let text = block.text.as_deref().unwrap_or("");
+                let start = chars;
+                chars += text.chars().count();
+                answer.text.push_str(text);
+                for c in block.citations.0.iter().filter_map(Citation::of) {
+                    answer.annotations.push(c.annotation(start, chars));
+                }
+            }
             Some("tool_use") => answer.tool_calls.push(AnswerToolCall {
                 id: block.id.0.map(Cow::into_owned),
                 name: block.name.as_deref().unwrap_or("").to_owned(),
@@ -83,11 +92,31 @@ pub(crate) fn parse(target: &Target<'_>, body: &[u8], opts: &AnswerOpts) -> Resu
                     Some(input) => input.to_string(),
                 },
             }),
-            // Thinking and server-tool blocks have no OpenAI chat equivalent.
+            // Thinking and server-tool blocks (a web search's call and results) have no
+            // OpenAI chat equivalent: the search's sources come as the text's citations.
             _ => {}
         }
     }
     Ok(answer.into_completion(opts))
+}
+
+/// A web search result a text block cites (`web_search_result_location`).
+pub(crate) struct Citation<'a> {
+    url: &'a str,
+    title: &'a str,
+}
+
+impl<'a> Citation<'a> {
+    /// The citation if it names a web page; citations of documents have no chat form.
+    pub(crate) fn of(c: &'a Value) -> Option<Self> {
+        (c["type"] == "web_search_result_location")
+            .then(|| Self { url: c["url"].as_str().unwrap_or(""), title: c["title"].as_str().unwrap_or("") })
+    }
+
+    /// Chat's annotation for the text from character `start` to `end`.
+    pub(crate) fn annotation(&self, start: usize, end: usize) -> Value {
+        crate::url_citation(start, end, self.url, self.title)
+    }
 }
 
 /// The members of a Messages answer that [`parse`] reads, read as `Value`'s accessors
@@ -135,6 +164,8 @@ struct BlockIn<'a> {
     id: Str<'a>,
     name: Str<'a>,
     input: Option<Value>,
+    /// A text block's citations (a web search's sources).
+    citations: List<Value>,
 }
 
 impl<'de> Lenient<'de> for BlockIn<'de> {
@@ -147,6 +178,7 @@ impl<'de> Lenient<'de> for BlockIn<'de> {
                 "id" => b.id = map.next_value()?,
                 "name" => b.name = map.next_value()?,
                 "input" => b.input = Some(map.next_value()?),
+                "citations" => b.citations = map.next_value()?,
                 _ => lenient::skip(map)?,
             }
             Ok(())

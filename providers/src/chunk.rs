@@ -99,6 +99,16 @@ impl ChunkWriter {
         out.push(self.delta(delta, None, true));
     }
 
+    /// Annotations of the text written so far (chat's `url_citation`s of a searched
+    /// answer), in a delta of their own; none emits nothing.
+    pub fn annotations(&mut self, annotations: Vec<Value>, out: &mut Vec<Out>) {
+        if annotations.is_empty() {
+            return;
+        }
+        let delta = json!({ "annotations": annotations });
+        out.push(self.delta(delta, None, false));
+    }
+
     /// Starts a tool call and returns its OpenAI index. `id` is generated, unique per
     /// response, when the provider gives none (Gemini).
     pub fn tool_start(&mut self, id: Option<&str>, name: &str, out: &mut Vec<Out>) -> usize {

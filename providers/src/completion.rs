@@ -21,6 +21,17 @@ pub struct Answer {
     /// Vendor fields merged into the tool call at an index (see
     /// [`crate::ChunkWriter::tool_start_extra`]).
     pub tool_call_extras: Vec<(usize, Value)>,
+    /// The sources of a searched answer, as chat's `url_citation` annotations.
+    pub annotations: Vec<Value>,
+}
+
+/// Chat's `url_citation` annotation: `url` (titled `title`) backs the answer's text
+/// from character `start` to `end` (Unicode scalar values, end exclusive).
+pub fn url_citation(start: usize, end: usize, url: &str, title: &str) -> Value {
+    json!({
+        "type": "url_citation",
+        "url_citation": { "start_index": start, "end_index": end, "url": url, "title": title },
+    })
 }
 
 /// One tool call of an [`Answer`].
@@ -65,7 +76,12 @@ impl Answer {
             choices: [Choice {
                 finish_reason: finish.as_str(),
                 index: 0,
-                message: MessageOut { content, role: "assistant", tool_calls },
+                message: MessageOut {
+                    annotations: (!self.annotations.is_empty()).then_some(self.annotations),
+                    content,
+                    role: "assistant",
+                    tool_calls,
+                },
             }],
             created: opts.created,
             id: &id,
@@ -103,6 +119,8 @@ struct Choice<'a> {
 
 #[derive(Serialize)]
 struct MessageOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<Vec<Value>>,
     /// `null` for an answer that only calls tools.
     content: Option<&'a str>,
     role: &'static str,

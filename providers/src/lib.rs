@@ -51,7 +51,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use crate::sse::SseTranscoder;
 
 pub use chunk::{ChunkWriter, FinishReason};
-pub use completion::{Answer, AnswerToolCall};
+pub use completion::{Answer, AnswerToolCall, url_citation};
 pub use error::{ErrorKind, TranslateError, UpstreamError};
 pub use request::{
     ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, ImageUrl, Message, NamedFunction, NamedToolChoice,
@@ -72,6 +72,14 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// Whether a chat request's hosted web search (`web_search_options`) is served by
+    /// this protocol's own search when translated (Anthropic's web search tool); the
+    /// others refuse it, or leave it out ([`Target::omit_hosted_tools`]). OpenAI's
+    /// protocols take it natively.
+    pub fn translates_web_search(self) -> bool {
+        matches!(self, Self::Anthropic | Self::VertexAnthropic)
+    }
+
     /// The name used in `spec.protocol`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -100,6 +108,10 @@ pub struct Target<'a> {
     pub azure_api_version: Option<&'a str>,
     pub gcp_project: Option<&'a str>,
     pub gcp_location: Option<&'a str>,
+    /// A hosted tool this target has no equivalent for (chat's `web_search_options`,
+    /// made from a Responses request's hosted search) is left out rather than refused:
+    /// the route says `hostedTools: omit`.
+    pub omit_hosted_tools: bool,
 }
 
 impl<'a> Target<'a> {
@@ -113,6 +125,7 @@ impl<'a> Target<'a> {
             azure_api_version: None,
             gcp_project: None,
             gcp_location: None,
+            omit_hosted_tools: false,
         }
     }
 }
@@ -168,6 +181,10 @@ pub struct Translated {
     /// Responses: the tool namespaces flattened into function names
     /// (`{namespace}__{name}`), to be split again in the answer.
     pub namespaces: Vec<String>,
+    /// Responses: the hosted web search went as chat's `web_search_options`, which a
+    /// candidate without a search refuses, or leaves out when its
+    /// [`Target::omit_hosted_tools`].
+    pub web_search: bool,
 }
 
 /// How an inbound request is translated to chat ([`messages::to_chat`],

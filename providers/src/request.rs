@@ -9,6 +9,7 @@ mod walk;
 
 pub(crate) use native::{
     SamplingNames, ToolUse, empty_object_schema, reject_json_mode, reject_openai_only, reject_penalties,
+    reject_web_search,
 };
 pub(crate) use walk::{Conversation, Dialect, messages, walk};
 

@@ -157,11 +157,14 @@ def test_codex_completes_a_tool_task_when_anthropic_fails_mid_conversation(
     work, home = tmp_path / "work", tmp_path / "codex-home"
     work.mkdir()
     home.mkdir()
+    # Codex's hosted web search, live (its default reads cached pages only, which no
+    # search but OpenAI's offers): on these Claude candidates it is Anthropic's web
+    # search (docs/gateway.md "Hosted tools").
     (home / "config.toml").write_text(f"""\
 model = "{CODEX_ROUTE}"
 model_provider = "sluice"
 check_for_update_on_startup = false
-web_search = "disabled"
+web_search = "live"
 [model_providers.sluice]
 name = "sluice"
 base_url = "{agent_gateway.url}/v1"
@@ -172,6 +175,7 @@ enabled = false
 """)
     env = dict(os.environ, CODEX_HOME=str(home), SLUICE_API_KEY=agent_gateway.keys["alice"])
     primary_529s, vertex_before = primary.status_count(529), vertex.requests()
+    searches = vertex.counters()["web_searches"]
     r = run([str(agent_bin / "codex"), "exec", "--skip-git-repo-check", "--json", "--sandbox", "workspace-write",
              f"Write the word sluice to {PROOF}."], work, env)
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
@@ -182,6 +186,7 @@ enabled = false
     assert (work / PROOF).read_text().strip() == "sluice", "the tool call ran"
     assert primary.status_count(529) > primary_529s, "Anthropic failed the second turn"
     assert vertex.requests() > vertex_before, "Vertex AI served it"
+    assert vertex.counters()["web_searches"] > searches, "Codex's web search reached Vertex AI as Anthropic's"
     (usage,) = [e["usage"] for e in events if e["type"] == "turn.completed"]
     billed = usage["input_tokens"] * IN + usage["output_tokens"] * OUT
     assert settled(agent_gateway)["balance_nanodollars"] == START - billed, usage

@@ -9,7 +9,8 @@ client's body as it came, to the upstream's `/v1/responses`) and an `anthropic` 
 - `gpt-resume` and `gpt-resume-native`: `oai` first, then `anth` (which continues a
   prefill, through translation) or `oai-b` (an `openai` upstream on chaos backup, which
   replays), with `failover.midStream: resume` (docs/design.md §4.5);
-- `gpt-omit-hosted`: `oai` first, `anth` second, with `hostedTools: omit`.
+- `gpt-omit-hosted`: `anth` first, `gem` (a `gemini` upstream on chaos primary, which
+  has no web search) second, with `hostedTools: omit`.
 """
 
 from __future__ import annotations
@@ -66,11 +67,16 @@ apiVersion: sluice.dev/v1alpha1
 kind: Upstream
 metadata: {{name: oai-b}}
 spec: {{protocol: openai, baseUrl: "{backup}/v1", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: Upstream
+metadata: {{name: gem}}
+spec: {{protocol: gemini, baseUrl: "{primary}/v1beta", timeouts: {{connect: 2s, firstByte: 2s, idle: 2s}}}}
 """
-    gpt, claude, gpt_b = ("oai", "gpt-x-1"), ("anth", "claude-x-1"), ("oai-b", "gpt-x-1")
+    gpt, claude, gpt_b, gemini = ("oai", "gpt-x-1"), ("anth", "claude-x-1"), ("oai-b", "gpt-x-1"), ("gem", "gemini-x-1")
     return "---\n".join([upstreams, route(NATIVE, gpt, claude), route(TRANSLATED, claude, gpt),
                           route(RESUME, gpt, claude, "resume"), route(RESUME_NATIVE, gpt, gpt_b, "resume"),
-                          route(OMIT_HOSTED, gpt, claude, extra="  hostedTools: omit\n")])
+                          route(OMIT_HOSTED, claude, gemini, extra="  hostedTools: omit\n")])
 
 
 @pytest.fixture
@@ -248,41 +254,85 @@ def test_a_hosted_tool_a_translated_candidate_lacks_is_refused_by_name(responses
     before = backup.requests(), primary.requests()
     with pytest.raises(openai.BadRequestError) as e:
         client(responses_gateway).responses.create(model=TRANSLATED, input=HELLO,
-                                                   tools=[TOOL, {"type": "web_search"}])
-    assert "tools[1]" in e.value.body["message"] and "web_search" in e.value.body["message"]
+                                                   tools=[TOOL, {"type": "file_search", "vector_store_ids": ["vs_1"]}])
+    assert "tools[1]" in e.value.body["message"] and "file_search" in e.value.body["message"]
     # The native candidate behind it was not asked either: a 400 does not fail over.
     assert (backup.requests(), primary.requests()) == before
 
 
-def test_a_route_that_omits_hosted_tools_names_them_when_a_translated_candidate_serves(
+def test_web_search_on_a_claude_candidate_is_anthropics_search_with_its_sources_cited(responses_gateway, backup):
+    """Codex's hosted `web_search` on a translated Anthropic candidate becomes Anthropic's
+    web search tool; the answer's sources come back as `url_citation` annotations
+    (the chaos upstream searches, and cites its one page, only when the tool reaches it)."""
+    backup.script(chunks=3)
+    c = client(responses_gateway)
+    search = {"type": "web_search", "user_location": {"type": "approximate", "country": "FR", "city": "Lyon"}}
+    previous = [{"role": "user", "content": "What is new?"},
+                {"type": "web_search_call", "id": "ws_1", "status": "completed",
+                 "action": {"type": "search", "query": "news"}},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "Lots."}]},
+                {"role": "user", "content": HELLO}]
+    searches = backup.counters()["web_searches"]
+    raw = c.responses.with_raw_response.create(model=TRANSLATED, input=previous, tools=[TOOL, search])
+    assert raw.headers["x-sluice-upstream"] == "anth"
+    assert backup.counters()["web_searches"] == searches + 1
+    # The earlier turn's search record cannot be replayed to Anthropic: left out, named.
+    assert raw.headers["x-sluice-dropped"] == "input.web_search_call"
+    response = raw.parse()
+    (message,) = [item for item in response.output if item.type == "message"]
+    (part,) = message.content
+    (cite,) = part.annotations
+    assert cite.type == "url_citation" and cite.url == "https://example.org/chaos/search-result"
+    assert (cite.start_index, cite.end_index) == (0, len(part.text)), cite
+
+    events = list(c.responses.create(model=TRANSLATED, input=HELLO, tools=[search], stream=True))
+    (added,) = [e for e in events if e.type == "response.output_text.annotation.added"]
+    assert added.annotation["url"] == "https://example.org/chaos/search-result"
+    assert events[-1].type == "response.completed"
+    (message,) = [item for item in events[-1].response.output if item.type == "message"]
+    assert [a.url for a in message.content[0].annotations] == ["https://example.org/chaos/search-result"]
+
+    # Chat Completions' own `web_search_options` takes the same path.
+    chat = c.chat.completions.create(model=TRANSLATED, messages=[{"role": "user", "content": HELLO}],
+                                     web_search_options={"search_context_size": "low"})
+    (cite,) = chat.choices[0].message.annotations
+    assert cite.url_citation.url == "https://example.org/chaos/search-result"
+    assert (cite.url_citation.start_index, cite.url_citation.end_index) == (0, len(chat.choices[0].message.content))
+
+
+def test_a_route_that_omits_hosted_tools_leaves_them_out_only_where_there_is_no_equivalent(
         responses_gateway, primary, backup):
-    """Codex's default web search: the native candidate gets it; when that candidate
-    fails, the translated one is sent the turn without it, and the answer says so."""
+    """Codex's web search on a route of Claude, then Gemini, with `hostedTools: omit`: Claude
+    searches; when it fails, Gemini (no search) is sent the turn without it, and says so."""
     body = dict(input=[{"role": "user", "content": HELLO},
                        {"type": "web_search_call", "id": "ws_1", "status": "completed",
                         "action": {"type": "search", "query": "hello"}},
                        {"role": "assistant", "content": [{"type": "output_text", "text": "Found it."}]},
                        {"role": "user", "content": "Again."}],
-                tools=[TOOL, {"type": "web_search"}], tool_choice="auto", store=False)
+                tools=[TOOL, {"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}],
+                tool_choice="auto", store=False)
     c = client(responses_gateway)
-    native = c.responses.with_raw_response.create(model=OMIT_HOSTED, **body)
-    assert native.headers["x-sluice-upstream"] == "oai"
-    assert "x-sluice-dropped" not in native.headers
+    searches = backup.counters()["web_searches"]
+    claude = c.responses.with_raw_response.create(model=OMIT_HOSTED, **body)
+    assert claude.headers["x-sluice-upstream"] == "anth"
+    assert set(claude.headers["x-sluice-dropped"].split(",")) == {"tools.file_search", "input.web_search_call"}
+    assert backup.counters()["web_searches"] == searches + 1
 
-    primary.script(status=503)
-    backup.script(chunks=2)
+    backup.script(status=503)
+    primary.script(chunks=2)
     raw = c.responses.with_raw_response.create(model=OMIT_HOSTED, **body)
-    assert raw.headers["x-sluice-upstream"] == "anth"
-    assert set(raw.headers["x-sluice-dropped"].split(",")) == {"tools.web_search", "input.web_search_call"}
+    assert raw.headers["x-sluice-upstream"] == "gem"
+    assert set(raw.headers["x-sluice-dropped"].split(",")) == {
+        "tools.web_search", "tools.file_search", "input.web_search_call"}
     assert raw.parse().output_text
     with c.responses.with_streaming_response.create(model=OMIT_HOSTED, stream=True, **body) as streamed:
-        assert streamed.headers["x-sluice-upstream"] == "anth"
+        assert streamed.headers["x-sluice-upstream"] == "gem"
         assert "tools.web_search" in streamed.headers["x-sluice-dropped"]
         kinds = [json.loads(line[len("data: "):])["type"] for line in streamed.iter_lines() if line.startswith("data: ")]
     assert kinds[-1] == "response.completed", kinds
     # What cannot be served without the hosted tool is still refused, by name.
     with pytest.raises(openai.BadRequestError) as e:
-        c.responses.create(model=OMIT_HOSTED, input=HELLO, tools=[{"type": "web_search"}], tool_choice="required")
+        c.responses.create(model=OMIT_HOSTED, input=HELLO, tools=[{"type": "file_search"}], tool_choice="required")
     assert "tool_choice" in e.value.body["message"]
 
 

@@ -34,19 +34,60 @@ fn tool_id(a: &Answer) -> String {
     format!("toolu_chaos_{}", a.seq)
 }
 
+/// The page a searching answer finds and cites.
+pub(crate) const SEARCH_RESULT_URL: &str = "https://example.org/chaos/search-result";
+const SEARCH_RESULT_TITLE: &str = "Chaos search result";
+
+/// A searching answer's `server_tool_use` block and its `web_search_tool_result`, as
+/// Anthropic's web search tool writes them.
+fn search_blocks(a: &Answer) -> [Value; 2] {
+    let id = format!("srvtoolu_chaos_{}", a.seq);
+    [
+        json!({"type": "server_tool_use", "id": id, "name": "web_search", "input": {"query": "chaos search"}}),
+        json!({"type": "web_search_tool_result", "tool_use_id": id, "content": [{
+            "type": "web_search_result", "url": SEARCH_RESULT_URL, "title": SEARCH_RESULT_TITLE,
+            "encrypted_content": "Y2hhb3MgcmVzdWx0", "page_age": null,
+        }]}),
+    ]
+}
+
+/// The citation of the search result a searching answer's text carries.
+fn citation() -> Value {
+    json!({
+        "type": "web_search_result_location", "url": SEARCH_RESULT_URL, "title": SEARCH_RESULT_TITLE,
+        "encrypted_index": "Y2hhb3MgaW5kZXg=", "cited_text": "The chaos upstream answers every search with this page.",
+    })
+}
+
+/// The content-block index of the answer's text or tool call: after the search's two
+/// blocks when it searched.
+fn block_index(a: &Answer) -> u64 {
+    if a.web_search { 2 } else { 0 }
+}
+
 /// The non-streamed `message`.
 pub(super) fn body(a: &Answer) -> Bytes {
     let block = match &a.tool {
         Some(name) => {
             json!({"type": "tool_use", "id": tool_id(a), "name": name, "input": a.tool_input()})
         }
+        None if a.web_search => json!({"type": "text", "text": a.pieces.concat(), "citations": [citation()]}),
         None => json!({"type": "text", "text": a.pieces.concat()}),
     };
+    let mut content = Vec::new();
+    if a.web_search {
+        content.extend(search_blocks(a));
+    }
+    content.push(block);
+    let mut usage = usage(a, a.usage.completion);
+    if a.web_search {
+        usage["server_tool_use"] = json!({"web_search_requests": 1});
+    }
     let v = json!({
         "id": a.id, "type": "message", "role": "assistant", "model": a.model,
-        "content": [block],
+        "content": content,
         "stop_reason": stop_reason(a.finish), "stop_sequence": null,
-        "usage": usage(a, a.usage.completion),
+        "usage": usage,
     });
     Bytes::from(v.to_string())
 }
@@ -60,13 +101,42 @@ pub(super) fn preamble(a: &Answer) -> Vec<Bytes> {
     });
     let block = match &a.tool {
         Some(name) => json!({"type": "tool_use", "id": tool_id(a), "name": name, "input": {}}),
+        None if a.web_search => json!({"type": "text", "text": "", "citations": []}),
         None => json!({"type": "text", "text": ""}),
     };
-    vec![
-        event("message_start", &json!({"type": "message_start", "message": message})),
-        event("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": block})),
-        event("ping", &json!({"type": "ping"})),
-    ]
+    let mut events = vec![event("message_start", &json!({"type": "message_start", "message": message}))];
+    if a.web_search {
+        // The search's call, streamed as its input JSON, then its result, whole.
+        let [mut call, result] = search_blocks(a);
+        let query = std::mem::replace(&mut call["input"], json!({})).to_string();
+        let input = json!({"type": "input_json_delta", "partial_json": query});
+        for (index, block) in [(0, call), (1, result)] {
+            events.push(block_start(index, block));
+            if index == 0 {
+                events.push(block_delta(0, input.clone()));
+            }
+            events.push(block_stop(index));
+        }
+    }
+    let index = block_index(a);
+    events.push(block_start(index, block));
+    events.push(event("ping", &json!({"type": "ping"})));
+    if a.web_search {
+        events.push(block_delta(index, json!({"type": "citations_delta", "citation": citation()})));
+    }
+    events
+}
+
+fn block_start(index: u64, block: Value) -> Bytes {
+    event("content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": block}))
+}
+
+fn block_delta(index: u64, delta: Value) -> Bytes {
+    event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": delta}))
+}
+
+fn block_stop(index: u64) -> Bytes {
+    event("content_block_stop", &json!({"type": "content_block_stop", "index": index}))
 }
 
 /// One `text_delta` or `input_json_delta`.
@@ -77,20 +147,24 @@ pub(super) fn piece(a: &Answer, i: usize) -> Bytes {
     } else {
         json!({"type": "text_delta", "text": text})
     };
-    event("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": delta}))
+    block_delta(block_index(a), delta)
 }
 
 /// The block's stop, `message_delta` (stop reason, cumulative usage) and
 /// `message_stop`, the end marker.
 pub(super) fn closing(a: &Answer) -> Vec<Bytes> {
+    let mut usage = json!({"output_tokens": a.usage.completion});
+    if a.web_search {
+        usage["server_tool_use"] = json!({"web_search_requests": 1});
+    }
     vec![
-        event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})),
+        block_stop(block_index(a)),
         event(
             "message_delta",
             &json!({
                 "type": "message_delta",
                 "delta": {"stop_reason": stop_reason(a.finish), "stop_sequence": null},
-                "usage": {"output_tokens": a.usage.completion},
+                "usage": usage,
             }),
         ),
         event("message_stop", &json!({"type": "message_stop"})),

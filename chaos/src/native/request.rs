@@ -37,6 +37,9 @@ pub(crate) struct NativeRequest {
     /// The request's settings that the answer repeats (Responses API); empty
     /// for the other protocols.
     pub(crate) echo: Map<String, Value>,
+    /// Anthropic: the request declares the server-side web search tool
+    /// (`web_search_20250305`, …), which the answer then uses.
+    pub(crate) web_search: bool,
 }
 
 /// A request the provider refuses with a 400, in its words.
@@ -167,6 +170,10 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
         return Err(Invalid::new(format!("stream: must be {} for {method}", call.stream)));
     }
     let tools = names(map.get("tools"), &["name"]);
+    let web_search = map
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| tools.iter().any(|t| t["type"].as_str().is_some_and(|k| k.starts_with("web_search_"))));
     Ok(NativeRequest {
         model,
         stream,
@@ -176,6 +183,7 @@ fn anthropic(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inv
         prefill: prefill(map.get("messages")),
         answers_tool: tool_result::anthropic(map.get("messages")),
         echo: Map::new(),
+        web_search,
     })
 }
 
@@ -200,7 +208,8 @@ fn bedrock_messages(call: &Call, map: &Map<String, Value>) -> Result<NativeReque
     anthropic_body.remove("anthropic_version");
     anthropic_body.remove("anthropic_beta");
     let req = anthropic(call, &anthropic_body)?;
-    Ok(NativeRequest { stream: call.stream, ..req })
+    // Claude on Bedrock has no server-side web search: the answer does not search.
+    Ok(NativeRequest { stream: call.stream, web_search: false, ..req })
 }
 
 /// The text of the last message when it is the assistant's: a string, or its text blocks.
@@ -246,6 +255,7 @@ fn gemini(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Invali
         prefill: None,
         answers_tool: tool_result::gemini(map.get("contents")),
         echo: Map::new(),
+        web_search: false,
     })
 }
 
@@ -281,6 +291,7 @@ fn bedrock(call: &Call, map: &Map<String, Value>) -> Result<NativeRequest, Inval
         prefill: prefill(map.get("messages")),
         answers_tool: tool_result::bedrock(map.get("messages")),
         echo: Map::new(),
+        web_search: false,
     })
 }
 

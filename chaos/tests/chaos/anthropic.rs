@@ -224,3 +224,41 @@ async fn vertex_wants_its_version_tag_and_no_model() {
     assert_eq!((status, v["error"]["type"].as_str()), (529, Some("overloaded_error")));
     assert_eq!(c.state.requests_for(Protocol::VertexAnthropic), 6);
 }
+
+#[tokio::test]
+async fn a_request_with_the_web_search_tool_searches_then_cites_its_result() {
+    let c = start().await;
+    let mut searching = body(false);
+    searching["tools"] = json!([{"type": "web_search_20250305", "name": "web_search"}]);
+    let (status, v) = c.call_json(MESSAGES, &searching, &[VERSION]).await;
+    assert_eq!(status, 200, "{v}");
+    let kinds: Vec<&str> = v["content"].as_array().unwrap().iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["server_tool_use", "web_search_tool_result", "text"]);
+    assert_eq!(v["content"][1]["tool_use_id"], v["content"][0]["id"]);
+    let result_url = &v["content"][1]["content"][0]["url"];
+    assert_eq!(&v["content"][2]["citations"][0]["url"], result_url);
+    assert_eq!(v["content"][2]["citations"][0]["type"], "web_search_result_location");
+    assert_eq!(v["usage"]["server_tool_use"]["web_search_requests"], 1);
+
+    // On Vertex AI too, streamed.
+    searching["stream"] = json!(true);
+    searching["anthropic_version"] = json!("vertex-2023-10-16");
+    searching.as_object_mut().unwrap().remove("model");
+    let (_, resp) = c.call(&format!("{VERTEX}:streamRawPredict"), &searching, &[]).await;
+    let b = read_body(resp).await;
+    b.end.unwrap();
+    let events = parse_sse(&b.bytes);
+    let starts: Vec<&str> = events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("content_block_start"))
+        .map(|e| e.data["content_block"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(starts, ["server_tool_use", "web_search_tool_result", "text"]);
+    let citation = events.iter().find(|e| e.data["delta"]["type"] == "citations_delta").expect("a citations_delta");
+    assert_eq!((&citation.data["index"], &citation.data["delta"]["citation"]["url"]), (&json!(2), result_url));
+    assert_eq!(events.iter().filter(|e| e.data["delta"]["type"] == "text_delta").count(), 5);
+    assert_eq!(c.state.counters().web_searches, 2);
+    // Without the tool nothing is searched.
+    c.call_json(MESSAGES, &body(false), &[VERSION]).await;
+    assert_eq!(c.state.counters().web_searches, 2);
+}

@@ -66,7 +66,8 @@ async fn counters_are_exact() {
     assert_eq!(v["script"], json!({}));
     let want = json!({"requests": 7, "by_status": {"200": 4, "503": 2}, "streams_started": 1,
                       "resets": 1, "hangs": 0, "in_flight": 0, "models": 0,
-                      "by_protocol": {"openai": 7}, "tokens_issued": 0, "embedding_inputs": 0});
+                      "by_protocol": {"openai": 7}, "tokens_issued": 0, "embedding_inputs": 0,
+                      "web_searches": 0});
     let mut counters = v["counters"].clone();
     // Connections depend on the client's pool, but the reset one is not reused.
     let connections = counters.as_object_mut().and_then(|o| o.remove("connections")).and_then(|n| n.as_u64());

@@ -40,6 +40,9 @@ pub struct NativeInput<'a> {
     pub default_max_tokens: u32,
     /// The client's request body.
     pub client_body: &'a [u8],
+    /// A hosted tool the target lacks is left out, not refused (a translated request
+    /// on a route with `hostedTools: omit`).
+    pub omit_hosted_tools: bool,
 }
 
 /// The protocol of the translation layer for a configured one.
@@ -65,6 +68,7 @@ pub(crate) fn target<'a>(cfg: &'a UpstreamConfig, input: &NativeInput<'a>) -> Ta
         azure_api_version: cfg.azure_api_version.as_deref(),
         gcp_project: cfg.gcp.as_ref().map(|g| g.project.as_str()),
         gcp_location: cfg.gcp.as_ref().map(|g| g.location.as_str()),
+        omit_hosted_tools: input.omit_hosted_tools,
     }
 }
 
@@ -237,7 +241,7 @@ pub(super) async fn messages_exchange(
     count_tokens: bool,
 ) -> Result<Answer, AttemptError> {
     let cfg = &upstream.cfg;
-    let input = NativeInput { model: spec.model, default_max_tokens: 0, client_body: &[] };
+    let input = NativeInput { model: spec.model, default_max_tokens: 0, client_body: &[], omit_hosted_tools: false };
     let target = target(cfg, &input);
     let native = providers::messages::native(&target, &spec.body, headers, spec.stream, count_tokens)
         .map_err(|e| refused_here(e.to_string()))?;

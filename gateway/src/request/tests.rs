@@ -236,11 +236,15 @@ fn a_responses_request_translates_to_the_chat_request_other_candidates_are_sent(
     assert_eq!(chat.dropped, ["include"]);
     let body: Value = serde_json::from_slice(chat.request.body()).unwrap();
     assert_eq!(body["messages"][0], json!({"role": "system", "content": "be brief"}));
+    // The hosted web search goes as chat's; other hosted tools are refused, or left out.
     let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","tools":[{"type":"web_search"}]}"#).unwrap();
+    let chat = r.as_chat(ToChat::default()).expect("translates");
+    assert!(chat.web_search && chat.dropped.is_empty());
+    let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","tools":[{"type":"file_search"}]}"#).unwrap();
     assert_eq!(r.as_chat(ToChat::default()).map(|_| ()).unwrap_err().field(), "tools[0]");
     let omitting = ToChat { omit_hosted_tools: true };
-    let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","tools":[{"type":"web_search"}]}"#).unwrap();
-    assert_eq!(r.as_chat(omitting).expect("translates").dropped, ["tools.web_search"]);
+    let r = parse(Endpoint::Responses, r#"{"model":"m","input":"hi","tools":[{"type":"file_search"}]}"#).unwrap();
+    assert_eq!(r.as_chat(omitting).expect("translates").dropped, ["tools.file_search"]);
 }
 
 #[test]

@@ -32,8 +32,38 @@ pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, Tran
     }
     reject_json_mode(req, "this upstream has no JSON mode")?;
     tools(req, &mut body)?;
+    if let Some(options) = req.web_search() {
+        let tools = body.entry("tools").or_insert_with(|| json!([]));
+        if let Value::Array(tools) = tools {
+            tools.push(web_search_tool(options));
+        }
+    }
     Ok(Value::Object(body))
 }
+
+/// Chat's `web_search_options` as Anthropic's server-side web search tool: the user's
+/// approximate location (flat in Anthropic's, under `approximate` in chat's) and the
+/// allowed domains of a Responses tool's `filters`. `search_context_size` has no
+/// equivalent (docs/gateway.md).
+fn web_search_tool(options: &Value) -> Value {
+    let mut tool = json!({ "type": WEB_SEARCH_TOOL, "name": "web_search" });
+    if let Some(Value::Object(approximate)) = options.get("user_location").and_then(|l| l.get("approximate")) {
+        let mut location = json!({ "type": "approximate" });
+        for key in ["city", "region", "country", "timezone"] {
+            if let Some(v) = approximate.get(key).filter(|v| v.is_string()) {
+                location[key] = v.clone();
+            }
+        }
+        tool["user_location"] = location;
+    }
+    if let Some(domains) = options.get("filters").and_then(|f| f.get("allowed_domains")).filter(|d| d.is_array()) {
+        tool["allowed_domains"] = domains.clone();
+    }
+    tool
+}
+
+/// The version of Anthropic's web search tool a hosted web search is sent as.
+pub(crate) const WEB_SEARCH_TOOL: &str = "web_search_20250305";
 
 fn tools(req: &ChatRequest, body: &mut Map<String, Value>) -> Result<(), TranslateError> {
     let tools = req.function_tools();

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use http::HeaderMap;
 
-use super::{classify, finish_reason, usage};
+use super::{Citation, classify, finish_reason, usage};
 use crate::sse::{SseEvents, event_json};
 use crate::{AnswerOpts, ChunkWriter, FinishReason, Out, UpstreamError, Usage};
 
@@ -16,11 +16,28 @@ pub(crate) struct Stream {
     tools: HashMap<u64, usize>,
     usage: Usage,
     finish: Option<FinishReason>,
+    /// Characters of text written so far (where annotations point).
+    chars: usize,
+    /// Content-block index of a text block that cites sources → the character its
+    /// text starts at, and the annotations it has collected.
+    cited: HashMap<u64, (usize, Vec<serde_json::Value>)>,
 }
 
 impl Stream {
     pub(crate) fn new(opts: AnswerOpts) -> Self {
-        Self { writer: ChunkWriter::new(&opts), tools: HashMap::new(), usage: Usage::default(), finish: None }
+        Self {
+            writer: ChunkWriter::new(&opts),
+            tools: HashMap::new(),
+            usage: Usage::default(),
+            finish: None,
+            chars: 0,
+            cited: HashMap::new(),
+        }
+    }
+
+    fn text(&mut self, text: &str, out: &mut Vec<Out>) {
+        self.chars += text.chars().count();
+        self.writer.text(text, out);
     }
 }
 
@@ -44,14 +61,26 @@ impl SseEvents for Stream {
                             self.writer.tool_start(block["id"].as_str(), block["name"].as_str().unwrap_or(""), out);
                         self.tools.insert(v["index"].as_u64().unwrap_or(0), index);
                     }
-                    Some("text") => self.writer.text(block["text"].as_str().unwrap_or(""), out),
+                    Some("text") => {
+                        let index = v["index"].as_u64().unwrap_or(0);
+                        self.cited.insert(index, (self.chars, Vec::new()));
+                        self.text(block["text"].as_str().unwrap_or(""), out);
+                    }
                     _ => {}
                 }
             }
             "content_block_delta" => {
                 let delta = &v["delta"];
                 match delta["type"].as_str() {
-                    Some("text_delta") => self.writer.text(delta["text"].as_str().unwrap_or(""), out),
+                    Some("text_delta") => self.text(delta["text"].as_str().unwrap_or(""), out),
+                    // A web search's source for the block's text: its annotation spans
+                    // the whole block, so it is written when the block ends.
+                    Some("citations_delta") => {
+                        let cited = v["index"].as_u64().and_then(|b| self.cited.get_mut(&b));
+                        if let (Some((start, found)), Some(c)) = (cited, Citation::of(&delta["citation"])) {
+                            found.push(c.annotation(*start, 0));
+                        }
+                    }
                     Some("input_json_delta") => {
                         // The first `partial_json` is often "": the writer skips empty fragments.
                         if let Some(&index) = v["index"].as_u64().and_then(|b| self.tools.get(&b)) {
@@ -63,8 +92,15 @@ impl SseEvents for Stream {
                 }
             }
             "content_block_stop" => {
-                if let Some(&index) = v["index"].as_u64().and_then(|b| self.tools.get(&b)) {
+                let block = v["index"].as_u64().unwrap_or(0);
+                if let Some(&index) = self.tools.get(&block) {
                     self.writer.tool_end(index, out);
+                }
+                if let Some((_, mut found)) = self.cited.remove(&block) {
+                    for a in &mut found {
+                        a["url_citation"]["end_index"] = self.chars.into();
+                    }
+                    self.writer.annotations(found, out);
                 }
             }
             "message_delta" => {

@@ -4,12 +4,13 @@ use serde_json::{Map, Value, json};
 
 use crate::request::{
     Conversation, Dialect, SamplingNames, ToolUse, empty_object_schema, messages, reject_json_mode, reject_openai_only,
-    walk,
+    reject_web_search, walk,
 };
 use crate::{ChatRequest, ImageUrl, Message, Target, ToolCall, TranslateError};
 
 pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, TranslateError> {
     reject_openai_only(req)?;
+    reject_web_search(target, req)?;
     let Conversation { system, turns } = walk(req, &mut Converse)?;
     let mut body = Map::new();
     body.insert("messages".into(), Value::Array(messages(turns, "user", "assistant", "content")));

@@ -4,11 +4,14 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::request::{Conversation, Dialect, SamplingNames, ToolUse, messages, reject_openai_only, walk};
+use crate::request::{
+    Conversation, Dialect, SamplingNames, ToolUse, messages, reject_openai_only, reject_web_search, walk,
+};
 use crate::{ChatRequest, ImageUrl, Message, Target, ToolCall, TranslateError};
 
 pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, TranslateError> {
     reject_openai_only(req)?;
+    reject_web_search(target, req)?;
     let Conversation { system, turns } = walk(req, &mut Contents::default())?;
     let mut body = Map::new();
     body.insert("contents".into(), Value::Array(messages(turns, "user", "model", "parts")));

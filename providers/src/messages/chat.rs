@@ -102,6 +102,7 @@ pub fn to_chat(body: &[u8], options: ToChat) -> Result<Translated, TranslateErro
         body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(),
         dropped: out.dropped,
         namespaces: Vec::new(),
+        web_search: false,
     })
 }
 

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::{ChatRequest, FunctionDef, Tool, ToolChoice, TranslateError};
+use crate::{ChatRequest, FunctionDef, Target, Tool, ToolChoice, TranslateError};
 
 /// The names a native protocol gives the sampling settings they all take.
 pub(crate) struct SamplingNames {
@@ -29,6 +29,11 @@ impl ChatRequest {
         if !stop.is_empty() {
             into.insert(names.stop.into(), json!(stop));
         }
+    }
+
+    /// The hosted web search asked for (`web_search_options`), if any.
+    pub(crate) fn web_search(&self) -> Option<&Value> {
+        self.rest.get("web_search_options").filter(|v| !v.is_null())
     }
 
     /// The function tools declared; empty when `tools` is absent.
@@ -110,6 +115,19 @@ pub(crate) fn reject_openai_only(req: &ChatRequest) -> Result<(), TranslateError
         }
     }
     Ok(())
+}
+
+/// Rejects a hosted web search (`web_search_options`) for a target without one, unless
+/// the target leaves such tools out ([`Target::omit_hosted_tools`]).
+pub(crate) fn reject_web_search(target: &Target<'_>, req: &ChatRequest) -> Result<(), TranslateError> {
+    match req.web_search() {
+        Some(_) if !target.omit_hosted_tools => Err(TranslateError::unsupported(
+            "web_search_options",
+            "this candidate has no hosted web search (Anthropic-family candidates search with Anthropic's \
+             web search tool; a route with hostedTools: omit sends Responses requests without it)",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Rejects non-zero `presence_penalty`/`frequency_penalty` for a target without them.

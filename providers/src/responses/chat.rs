@@ -41,7 +41,13 @@ const HOSTED_CALLS: &[&str] = &[
 /// Whether a tool type is one the provider runs itself (OpenAI's hosted tools), as
 /// opposed to a function the client runs.
 fn is_hosted(kind: &str) -> bool {
-    kind.starts_with("web_search") || matches!(kind, "file_search" | "code_interpreter" | "image_generation" | "mcp")
+    is_web_search(kind) || matches!(kind, "file_search" | "code_interpreter" | "image_generation" | "mcp")
+}
+
+/// OpenAI's hosted web search, under any of its names (`web_search`,
+/// `web_search_preview`, and their dated versions).
+fn is_web_search(kind: &str) -> bool {
+    kind.starts_with("web_search")
 }
 
 struct Out {
@@ -49,6 +55,9 @@ struct Out {
     dropped: Vec<Cow<'static, str>>,
     namespaces: Vec<String>,
     options: ToChat,
+    /// The hosted web search as chat's `web_search_options`, which a candidate with a
+    /// web search of its own (Anthropic's) serves, and the others refuse.
+    web_search: Option<Value>,
 }
 
 /// Joins a namespace and a tool name into the one function name a chat candidate sees.
@@ -101,7 +110,7 @@ pub fn to_chat(body: &[u8], options: ToChat) -> Result<Translated, TranslateErro
         return Err(TranslateError::invalid("body", "must be a JSON object"));
     };
     let mut chat = Map::new();
-    let mut out = Out { messages: Vec::new(), dropped: Vec::new(), namespaces: Vec::new(), options };
+    let mut out = Out { messages: Vec::new(), dropped: Vec::new(), namespaces: Vec::new(), options, web_search: None };
     match req.get("instructions") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => out.messages.push(json!({"role": "system", "content": s})),
@@ -149,16 +158,25 @@ pub fn to_chat(body: &[u8], options: ToChat) -> Result<Translated, TranslateErro
             },
         }
     }
-    // Every tool left out (the route omits hosted tools).
+    // Every function tool left out (the route omits hosted tools, or web search is all).
     if req.get("tools").is_some_and(|t| !t.is_null()) && !chat.contains_key("tools") {
         without_tools(&mut chat)?;
     }
+    let web_search = out.web_search.is_some();
+    if let Some(options) = out.web_search.take() {
+        chat.insert("web_search_options".into(), options);
+    }
     chat.insert("messages".into(), Value::Array(out.messages));
-    debug_assert!(out.dropped.iter().all(|d| HINTS.contains(&d.as_ref()) || options.omit_hosted_tools));
+    debug_assert!(
+        out.dropped
+            .iter()
+            .all(|d| { HINTS.contains(&d.as_ref()) || options.omit_hosted_tools || d == "input.web_search_call" })
+    );
     Ok(Translated {
         body: serde_json::to_vec(&Value::Object(chat)).unwrap_or_default(),
         dropped: out.dropped,
         namespaces: out.namespaces,
+        web_search,
     })
 }
 
@@ -200,7 +218,12 @@ fn input(value: &Value, out: &mut Out) -> Result<(), TranslateError> {
             // Reasoning is the minting provider's own (its encrypted content cannot be
             // read elsewhere), and earlier turns' reasoning does not reach the model.
             "reasoning" => out.drop_hint("reasoning"),
-            k if HOSTED_CALLS.contains(&k) && out.options.omit_hosted_tools => out.drop_hint(format!("input.{k}")),
+            // An earlier search, run by the provider that answered that turn: its
+            // findings are in the text that follows, and no other provider can replay
+            // the record (Anthropic's needs its own encrypted results).
+            k if HOSTED_CALLS.contains(&k) && (out.options.omit_hosted_tools || k == "web_search_call") => {
+                out.drop_hint(format!("input.{k}"))
+            }
             k if HOSTED_CALLS.contains(&k) => {
                 return Err(unsupported(
                     field,
@@ -319,9 +342,9 @@ fn without_tools(chat: &mut Map<String, Value>) -> Result<(), TranslateError> {
 }
 
 /// Function tools, and the function tools of a namespace (named
-/// `{namespace}__{name}`); a hosted tool (`web_search`, `file_search`, …) has no
-/// equivalent on a candidate of another protocol: refused, or left out when the
-/// route omits hosted tools.
+/// `{namespace}__{name}`); the hosted web search as chat's `web_search_options`; any
+/// other hosted tool (`file_search`, …) has no equivalent on a candidate of another
+/// protocol: refused, or left out when the route omits hosted tools.
 fn tools(value: &Value, out: &mut Out) -> Result<Vec<Value>, TranslateError> {
     let Value::Array(list) = value else {
         return Err(TranslateError::invalid("tools", "must be an array"));
@@ -347,6 +370,13 @@ fn tools(value: &Value, out: &mut Out) -> Result<Vec<Value>, TranslateError> {
                 }
                 out.namespaces.push(ns.to_owned());
             }
+            // Kept for the candidates with a search of their own; left out by the others
+            // when the route omits hosted tools (`Target::omit_hosted_tools`).
+            search if is_web_search(search) => match web_search_options(t, i) {
+                Ok(options) => out.web_search = Some(options),
+                Err(_) if out.options.omit_hosted_tools => out.drop_hint(format!("tools.{search}")),
+                Err(e) => return Err(e),
+            },
             hosted if is_hosted(hosted) && out.options.omit_hosted_tools => out.drop_hint(format!("tools.{hosted}")),
             hosted if is_hosted(hosted) => {
                 return Err(unsupported(
@@ -366,6 +396,38 @@ fn tools(value: &Value, out: &mut Out) -> Result<Vec<Value>, TranslateError> {
         }
     }
     Ok(tools)
+}
+
+/// The hosted `web_search` tool as chat's `web_search_options`: its
+/// `search_context_size`, its `user_location` (flat in Responses, under `approximate`
+/// in chat) and its `filters` (`allowed_domains`, which chat lacks: carried for the
+/// candidates whose search takes them).
+/// A search limited to cached pages (`external_web_access: false`, Codex's default)
+/// is refused: the searches a candidate of another protocol has read the live web.
+fn web_search_options(tool: &Value, i: usize) -> Result<Value, TranslateError> {
+    if tool.get("external_web_access").and_then(Value::as_bool) == Some(false) {
+        return Err(unsupported(
+            format!("tools[{i}].external_web_access"),
+            "a web search of cached pages only has no equivalent on this candidate, whose search reads the \
+             live web (Codex: web_search = \"live\"; a route with hostedTools: omit sends the request without it)",
+        ));
+    }
+    let mut options = Map::new();
+    if let Some(size) = tool.get("search_context_size").filter(|v| !v.is_null()) {
+        options.insert("search_context_size".into(), size.clone());
+    }
+    if let Some(Value::Object(location)) = tool.get("user_location") {
+        let approximate: Map<String, Value> = location
+            .iter()
+            .filter(|(k, v)| *k != "type" && !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        options.insert("user_location".into(), json!({"type": "approximate", "approximate": approximate}));
+    }
+    if let Some(filters) = tool.get("filters").filter(|v| v.is_object()) {
+        options.insert("filters".into(), filters.clone());
+    }
+    Ok(Value::Object(options))
 }
 
 /// A Responses function tool as a chat function tool.

@@ -86,15 +86,27 @@ fn status_of(finish: &str) -> &'static str {
     if finish == "length" { "incomplete" } else { "completed" }
 }
 
-fn message_item(id: &str, text: &str, status: &str) -> Value {
+fn message_item(id: &str, text: &str, annotations: &[Value], status: &str) -> Value {
     json!({
         "id": id, "type": "message", "status": status, "role": "assistant",
-        "content": if status == "in_progress" { json!([]) } else { json!([text_part(text)]) },
+        "content": if status == "in_progress" { json!([]) } else { json!([text_part(text, annotations)]) },
     })
 }
 
-fn text_part(text: &str) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+fn text_part(text: &str, annotations: &[Value]) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": annotations, "logprobs": []})
+}
+
+/// Chat's annotations (`{"type": "url_citation", "url_citation": {…}}`) as Responses
+/// has them (`{"type": "url_citation", "start_index", "end_index", "url", "title"}`).
+fn annotations_of(chat: &Value) -> impl Iterator<Item = Value> + '_ {
+    chat.as_array().into_iter().flatten().filter(|a| a["type"] == "url_citation").map(|a| {
+        let mut flat = json!({"type": "url_citation"});
+        if let (Value::Object(flat), Some(Value::Object(c))) = (&mut flat, a.get("url_citation")) {
+            flat.extend(c.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        flat
+    })
 }
 
 /// A whole OpenAI `chat.completion` as a Responses `response`, and its usage.
@@ -104,7 +116,8 @@ pub fn response_of_completion(body: &[u8], ids: &ResponseIds) -> Result<(Bytes, 
     let message = &choice["message"];
     let mut output = Vec::new();
     if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
-        output.push(message_item(&ids.item_id("msg", 0), text, "completed"));
+        let annotations: Vec<Value> = annotations_of(&message["annotations"]).collect();
+        output.push(message_item(&ids.item_id("msg", 0), text, &annotations, "completed"));
     }
     for (k, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
         let f = &call["function"];
@@ -144,14 +157,14 @@ pub fn from_chat(ids: ResponseIds) -> Box<dyn Transcoder + Send> {
 
 /// An output item being streamed.
 enum Item {
-    Message { id: String, text: String },
+    Message { id: String, text: String, annotations: Vec<Value> },
     Call { id: String, call_id: String, name: String, arguments: String },
 }
 
 impl Item {
     fn json(&self, ids: &ResponseIds, status: &str) -> Value {
         match self {
-            Item::Message { id, text } => message_item(id, text, status),
+            Item::Message { id, text, annotations } => message_item(id, text, annotations, status),
             Item::Call { id, call_id, name, arguments } => ids.call_item(id, call_id, name, arguments, status),
         }
     }
@@ -214,18 +227,30 @@ impl FromChat {
             Some(i) => i,
             None => {
                 let id = self.ids.item_id("msg", 0);
-                let i = self.add(Item::Message { id: id.clone(), text: String::new() }, out);
-                let part = json!({"item_id": id, "output_index": i, "content_index": 0, "part": text_part("")});
+                let i = self.add(Item::Message { id: id.clone(), text: String::new(), annotations: Vec::new() }, out);
+                let part = json!({"item_id": id, "output_index": i, "content_index": 0, "part": text_part("", &[])});
                 self.emit(out, "response.content_part.added", part, false);
                 self.message = Some(i);
                 i
             }
         };
-        let Some(Item::Message { id, text }) = self.items.get_mut(index) else { return };
+        let Some(Item::Message { id, text, .. }) = self.items.get_mut(index) else { return };
         text.push_str(delta);
         let data = json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta, "logprobs": []});
         self.content = true;
         self.emit(out, "response.output_text.delta", data, true);
+    }
+
+    /// An annotation of the message's text (a searched answer's source).
+    fn annotation(&mut self, annotation: Value, out: &mut Vec<Out>) {
+        let Some(index) = self.message else { return };
+        let Some(Item::Message { id, annotations, .. }) = self.items.get_mut(index) else { return };
+        let data = json!({
+            "item_id": id, "output_index": index, "content_index": 0,
+            "annotation_index": annotations.len(), "annotation": annotation,
+        });
+        annotations.push(annotation);
+        self.emit(out, "response.output_text.annotation.added", data, false);
     }
 
     fn tool(&mut self, call: &Value, out: &mut Vec<Out>) {
@@ -258,14 +283,14 @@ impl FromChat {
         let items = std::mem::take(&mut self.items);
         for (index, item) in items.iter().enumerate() {
             match item {
-                Item::Message { id, text } => {
+                Item::Message { id, text, annotations } => {
                     let at = json!({"item_id": id, "output_index": index, "content_index": 0});
                     let mut done = at.clone();
                     done["text"] = json!(text);
                     done["logprobs"] = json!([]);
                     self.emit(out, "response.output_text.done", done, false);
                     let mut part = at;
-                    part["part"] = text_part(text);
+                    part["part"] = text_part(text, annotations);
                     self.emit(out, "response.content_part.done", part, false);
                 }
                 Item::Call { id, name, arguments, .. } => {
@@ -320,6 +345,9 @@ impl SseEvents for FromChat {
             }
             for call in delta["tool_calls"].as_array().into_iter().flatten() {
                 self.tool(call, out);
+            }
+            for annotation in annotations_of(&delta["annotations"]) {
+                self.annotation(annotation, out);
             }
             if let Some(f) = choice["finish_reason"].as_str() {
                 self.finish = Some(f.to_owned());

@@ -115,7 +115,7 @@ fn what_cannot_be_translated_is_refused_naming_it() {
         (json!({"previous_response_id": "resp_1"}), "previous_response_id"),
         (json!({"store": true}), "store"),
         (json!({"background": true}), "background"),
-        (json!({"tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]}), "tools[1]"),
+        (json!({"tools": [{"type": "function", "name": "f"}, {"type": "code_interpreter"}]}), "tools[1]"),
         (json!({"tool_choice": {"type": "web_search"}}), "tool_choice"),
         (json!({"input": [{"type": "item_reference", "id": "msg_1"}]}), "input[0]"),
         (
@@ -323,7 +323,7 @@ fn namespaced_tools_are_flattened_for_chat_and_split_again_in_the_answer() {
 }
 
 #[test]
-fn hosted_tools_are_refused_unless_the_route_omits_them_and_then_named() {
+fn web_search_becomes_chat_web_search_other_hosted_tools_are_refused_unless_the_route_omits_them() {
     // Codex's default turn: its function tools, the hosted web search, and an earlier
     // turn's web search call.
     let body = json!({"model": "m", "tool_choice": "auto", "parallel_tool_calls": true,
@@ -332,19 +332,62 @@ fn hosted_tools_are_refused_unless_the_route_omits_them_and_then_named() {
         "input": [{"role": "user", "content": "look it up"},
                   {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
                   {"role": "assistant", "content": [{"type": "output_text", "text": "found"}]}]});
-    // Refused by default, naming the first hosted part met (the earlier turn's call).
-    let refused = chat_of(body.clone()).expect_err("refused by default");
-    assert_eq!(refused.field(), "input[1]");
+    // By default the search goes as chat's web_search_options (a candidate with a search
+    // of its own serves it, the others refuse it); the earlier call's record is left out
+    // and named: its findings are in the text that follows.
+    let (chat, dropped) = chat_of(body.clone()).expect("translates");
+    assert_eq!(dropped, ["input.web_search_call"]);
+    assert_eq!(chat["web_search_options"], json!({}));
+    assert_eq!(chat["tools"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        chat["messages"],
+        json!([{"role": "user", "content": "look it up"}, {"role": "assistant", "content": "found"}])
+    );
+    // The tool's settings: the location moves under `approximate`, as chat has it.
+    let located = json!({"model": "m", "input": "weather?", "tools": [{"type": "web_search",
+        "search_context_size": "low", "filters": {"allowed_domains": ["example.org"]},
+        "user_location": {"type": "approximate", "city": "Lyon", "country": "FR", "region": null}}]});
+    let (chat, dropped) = chat_of(located).expect("translates");
+    assert!(dropped.is_empty(), "{dropped:?}");
+    assert_eq!(chat.get("tools"), None);
+    assert_eq!(
+        chat["web_search_options"],
+        json!({"search_context_size": "low", "filters": {"allowed_domains": ["example.org"]},
+               "user_location": {"type": "approximate", "approximate": {"city": "Lyon", "country": "FR"}}})
+    );
+    // Codex's default search reads cached pages only: no other search can promise that.
+    let cached = json!({"model": "m", "input": "hi", "tools": [{"type": "web_search", "external_web_access": false}]});
+    let refused = chat_of(cached.clone()).expect_err("cached pages only");
+    assert_eq!(refused.field(), "tools[0].external_web_access");
     assert!(refused.to_string().contains("hostedTools: omit"), "{refused}");
-    let mut fresh = body.clone();
-    fresh["input"] = json!("look it up");
-    let refused = chat_of(fresh).expect_err("the tool itself");
+    let live = json!({"model": "m", "input": "hi", "tools": [{"type": "web_search", "external_web_access": true}]});
+    assert_eq!(chat_of(live).expect("live search").0["web_search_options"], json!({}));
+    // Every other hosted tool, and the records of its calls, are refused by default.
+    let mut files = body.clone();
+    files["tools"][1] = json!({"type": "file_search", "vector_store_ids": ["vs_1"]});
+    let refused = chat_of(files).expect_err("file search");
     assert_eq!(refused.field(), "tools[1]");
+    assert!(refused.to_string().contains("hostedTools: omit"), "{refused}");
+    let mut history = body.clone();
+    history["input"][1]["type"] = json!("file_search_call");
+    let refused = chat_of(history).expect_err("an earlier file search");
+    assert_eq!(refused.field(), "input[1]");
     assert!(refused.to_string().contains("hostedTools: omit"), "{refused}");
 
     let omit = crate::ToChat { omit_hosted_tools: true };
-    let (chat, dropped) = chat_with(body, omit).expect("translates");
-    assert_eq!(dropped, ["input.web_search_call", "tools.web_search", "tools.web_search_preview"]);
+    // Omitted, every hosted tool but the web search goes: that one stays for the
+    // candidates with a search of their own, and the others leave it out
+    // (`Target::omit_hosted_tools`); a cached-pages-only search goes too.
+    let (chat, dropped) = chat_with(body.clone(), omit).expect("translates");
+    assert_eq!(dropped, ["input.web_search_call"]);
+    assert_eq!(chat["web_search_options"], json!({}));
+    let (chat, dropped) = chat_with(cached, omit).expect("translates");
+    assert_eq!((dropped.as_slice(), chat.get("web_search_options")), (&["tools.web_search".into()][..], None));
+    let mut files = body;
+    files["tools"][1] = json!({"type": "file_search"});
+    files["tools"][2] = json!({"type": "code_interpreter"});
+    let (chat, dropped) = chat_with(files, omit).expect("translates");
+    assert_eq!(dropped, ["input.web_search_call", "tools.file_search", "tools.code_interpreter"]);
     assert_eq!(chat["tools"].as_array().map(Vec::len), Some(1));
     assert_eq!(chat["tools"][0]["function"]["name"], "shell");
     assert_eq!(chat["tool_choice"], "auto");
@@ -368,4 +411,34 @@ fn hosted_tools_are_refused_unless_the_route_omits_them_and_then_named() {
     // Client-run tools are never omitted: a custom tool stays refused.
     let custom = json!({"model": "m", "input": "hi", "tools": [{"type": "custom", "name": "apply_patch"}]});
     assert_eq!(chat_with(custom, omit).expect_err("client tool").field(), "tools[0]");
+}
+
+/// A searched answer's chat stream: text, then its sources as an annotations delta.
+const CHAT_CITED: &str = "data: {\"model\":\"up-model\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Born 1916.\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"annotations\":[{\"type\":\"url_citation\",\"url_citation\":{\"start_index\":0,\"end_index\":10,\"url\":\"https://example.org/cs\",\"title\":\"CS\"}}]}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2}}\n\n\
+data: [DONE]\n\n";
+
+#[test]
+fn a_searched_answers_sources_become_url_citation_annotations() {
+    let want = json!({"type": "url_citation", "start_index": 0, "end_index": 10, "url": "https://example.org/cs", "title": "CS"});
+    let ev = events(&run(from_chat(ids()), CHAT_CITED.as_bytes(), 40));
+    let added = ev.iter().find(|(k, _)| k == "response.output_text.annotation.added").map(|(_, d)| d).expect("added");
+    assert_eq!(
+        (&added["item_id"], &added["annotation_index"], &added["annotation"]),
+        (&json!("msg_r1"), &json!(0), &want)
+    );
+    let part = ev.iter().find(|(k, _)| k == "response.content_part.done").map(|(_, d)| d).expect("part done");
+    assert_eq!(part["part"]["annotations"], json!([want]));
+    let completed = &ev.last().expect("events").1["response"];
+    assert_eq!(completed["output"][0]["content"][0]["annotations"], json!([want]));
+
+    let body = json!({"model": "up", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "Born 1916.", "annotations": [{"type": "url_citation", "url_citation":
+        {"start_index": 0, "end_index": 10, "url": "https://example.org/cs", "title": "CS"}}]}}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3}});
+    let (bytes, _) = response_of_completion(body.to_string().as_bytes(), &ids()).expect("converts");
+    let v: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!(v["output"][0]["content"][0]["annotations"], json!([want]));
 }

@@ -9,7 +9,7 @@ use crate::fixture::{check_all, read, target};
 
 #[test]
 fn anthropic_fixtures_translate() {
-    assert_eq!(check_all(Protocol::Anthropic), 10);
+    assert_eq!(check_all(Protocol::Anthropic), 14);
 }
 
 #[test]

@@ -62,3 +62,27 @@ fn fields_a_target_cannot_express_are_refused_by_name() {
     assert_eq!(body["generationConfig"]["frequencyPenalty"], 0.25);
     assert!(build(&target(Protocol::Anthropic), &req, false).is_err(), "frequency_penalty 0.25");
 }
+
+#[test]
+fn a_hosted_web_search_goes_to_anthropics_search_and_is_refused_where_there_is_none() {
+    // A search never silently dropped (maximhq/bifrost#3596 dropped hosted tools).
+    let req: ChatRequest = serde_json::from_value(json!({
+        "messages": [{ "role": "user", "content": "news?" }], "web_search_options": {}
+    }))
+    .unwrap();
+    for protocol in [Protocol::Anthropic, Protocol::VertexAnthropic] {
+        let body: Value = serde_json::from_slice(&build(&target(protocol), &req, false).unwrap().body).unwrap();
+        assert_eq!(body["tools"], json!([{ "type": "web_search_20250305", "name": "web_search" }]), "{protocol:?}");
+    }
+    for protocol in [Protocol::Gemini, Protocol::VertexGemini, Protocol::Bedrock] {
+        let e = build(&target(protocol), &req, false).unwrap_err();
+        assert!(
+            matches!(&e, TranslateError::Unsupported { field, .. } if field == "web_search_options"),
+            "{protocol:?}: {e}"
+        );
+        // A route that omits hosted tools sends them the request without it.
+        let omitting = sluice_providers::Target { omit_hosted_tools: true, ..target(protocol) };
+        let body = String::from_utf8(build(&omitting, &req, false).unwrap().body.to_vec()).unwrap();
+        assert!(!body.contains("search"), "{protocol:?}: {body}");
+    }
+}

@@ -125,6 +125,7 @@ pub(super) fn parse(map: &Map<String, Value>) -> Result<NativeRequest, Invalid> 
         prefill: None,
         answers_tool: tool_result::responses(input),
         echo,
+        web_search: false,
     })
 }
 
