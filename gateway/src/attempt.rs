@@ -324,7 +324,14 @@ pub async fn run(
             AttemptError::transport(limit_outcome, format!("{what} within {}ms", limit.as_millis()))
         }
     };
-    record(upstream, books.settings, books.sli, failure.outcome, spec.trial, failure.retry_after, None);
+    if failure.refused {
+        // Nothing reached the upstream: its health, metrics and SLI do not hear of it.
+        if spec.trial {
+            upstream.health.cancel_trial();
+        }
+    } else {
+        record(upstream, books.settings, books.sli, failure.outcome, spec.trial, failure.retry_after, None);
+    }
     trace.outcome(failure.outcome, failure.retryable);
     Err(failure)
 }
@@ -384,6 +391,7 @@ async fn refusal(response: UpstreamResponse, retry_on: &[u16]) -> AttemptError {
         retry_after,
         overloaded: status.as_u16() == 529,
         passthrough: (!retryable).then_some(Passthrough { status, headers, body }),
+        refused: false,
     }
 }
 

@@ -11,7 +11,7 @@ Gemini, and the answer back as Messages events):
   `failover.midStream: resume` (docs/design.md §4.5);
 - `claude-cloud`: `anth` first, then Claude on Vertex AI (`vert`, on chaos backup, with
   a Google token from its token endpoint); `claude-bedrock`: Claude on Bedrock
-  (`bdrk`, on chaos backup, SigV4) alone.
+  (`bdrk`, on chaos backup, SigV4) alone; `claude-gemini`: `gem` alone.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sluice_testsupport.poll import wait_for
 from conftest import AWS_KEY_ID, AWS_REGION, AWS_SECRET, GCP_LOCATION, GCP_PROJECT, Gateway, run_admin, sa_key_for, start
 
 NATIVE, TRANSLATED = "claude-native", "claude-translated"
-CLOUD, BEDROCK = "claude-cloud", "claude-bedrock"
+CLOUD, BEDROCK, GEMINI_ONLY = "claude-cloud", "claude-bedrock", "claude-gemini"
 RESUME, RESUME_TRANSLATED = "claude-resume", "claude-resume-translated"
 HELLO = [{"role": "user", "content": "Say hello."}]
 TOOL = {"name": "lookup", "description": "Looks a word up.",
@@ -94,7 +94,8 @@ spec:
     return "---\n".join([upstreams, route(NATIVE, claude, gemini), route(TRANSLATED, gemini, claude),
                           route(RESUME, claude, claude_b, "resume"),
                           route(RESUME_TRANSLATED, claude, gemini, "resume"),
-                          route(CLOUD, claude, vertex), route(BEDROCK, bedrock, None)])
+                          route(CLOUD, claude, vertex), route(BEDROCK, bedrock, None),
+                          route(GEMINI_ONLY, gemini, None)])
 
 
 @pytest.fixture
@@ -240,11 +241,25 @@ def test_thinking_from_earlier_turns_reaches_a_native_candidate_and_is_left_out_
     assert translated.headers["x-sluice-dropped"] == "thinking"
 
 
-def test_what_a_translated_candidate_cannot_take_is_refused_by_name(messages_gateway, backup):
+def test_what_a_translated_candidate_cannot_take_passes_it_over_and_is_refused_by_name_when_none_can(
+        messages_gateway, primary, backup):
+    c = client(messages_gateway)
     before = backup.requests()
+    # Gemini has no top_k: it is passed over (sent nothing), and Anthropic serves.
+    raw = c.messages.with_raw_response.create(model=TRANSLATED, max_tokens=64, messages=HELLO,
+                                              extra_body={"top_k": 5})
+    assert raw.headers["x-sluice-upstream"] == "anth"
+    assert "x-sluice-failover" not in raw.headers
+    assert backup.requests() == before
+    # When Anthropic fails too, the answer is its failure's, naming both.
+    primary.script(status=503)
+    with pytest.raises(anthropic.InternalServerError) as e:
+        c.messages.create(model=TRANSLATED, max_tokens=64, messages=HELLO, extra_body={"top_k": 5})
+    assert "gem: cannot take the request" in e.value.body["error"]["message"]
+    assert "top_k" in e.value.body["error"]["message"]
+    # No candidate can take it: 400 naming the member, nothing sent.
     with pytest.raises(anthropic.BadRequestError) as e:
-        client(messages_gateway).messages.create(model=TRANSLATED, max_tokens=64, messages=HELLO,
-                                                  extra_body={"top_k": 5})
+        c.messages.create(model=GEMINI_ONLY, max_tokens=64, messages=HELLO, extra_body={"top_k": 5})
     assert e.value.body["error"]["type"] == "invalid_request_error"
     assert "top_k" in e.value.body["error"]["message"]
     assert backup.requests() == before

@@ -10,7 +10,8 @@ client's body as it came, to the upstream's `/v1/responses`) and an `anthropic` 
   prefill, through translation) or `oai-b` (an `openai` upstream on chaos backup, which
   replays), with `failover.midStream: resume` (docs/design.md §4.5);
 - `gpt-omit-hosted`: `anth` first, `gem` (a `gemini` upstream on chaos primary, which
-  has no web search) second, with `hostedTools: omit`.
+  has no web search) second, with `hostedTools: omit`; `gpt-no-openai`: the same
+  without it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from conftest import Gateway, run_admin, start
 
 NATIVE, TRANSLATED = "gpt-native", "gpt-translated"
 RESUME, RESUME_NATIVE = "gpt-resume", "gpt-resume-native"
-OMIT_HOSTED = "gpt-omit-hosted"
+OMIT_HOSTED, NO_OPENAI = "gpt-omit-hosted", "gpt-no-openai"
 HELLO = "Say hello."
 TOOL = {"type": "function", "name": "lookup", "description": "Looks a word up.", "strict": False,
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
@@ -76,7 +77,8 @@ spec: {{protocol: gemini, baseUrl: "{primary}/v1beta", timeouts: {{connect: 2s, 
     gpt, claude, gpt_b, gemini = ("oai", "gpt-x-1"), ("anth", "claude-x-1"), ("oai-b", "gpt-x-1"), ("gem", "gemini-x-1")
     return "---\n".join([upstreams, route(NATIVE, gpt, claude), route(TRANSLATED, claude, gpt),
                           route(RESUME, gpt, claude, "resume"), route(RESUME_NATIVE, gpt, gpt_b, "resume"),
-                          route(OMIT_HOSTED, claude, gemini, extra="  hostedTools: omit\n")])
+                          route(OMIT_HOSTED, claude, gemini, extra="  hostedTools: omit\n"),
+                          route(NO_OPENAI, claude, gemini)])
 
 
 @pytest.fixture
@@ -250,13 +252,20 @@ def test_what_needs_a_response_store_is_refused_by_name(responses_gateway, prima
     assert primary.requests() == before
 
 
-def test_a_hosted_tool_a_translated_candidate_lacks_is_refused_by_name(responses_gateway, backup, primary):
+def test_a_hosted_tool_a_translated_candidate_lacks_passes_it_over_and_is_refused_by_name_when_none_has_it(
+        responses_gateway, backup, primary):
+    c = client(responses_gateway)
+    files = [TOOL, {"type": "file_search", "vector_store_ids": ["vs_1"]}]
+    before = backup.requests()
+    # Claude has no file search: passed over (sent nothing); OpenAI takes it natively.
+    raw = c.responses.with_raw_response.create(model=TRANSLATED, input=HELLO, tools=files)
+    assert raw.headers["x-sluice-upstream"] == "oai"
+    assert backup.requests() == before
+    # No candidate has it: 400 naming the tool, nothing sent.
     before = backup.requests(), primary.requests()
     with pytest.raises(openai.BadRequestError) as e:
-        client(responses_gateway).responses.create(model=TRANSLATED, input=HELLO,
-                                                   tools=[TOOL, {"type": "file_search", "vector_store_ids": ["vs_1"]}])
+        c.responses.create(model=NO_OPENAI, input=HELLO, tools=files)
     assert "tools[1]" in e.value.body["message"] and "file_search" in e.value.body["message"]
-    # The native candidate behind it was not asked either: a 400 does not fail over.
     assert (backup.requests(), primary.requests()) == before
 
 

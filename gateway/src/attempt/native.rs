@@ -73,7 +73,8 @@ pub(crate) fn target<'a>(cfg: &'a UpstreamConfig, input: &NativeInput<'a>) -> Ta
 }
 
 /// A client error found before anything was sent (the request cannot be expressed in
-/// the target's protocol): answered as a 400 naming the field, never failed over.
+/// the target's protocol): the walk passes the candidate over, and answers this 400
+/// naming the field when no candidate could take the request.
 pub(super) fn refused_here(message: String) -> AttemptError {
     let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error", "code": "invalid_request", "param": null}});
     let mut headers = HeaderMap::new();
@@ -89,6 +90,7 @@ pub(super) fn refused_here(message: String) -> AttemptError {
             headers,
             body: Bytes::from(body.to_string()),
         }),
+        refused: true,
     }
 }
 
@@ -113,6 +115,7 @@ fn failed(e: UpstreamError, retry_on: &[u16]) -> AttemptError {
         retry_after: e.retry_after,
         overloaded: e.kind == ErrorKind::Overloaded,
         passthrough: (!retryable).then(|| Passthrough { status, headers, body: e.openai_body }),
+        refused: false,
     }
 }
 

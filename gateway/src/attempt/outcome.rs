@@ -102,6 +102,10 @@ pub struct AttemptError {
     pub overloaded: bool,
     /// For a non-retryable HTTP answer: passed to the client unchanged.
     pub passthrough: Option<Passthrough>,
+    /// Nothing was sent: the request cannot be expressed in this candidate's protocol
+    /// (a member it lacks). The walk passes the candidate over; when no candidate could
+    /// take the request, `passthrough` is the 400 that names the member.
+    pub refused: bool,
 }
 
 /// An upstream answer passed to the client as it is.
@@ -125,6 +129,7 @@ impl AttemptError {
             retry_after: None,
             overloaded: false,
             passthrough: None,
+            refused: false,
         }
     }
 }

@@ -78,6 +78,8 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
     let mut failovers: Vec<Outcome> = Vec::new();
     let mut waited = Duration::ZERO;
     let mut last_walk: Vec<(usize, AttemptError)> = Vec::new();
+    // Candidates that cannot take the request, passed over for the rest of it.
+    let mut refused: Vec<(usize, AttemptError)> = Vec::new();
     // ThreadRng is not Send; a small generator seeded from it can live across awaits
     // (jitter and weighted picks need no cryptographic randomness).
     let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::from_rng(&mut rand::rng());
@@ -149,6 +151,16 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                         Err(e) => {
                             // The attempt booked its failure and gave its trial slot back.
                             hedged.retain(|h| *h != idx);
+                            if e.refused {
+                                let upstream = route.candidates.get(idx).map_or("?", |c| c.upstream.cfg.name.as_str());
+                                tracing::info!(request_id = ctx.request_id.as_str(), route = %cfg.name, upstream,
+                                    detail = %e.detail, "candidate passed over: it cannot take the request");
+                                if let Some(slot) = excluded.get_mut(idx) {
+                                    *slot = true;
+                                }
+                                refused.push((idx, e));
+                                continue;
+                            }
                             log_failure(ctx, route, idx, &e, began, deadline);
                             if !e.retryable {
                                 drop(running);
@@ -194,7 +206,7 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
         tokio::time::sleep(wait).await;
         waited += wait;
     }
-    Err(exhausted(route, attempts, failovers, &last_walk, deadline))
+    Err(exhausted(route, attempts, failovers, &last_walk, refused, deadline))
 }
 
 #[expect(clippy::too_many_arguments, reason = "one call site; a struct would only rename the arguments")]
@@ -286,15 +298,24 @@ fn deadline_failure(route: &Route, attempts: u32, failovers: Vec<Outcome>) -> Fa
     Failed { error: ApiError::DeadlineExceeded(message), attempts, failovers }
 }
 
-/// The answer when every walk failed: 504 if the deadline ran out, 429 if throttling was
-/// the cause, else 503 naming each candidate and why.
+/// The answer when every walk failed: the 400 of the first candidate that could not
+/// take the request when none could, 504 if the deadline ran out, 429 if throttling was
+/// the cause, else 503 naming each candidate and why (those that could not take the
+/// request too).
 pub(crate) fn exhausted(
     route: &Route,
     attempts: u32,
     failovers: Vec<Outcome>,
     last_walk: &[(usize, AttemptError)],
+    mut refused: Vec<(usize, AttemptError)>,
     deadline: Instant,
 ) -> Failed {
+    if last_walk.is_empty()
+        && !refused.is_empty()
+        && let Some(p) = refused.swap_remove(0).1.passthrough
+    {
+        return Failed { error: ApiError::Upstream(Box::new(p)), attempts, failovers };
+    }
     // Within 1% of the deadline (20ms to 200ms) counts as having run out of it.
     let slack = Duration::from_millis((route.cfg.deadline_ms / 100).clamp(20, 200));
     if Instant::now() + slack >= deadline {
@@ -304,9 +325,11 @@ pub(crate) fn exhausted(
     let busy = !last_walk.is_empty() && last_walk.iter().all(|(_, e)| e.outcome == Outcome::Http429 || e.overloaded);
     let reasons: Vec<String> = last_walk
         .iter()
+        .chain(&refused)
         .map(|(idx, e)| {
             let name = route.candidates.get(*idx).map_or("?", |c| c.upstream.cfg.name.as_str());
-            format!("{name}: {} ({})", e.outcome.as_str(), e.detail)
+            let outcome = if e.refused { "cannot take the request" } else { e.outcome.as_str() };
+            format!("{name}: {outcome} ({})", e.detail)
         })
         .collect();
     let detail = if reasons.is_empty() { "no candidate could be tried".to_string() } else { reasons.join("; ") };

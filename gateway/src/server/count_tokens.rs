@@ -141,5 +141,5 @@ fn answer(gw: &Gateway, started: Started, attempts: usize, failovers: &[Outcome]
 fn exhausted(route: &Route, failed: &[(usize, attempt::outcome::AttemptError)], deadline: Instant) -> ApiError {
     let attempts = u32::try_from(failed.len()).unwrap_or(u32::MAX);
     let failovers = failed.iter().map(|(_, e)| e.outcome).collect();
-    walk::exhausted(route, attempts, failovers, failed, deadline).error
+    walk::exhausted(route, attempts, failovers, failed, Vec::new(), deadline).error
 }

@@ -184,6 +184,44 @@ async fn a_request_anthropic_cannot_express_is_a_400_naming_the_field() -> anyho
 }
 
 #[tokio::test]
+async fn a_candidate_that_cannot_take_the_request_is_passed_over_not_answered_with_a_400() -> anyhow::Result<()> {
+    // Gemini has no hosted web search; Anthropic has: a searching request passes Gemini
+    // over (nothing sent, its health untouched) and is served by Anthropic.
+    let gemini = ChaosUpstream::start("gemini").await?;
+    let route_doc = route("searching", "searching", &[("gemini", 100), ("anthropic-direct", 50)]).candidate(
+        1,
+        "model",
+        "claude-opus-4-20250514",
+    );
+    let only_gemini = route("gemini-only", "gemini-only", &[("gemini", 100)]);
+    let f = founding_route(&[gemini.native_doc("gemini"), route_doc, only_gemini]).await?;
+    let client = f.gw.client()?;
+    let search = json!({"web_search_options": {}});
+    let r = client.chat("searching", search.clone()).await?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-sluice-upstream"), Some("anthropic-direct"));
+    assert_eq!(r.header("x-sluice-failover"), None, "a candidate passed over is no failover");
+    assert_eq!(r.json()["choices"][0]["message"]["annotations"][0]["type"], "url_citation", "{}", r.text());
+    assert_eq!((gemini.requests(), f.anthropic.requests()), (0, 1));
+    assert_eq!(f.gw.count("sluice_upstream_attempts_total", &[("upstream", "gemini")]), 0.0);
+
+    // The candidate that could take it fails: the answer is that failure's, naming both.
+    f.anthropic.script(json!({"status": 503}))?;
+    let r = client.chat("searching", search.clone()).await?;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let message = r.error_message();
+    assert!(message.contains("gemini: cannot take the request") && message.contains("web_search_options"), "{message}");
+    assert!(message.contains("anthropic-direct: http_5xx"), "{message}");
+
+    // No candidate can take it: the 400 naming the member, as before.
+    let r = client.chat("gemini-only", search).await?;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.error_message().contains("web_search_options"), "{}", r.text());
+    assert_eq!(gemini.requests(), 0, "nothing was sent");
+    Ok(())
+}
+
+#[tokio::test]
 async fn bedrock_requests_are_signed_and_throttling_fails_over() -> anyhow::Result<()> {
     let auth = ChaosAuth {
         aws: Some(AwsKeys { access_key_id: AWS_KEY_ID.into(), secret_access_key: AWS_SECRET.into() }),
