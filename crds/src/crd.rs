@@ -1,5 +1,5 @@
-//! The CRDs of the sluice kinds, generated from their Rust types: for crdgen, which
-//! writes the chart's `crds/`, and for the tests that check their schemas.
+//! The CRDs of the sluice kinds, generated from their Rust types (`kube` feature): for
+//! crdgen, which writes the chart's `crds/`, and for the tests that check their schemas.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
 

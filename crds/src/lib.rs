@@ -6,13 +6,22 @@
 //! Start with [`resolve::resolve`]: it is the one path from manifests to configuration,
 //! shared by the operator (which reads resources from the API server) and by file mode
 //! (which reads them with [`manifests::load_paths`]).
+//!
+//! The feature `kube` (off by default) adds the Kubernetes side: the kinds as kube
+//! `CustomResource`s with their statuses, and the CRDs with their schemas and CEL rules
+//! (`crds()`, the `crdgen` bin: `cargo run -p sluice-crds --features kube --bin
+//! crdgen`). The operator enables it. Without it the kinds are [`object::Object`]s of
+//! the same specs, which read the same manifests, and the crate builds without
+//! k8s-openapi and kube: the gateway's build (bench/PROFILE.md, "Time to the first demo").
 
 pub mod account_limit;
+#[cfg(feature = "kube")]
 mod crd;
 pub mod duration;
 pub mod error_budget;
 pub mod manifests;
 pub mod model_route;
+pub mod object;
 pub mod problem;
 pub mod resolve;
 pub mod schema;
@@ -20,15 +29,21 @@ pub mod snapshot;
 pub mod upstream;
 pub mod validate;
 
-pub use account_limit::{AccountLimit, AccountLimitSpec, AccountLimitStatus};
+pub use account_limit::{AccountLimit, AccountLimitSpec};
+#[cfg(feature = "kube")]
 pub use crd::{crd_files, crd_yaml, crds};
-pub use error_budget::{ErrorBudget, ErrorBudgetSpec, ErrorBudgetStatus};
+pub use error_budget::{ErrorBudget, ErrorBudgetSpec};
 pub use manifests::{Manifests, load_paths};
-pub use model_route::{ModelRoute, ModelRouteSpec, ModelRouteStatus};
+pub use model_route::{ModelRoute, ModelRouteSpec};
 pub use problem::{Problem, Severity};
 pub use resolve::{Resolved, SecretLookup, resolve};
 pub use snapshot::Snapshot;
-pub use upstream::{Upstream, UpstreamSpec, UpstreamStatus};
+pub use upstream::{Upstream, UpstreamSpec};
+#[cfg(feature = "kube")]
+pub use {
+    account_limit::AccountLimitStatus, error_budget::ErrorBudgetStatus, model_route::ModelRouteStatus,
+    upstream::UpstreamStatus,
+};
 
 /// API group of every sluice kind.
 pub const GROUP: &str = "sluice.dev";
