@@ -7,10 +7,13 @@
 //! update`), and [`resolve`] turns its spec into the six limit values the operator
 //! writes.
 
+#[cfg(feature = "kube")]
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+#[cfg(feature = "kube")]
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "kube")]
 use crate::schema::{MONEY_RULE, conditions_schema, msg};
 use crate::validate::{self, FieldError};
 
@@ -19,79 +22,95 @@ pub const ACCOUNT_MAX_LEN: usize = 128;
 /// The account names an AccountLimit may name: letters, digits and `. _ : @ / + = -`,
 /// starting with a letter or digit (a subset of what the ledger accepts: 1–128
 /// characters without whitespace or control characters).
+#[cfg(feature = "kube")]
 pub const ACCOUNT_RULE: &str = "self.matches('^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$')";
 /// At least one of the six limits is set.
+#[cfg(feature = "kube")]
 pub const ANY_LIMIT_RULE: &str = "has(self.rpm) || has(self.tpm) || has(self.tpd) || has(self.concurrency) \
     || has(self.dailySpend) || has(self.monthlySpend)";
 /// `account` never changes (a transition rule: checked on updates only).
+#[cfg(feature = "kube")]
 pub const ACCOUNT_IMMUTABLE_RULE: &str = "self == oldSelf";
 /// `keyId` is neither added, removed nor changed (a transition rule on the spec).
+#[cfg(feature = "kube")]
 pub const KEY_IMMUTABLE_RULE: &str =
     "has(self.keyId) == has(oldSelf.keyId) && (!has(self.keyId) || self.keyId == oldSelf.keyId)";
 
 /// The limits of one ledger account (or of one API key of it), owned by this resource.
 // kube's `printcolumn(.., type_ = "string", ..)` repeats arguments, not attributes.
-#[expect(clippy::duplicated_attributes, reason = "false positive on kube's printcolumn arguments")]
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "sluice.dev",
-    version = "v1alpha1",
-    kind = "AccountLimit",
-    namespaced,
-    status = "AccountLimitStatus",
-    shortname = "al",
-    category = "sluice",
-    derive = "PartialEq",
-    printcolumn(name = "Account", type_ = "string", json_path = ".spec.account"),
-    printcolumn(name = "Key", type_ = "integer", json_path = ".spec.keyId"),
-    printcolumn(name = "RPM", type_ = "integer", json_path = ".spec.rpm"),
-    printcolumn(name = "TPM", type_ = "integer", json_path = ".spec.tpm"),
-    printcolumn(name = "Concurrency", type_ = "integer", json_path = ".spec.concurrency"),
-    printcolumn(name = "Daily-Spend", type_ = "string", json_path = ".spec.dailySpend"),
-    printcolumn(name = "Applied", type_ = "boolean", json_path = ".status.applied"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+#[cfg_attr(
+    feature = "kube",
+    expect(clippy::duplicated_attributes, reason = "false positive on kube's printcolumn arguments")
+)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(CustomResource, KubeSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "sluice.dev",
+        version = "v1alpha1",
+        kind = "AccountLimit",
+        namespaced,
+        status = "AccountLimitStatus",
+        shortname = "al",
+        category = "sluice",
+        derive = "PartialEq",
+        printcolumn(name = "Account", type_ = "string", json_path = ".spec.account"),
+        printcolumn(name = "Key", type_ = "integer", json_path = ".spec.keyId"),
+        printcolumn(name = "RPM", type_ = "integer", json_path = ".spec.rpm"),
+        printcolumn(name = "TPM", type_ = "integer", json_path = ".spec.tpm"),
+        printcolumn(name = "Concurrency", type_ = "integer", json_path = ".spec.concurrency"),
+        printcolumn(name = "Daily-Spend", type_ = "string", json_path = ".spec.dailySpend"),
+        printcolumn(name = "Applied", type_ = "boolean", json_path = ".status.applied"),
+        printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new(ANY_LIMIT_RULE).message(msg::ANY_LIMIT))]
-#[x_kube(validation = Rule::new(KEY_IMMUTABLE_RULE).field_path(".keyId").message(msg::KEY_IMMUTABLE))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new(ANY_LIMIT_RULE).message(msg::ANY_LIMIT)))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new(KEY_IMMUTABLE_RULE).field_path(".keyId").message(msg::KEY_IMMUTABLE)))]
 pub struct AccountLimitSpec {
     /// The ledger account (its name). Cannot be changed.
-    #[schemars(length(max = ACCOUNT_MAX_LEN))]
-    #[x_kube(validation = Rule::new(ACCOUNT_RULE).message(msg::ACCOUNT))]
-    #[x_kube(validation = Rule::new(ACCOUNT_IMMUTABLE_RULE).message(msg::ACCOUNT_IMMUTABLE))]
+    #[cfg_attr(feature = "kube", schemars(length(max = ACCOUNT_MAX_LEN)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(ACCOUNT_RULE).message(msg::ACCOUNT)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(ACCOUNT_IMMUTABLE_RULE).message(msg::ACCOUNT_IMMUTABLE)))]
     pub account: String,
     /// The id of one API key of the account (`admin key list`): the limits are that
     /// key's instead of the account's. Cannot be added, removed or changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub key_id: Option<i64>,
     /// Requests per minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub rpm: Option<i64>,
     /// Input plus output tokens per minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub tpm: Option<i64>,
     /// Input plus output tokens per day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub tpd: Option<i64>,
     /// Requests in flight at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[cfg_attr(feature = "kube", schemars(range(min = 1)))]
     pub concurrency: Option<i64>,
     /// Spend per UTC calendar day, USD (`"25.00"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 17))]
-    #[x_kube(validation = Rule::new(MONEY_RULE).message(msg::DAILY_SPEND))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 17)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(MONEY_RULE).message(msg::DAILY_SPEND)))]
     pub daily_spend: Option<String>,
     /// Spend per UTC calendar month, USD (`"500.00"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 17))]
-    #[x_kube(validation = Rule::new(MONEY_RULE).message(msg::MONTHLY_SPEND))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 17)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(MONEY_RULE).message(msg::MONTHLY_SPEND)))]
     pub monthly_spend: Option<String>,
 }
+
+/// The limits of an account or key as a manifest holds them, `metadata` and `spec`
+/// ([`Object`](crate::object::Object)); with the `kube` feature, kube's `CustomResource`.
+#[cfg(not(feature = "kube"))]
+pub type AccountLimit = crate::object::Object<AccountLimitSpec>;
 
 /// What the spec limits: the account, or one key of it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -164,6 +183,7 @@ pub fn resolve(spec: &AccountLimitSpec) -> Result<LimitValues, Vec<FieldError>> 
 }
 
 /// What the operator observed and did.
+#[cfg(feature = "kube")]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AccountLimitStatus {
@@ -183,6 +203,7 @@ pub struct AccountLimitStatus {
 }
 
 /// One limit's use, as `sluice-gateway admin key show` prints it.
+#[cfg(feature = "kube")]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LimitUse {

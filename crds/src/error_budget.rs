@@ -1,75 +1,94 @@
 //! The `ErrorBudget` resource: an SLO over some routes, and its burn.
 
+#[cfg(feature = "kube")]
 use std::collections::BTreeMap;
 
+#[cfg(feature = "kube")]
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+#[cfg(feature = "kube")]
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "kube")]
 use crate::schema::{DURATION_MESSAGE, DURATION_RULE, conditions_schema};
 
 /// An objective over a set of routes in this namespace.
 // kube's `printcolumn(.., type_ = "string", ..)` repeats arguments, not attributes.
-#[expect(clippy::duplicated_attributes, reason = "false positive on kube's printcolumn arguments")]
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "sluice.dev",
-    version = "v1alpha1",
-    kind = "ErrorBudget",
-    namespaced,
-    status = "ErrorBudgetStatus",
-    shortname = "eb",
-    category = "sluice",
-    derive = "PartialEq",
-    printcolumn(name = "Objective", type_ = "string", json_path = ".spec.objective"),
-    printcolumn(name = "Window", type_ = "string", json_path = ".spec.window"),
-    printcolumn(name = "Consumed", type_ = "string", json_path = ".status.consumedPercent"),
-    printcolumn(name = "Remaining", type_ = "string", json_path = ".status.remainingPercent"),
-    printcolumn(name = "Burn-1h", type_ = "string", json_path = ".status.burnRates.1h"),
-    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+#[cfg_attr(
+    feature = "kube",
+    expect(clippy::duplicated_attributes, reason = "false positive on kube's printcolumn arguments")
+)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(CustomResource, KubeSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "sluice.dev",
+        version = "v1alpha1",
+        kind = "ErrorBudget",
+        namespaced,
+        status = "ErrorBudgetStatus",
+        shortname = "eb",
+        category = "sluice",
+        derive = "PartialEq",
+        printcolumn(name = "Objective", type_ = "string", json_path = ".spec.objective"),
+        printcolumn(name = "Window", type_ = "string", json_path = ".spec.window"),
+        printcolumn(name = "Consumed", type_ = "string", json_path = ".status.consumedPercent"),
+        printcolumn(name = "Remaining", type_ = "string", json_path = ".status.remainingPercent"),
+        printcolumn(name = "Burn-1h", type_ = "string", json_path = ".status.burnRates.1h"),
+        printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+        printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("!has(self.method) || self.method != 'timeslices' || has(self.timeslice)").message(crate::schema::msg::TIMESLICE_REQUIRED))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!has(self.method) || self.method != 'timeslices' || has(self.timeslice)").message(crate::schema::msg::TIMESLICE_REQUIRED)))]
 pub struct ErrorBudgetSpec {
     /// ModelRoute names in this namespace, 1..64.
     // Bounded items keep the apiserver's cost estimate of the uniqueness rule in budget.
-    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 253)))]
-    #[x_kube(validation = Rule::new("self.all(r, self.exists_one(s, s == r))").message(crate::schema::msg::ROUTES_UNIQUE))]
+    #[cfg_attr(feature = "kube", schemars(length(min = 1, max = 64), inner(length(min = 1, max = 253))))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.all(r, self.exists_one(s, s == r))").message(crate::schema::msg::ROUTES_UNIQUE)))]
     pub routes: Vec<String>,
     /// Target percentage of good events, a decimal string with 50 < x < 100.
-    #[schemars(length(max = 9))]
-    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,2}(\\\\.[0-9]{1,6})?$') && double(self) > 50.0 && double(self) < 100.0").message(crate::schema::msg::OBJECTIVE))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 9)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.matches('^[0-9]{1,2}(\\\\.[0-9]{1,6})?$') && double(self) > 50.0 && double(self) < 100.0").message(crate::schema::msg::OBJECTIVE)))]
     pub objective: String,
     /// Rolling window, `1h`..`90d`.
-    #[schemars(length(max = 5))]
-    #[x_kube(validation = Rule::new(WINDOW_RULE).message(crate::schema::msg::WINDOW))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 5)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(WINDOW_RULE).message(crate::schema::msg::WINDOW)))]
     pub window: String,
     /// `occurrences` (default) or `timeslices`.
     #[serde(default)]
     pub method: BudgetMethod,
     /// Slice length for `timeslices`; shorter than an hour (and so than any window).
-    #[schemars(length(max = 5))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 5)))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(TIMESLICE_RULE).message(crate::schema::msg::TIMESLICE))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(TIMESLICE_RULE).message(crate::schema::msg::TIMESLICE)))]
     pub timeslice: Option<String>,
     /// Optional latency SLI: slower requests count as bad.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<LatencySpec>,
     /// Burn-rate alerts; default the Google SRE workbook tiers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 8))]
+    #[cfg_attr(feature = "kube", schemars(length(min = 1, max = 8)))]
     pub alerts: Option<Vec<BurnAlert>>,
 }
 
+/// An objective over some routes as a manifest holds it, `metadata` and `spec`
+/// ([`Object`](crate::object::Object)); with the `kube` feature, kube's `CustomResource`.
+#[cfg(not(feature = "kube"))]
+pub type ErrorBudget = crate::object::Object<ErrorBudgetSpec>;
+
 /// Whole hours 1..2160 or whole days 1..90.
+#[cfg(feature = "kube")]
 const WINDOW_RULE: &str = "self.matches('^([1-9]|[1-8][0-9]|90)d$') || self.matches('^([1-9][0-9]{0,2}|1[0-9]{3}|20[0-9]{2}|21[0-5][0-9]|2160)h$')";
 /// 1s..3599s or 1m..59m.
+#[cfg(feature = "kube")]
 const TIMESLICE_RULE: &str =
     "self.matches('^([1-9][0-9]{0,2}|[1-2][0-9]{3}|3[0-5][0-9]{2})s$') || self.matches('^([1-9]|[1-5][0-9])m$')";
 
 /// How the budget is counted.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum BudgetMethod {
     /// Bad requests over all requests.
@@ -80,47 +99,51 @@ pub enum BudgetMethod {
 }
 
 /// Latency SLI.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LatencySpec {
     /// Requests slower than this are bad (first byte for streams).
-    #[schemars(length(max = crate::schema::max_len::DURATION))]
-    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[cfg_attr(feature = "kube", schemars(length(max = crate::schema::max_len::DURATION)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE)))]
     pub threshold: String,
     /// Percentile judged for timeslices, 50..100 exclusive of 100; default 99.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 50, max = 99))]
+    #[cfg_attr(feature = "kube", schemars(range(min = 50, max = 99)))]
     pub percentile: Option<u32>,
 }
 
 /// A multi-window burn-rate alert.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new(ALERT_ORDER_RULE).message(crate::schema::msg::ALERT_WINDOWS))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new(ALERT_ORDER_RULE).message(crate::schema::msg::ALERT_WINDOWS)))]
 pub struct BurnAlert {
     /// Alert name, e.g. `page` or `ticket`.
     // The `maxLength`s below only restate the patterns' bounds: they keep the apiserver's
     // cost estimate of the rules (up to 8 alerts) small.
-    #[schemars(length(max = 31))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z][a-z0-9-]{0,30}$')").message(crate::schema::msg::ALERT_NAME))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 31)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.matches('^[a-z][a-z0-9-]{0,30}$')").message(crate::schema::msg::ALERT_NAME)))]
     pub name: String,
     /// Long window, e.g. `1h`.
-    #[schemars(length(max = 6))]
-    #[x_kube(validation = Rule::new(ALERT_WINDOW_RULE).message(crate::schema::msg::LONG_WINDOW))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 6)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(ALERT_WINDOW_RULE).message(crate::schema::msg::LONG_WINDOW)))]
     pub long_window: String,
     /// Short window, e.g. `5m`.
-    #[schemars(length(max = 6))]
-    #[x_kube(validation = Rule::new(ALERT_WINDOW_RULE).message(crate::schema::msg::SHORT_WINDOW))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 6)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(ALERT_WINDOW_RULE).message(crate::schema::msg::SHORT_WINDOW)))]
     pub short_window: String,
     /// Burn rate that both windows must exceed, a decimal string.
-    #[schemars(length(max = 8))]
-    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,4}(\\\\.[0-9]{1,3})?$') && double(self) > 0.0").message(crate::schema::msg::BURN_RATE))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 8)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.matches('^[0-9]{1,4}(\\\\.[0-9]{1,3})?$') && double(self) > 0.0").message(crate::schema::msg::BURN_RATE)))]
     pub burn_rate: String,
 }
 
+#[cfg(feature = "kube")]
 const ALERT_WINDOW_RULE: &str = "self.matches('^[1-9][0-9]{0,4}(m|h|d)$')";
 /// The short window is shorter than the long one, compared in minutes (`5m` < `1h` < `3d`).
 /// Windows that fail [`ALERT_WINDOW_RULE`] are left to that rule's message.
+#[cfg(feature = "kube")]
 const ALERT_ORDER_RULE: &str = "!self.longWindow.matches('^[1-9][0-9]{0,4}(m|h|d)$') \
     || !self.shortWindow.matches('^[1-9][0-9]{0,4}(m|h|d)$') \
     || int(self.shortWindow.substring(0, size(self.shortWindow) - 1)) \
@@ -129,6 +152,7 @@ const ALERT_ORDER_RULE: &str = "!self.longWindow.matches('^[1-9][0-9]{0,4}(m|h|d
        * (self.longWindow.endsWith('d') ? 1440 : (self.longWindow.endsWith('h') ? 60 : 1))";
 
 /// Observed budget state.
+#[cfg(feature = "kube")]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBudgetStatus {

@@ -1,5 +1,7 @@
-//! Schema fragments and CEL rules shared by the kinds.
+//! Schema fragments and CEL rules shared by the kinds, and the messages that the rules
+//! and `validate` share. The rules and fragments are the CRDs' only (`kube` feature).
 
+#[cfg(feature = "kube")]
 use schemars::{Schema, generate::SchemaGenerator, json_schema};
 
 /// Longest string of each kind that a CEL rule reads and no pattern already bounds.
@@ -20,29 +22,35 @@ pub mod max_len {
 }
 
 /// One or more `<int><unit>` groups, units ms, s, m, h; not zero.
+#[cfg(feature = "kube")]
 pub const DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$') && !self.matches('^(0+(ms|s|m|h))+$')";
-/// Message for [`DURATION_RULE`].
+/// Message for `DURATION_RULE`.
 pub const DURATION_MESSAGE: &str = "must be a positive duration such as 50ms, 2s, 1m30s or 1h";
 /// [`DURATION_RULE`] or the word `auto`.
+#[cfg(feature = "kube")]
 pub const DURATION_OR_AUTO_RULE: &str =
     "self == 'auto' || (self.matches('^([0-9]+(ms|s|m|h))+$') && !self.matches('^(0+(ms|s|m|h))+$'))";
 /// A [`DURATION_RULE`] duration of at least one second (a synthetic check's interval);
 /// CEL's `duration()` reads the same `<int><unit>` groups.
+#[cfg(feature = "kube")]
 pub const SYNTHETIC_INTERVAL_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) >= duration('1s')";
 /// A [`DURATION_RULE`] duration between one second and 720h (30 days): a cache entry's
 /// `ttl` and `staleIfError`. A number too large for its unit is refused before
 /// `duration()` reads it (4 digits of hours, 6 of minutes, 8 of seconds, 11 of
 /// milliseconds, leading zeros aside, are all beyond 30 days), so that no value within
 /// `maxLength` overflows CEL's duration and fails to evaluate instead of being refused.
+#[cfg(feature = "kube")]
 pub const CACHE_DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$') \
     && !self.matches('[1-9][0-9]{3,}h|[1-9][0-9]{5,}m([0-9]|$)|[1-9][0-9]{7,}s|[1-9][0-9]{10,}ms') \
     && duration(self) >= duration('1s') && duration(self) <= duration('720h')";
 /// A non-negative USD amount with at most 9 decimals.
+#[cfg(feature = "kube")]
 pub const MONEY_RULE: &str = "self.matches('^[0-9]{1,7}(\\\\.[0-9]{1,9})?$')";
-/// Message for [`MONEY_RULE`].
+/// Message for `MONEY_RULE`.
 pub const MONEY_MESSAGE: &str = "price must be a decimal string of USD per 1M tokens, e.g. \"15.00\"";
 
 /// `conditions` as a map list keyed by `type`, so server-side apply merges per condition.
+#[cfg(feature = "kube")]
 pub fn conditions_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",

@@ -1,8 +1,9 @@
 //! The integration tests of sluice-crds, one binary of modules (one link, one process):
 //! CEL rules and their Rust mirror (`cel`, `bounds`, `providers`, `stream_timeouts`),
 //! `resolve()` (`resolve_quickstart`, `resolve_problems`, `load`, `plausible`,
-//! `never_panics`), the AccountLimit (`account_limit`), the printer-column contract and
-//! the drift of the generated CRD YAML.
+//! `never_panics`), the AccountLimit (`account_limit`), the printer-column contract, the
+//! drift of the generated CRD YAML, and file mode with and without the `kube` feature
+//! (`object`).
 //! Shared helpers are in `common`.
 
 mod common;
@@ -21,6 +22,8 @@ mod drift;
 mod load;
 #[path = "crds/never_panics.rs"]
 mod never_panics;
+#[path = "crds/object.rs"]
+mod object;
 #[path = "crds/plausible.rs"]
 mod plausible;
 #[path = "crds/providers.rs"]

@@ -21,7 +21,8 @@ pub enum Error {
     /// A sluice CRD is not installed.
     #[error(
         "the {kind} CRD is not installed (listing {kind}s failed: {source}); install the CRDs first: \
-         `kubectl apply -f charts/sluice/crds/` or `cargo run -p sluice-crds --bin crdgen | kubectl apply -f -`"
+         `kubectl apply -f charts/sluice/crds/` or \
+         `cargo run -p sluice-crds --features kube --bin crdgen | kubectl apply -f -`"
     )]
     CrdMissing {
         /// `ModelRoute`, `Upstream` or `ErrorBudget`.

@@ -1,13 +1,15 @@
 //! The provider side of an `Upstream`: its wire protocol and the blocks that only some
 //! protocols read (docs/design.md §9), with each protocol's defaults.
 
+#[cfg(feature = "kube")]
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 use super::SecretKeyRef;
 
 /// Wire protocol of an upstream (docs/design.md §9).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, schemars::JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Protocol {
     /// OpenAI-compatible HTTP API.
@@ -95,16 +97,17 @@ pub fn vertex_base_url(location: &str) -> String {
 }
 
 /// Google Cloud project, location and credentials of a `vertex-*` upstream.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GcpSpec {
     /// Project id (or number) that is billed, e.g. `my-project`.
-    #[schemars(length(max = 128))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][-a-z0-9.:]{0,127}$')").message(crate::schema::msg::GCP_PROJECT))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 128)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.matches('^[a-z0-9][-a-z0-9.:]{0,127}$')").message(crate::schema::msg::GCP_PROJECT)))]
     pub project: String,
     /// Location, e.g. `us-east5`; `global`, `us` and `eu` pick those endpoints.
-    #[schemars(length(max = 63))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$')").message(crate::schema::msg::GCP_LOCATION))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 63)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$')").message(crate::schema::msg::GCP_LOCATION)))]
     pub location: String,
     /// Service-account key; without it, the metadata server (workload identity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,7 +115,8 @@ pub struct GcpSpec {
 }
 
 /// Where a service-account JSON key lives.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GcpCredentials {
     /// The Secret (same namespace) and the key holding the service-account JSON.
@@ -120,12 +124,13 @@ pub struct GcpCredentials {
 }
 
 /// AWS region and credentials of a `bedrock` upstream.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AwsSpec {
     /// Region, e.g. `us-east-1`; also the SigV4 signing region.
-    #[schemars(length(max = 32))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$')").message(crate::schema::msg::AWS_REGION))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 32)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$')").message(crate::schema::msg::AWS_REGION)))]
     pub region: String,
     /// Access keys; without them, the standard AWS credential chain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,7 +138,8 @@ pub struct AwsSpec {
 }
 
 /// Where AWS access keys live.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AwsCredentials {
     /// A Secret (same namespace) with keys `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
@@ -145,36 +151,40 @@ pub struct AwsCredentials {
 pub const AWS_SECRET_KEYS: [&str; 3] = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"];
 
 /// A Secret of the same namespace, by name.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretNameRef {
     /// Secret name.
-    #[schemars(length(min = 1, max = 253))]
+    #[cfg_attr(feature = "kube", schemars(length(min = 1, max = 253)))]
     pub name: String,
 }
 
 /// Azure OpenAI settings.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AzureSpec {
     /// The `api-version` query parameter, e.g. `2024-10-21`.
-    #[schemars(length(max = 64))]
-    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][-A-Za-z0-9.]{0,63}$')").message(crate::schema::msg::AZURE_API_VERSION))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 64)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][-A-Za-z0-9.]{0,63}$')").message(crate::schema::msg::AZURE_API_VERSION)))]
     pub api_version: String,
 }
 
 /// Anthropic settings.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnthropicSpec {
     /// The `anthropic-version` header; default `2023-06-01`.
-    #[schemars(length(max = 64))]
-    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][-A-Za-z0-9.]{0,63}$')").message(crate::schema::msg::ANTHROPIC_VERSION))]
+    #[cfg_attr(feature = "kube", schemars(length(max = 64)))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][-A-Za-z0-9.]{0,63}$')").message(crate::schema::msg::ANTHROPIC_VERSION)))]
     pub version: String,
 }
 
 /// CEL rules over the whole spec: which block each protocol needs, and which it ignores.
 /// `(rule, fieldPath, message)`; `validate::upstream` mirrors them.
+#[cfg(feature = "kube")]
 pub mod rules {
     /// `baseUrl` has no default for openai and azure-openai.
     pub const BASE_URL_REQUIRED: &str =
