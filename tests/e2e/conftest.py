@@ -1,6 +1,6 @@
 """Fixtures of the operator end-to-end tests on kube-fake (see README.md).
 
-Prerequisites: the workspace binaries (`cargo build --workspace --bins`: kube-fake,
+Prerequisites: the workspace binaries (`cargo build --workspace --bins --profile test`: kube-fake,
 sluice-operator, sluice-gateway), `kubectl`, `psql` and the test Postgres
 (`$SLUICE_TEST_POSTGRES_URL`, default postgres://postgres@127.0.0.1:5432/test), and
 the Python packages of requirements.txt. A missing one fails every test when `CI` is

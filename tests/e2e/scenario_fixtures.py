@@ -40,7 +40,7 @@ def missing_prerequisites(binaries=BINARIES) -> list[str]:
     for name in binaries:
         path = binary(name)
         if not (path.is_file() and os.access(path, os.X_OK)):
-            missing.append(f"{path} (build it: cargo build --workspace --bins)")
+            missing.append(f"{path} (build it: cargo build --workspace --bins --profile test)")
     if not shutil.which("kubectl"):
         missing.append("kubectl on PATH")
     why = have_postgres()

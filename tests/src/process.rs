@@ -4,7 +4,7 @@
 //!
 //! The binary is `$SLUICE_GATEWAY_BIN`, else `$CARGO_TARGET_DIR/debug/sluice-gateway`,
 //! else `target/debug/sluice-gateway` of this workspace. It must be built first
-//! (`cargo build -p sluice-gateway`; `scripts/test` does): a binary older than the
+//! (`cargo build -p sluice-gateway --profile test`; `scripts/test` does): a binary older than the
 //! sources it is built from is refused, so a test never judges stale code.
 
 use std::collections::VecDeque;
@@ -39,7 +39,7 @@ pub fn gateway_bin() -> anyhow::Result<PathBuf> {
         (None, None) => workspace.join("target/debug/sluice-gateway"),
     };
     let built = std::fs::metadata(&path).and_then(|m| m.modified()).with_context(|| {
-        format!("{} is missing: build it first with `cargo build -p sluice-gateway`", path.display())
+        format!("{} is missing: build it first with `cargo build -p sluice-gateway --profile test`", path.display())
     })?;
     if std::env::var_os("SLUICE_GATEWAY_BIN").is_none() {
         let newest = ["gateway/src", "ledger/src", "ledger/migrations", "crds/src"]
@@ -50,7 +50,7 @@ pub fn gateway_bin() -> anyhow::Result<PathBuf> {
             && newest > built
         {
             anyhow::bail!(
-                "{} is older than its sources: rebuild it with `cargo build -p sluice-gateway`",
+                "{} is older than its sources: rebuild it with `cargo build -p sluice-gateway --profile test`",
                 path.display()
             );
         }

@@ -12,5 +12,5 @@ POSTGRES_URL = os.environ.get("SLUICE_TEST_POSTGRES_URL", "postgres://postgres@1
 
 
 def binary(name: str) -> Path:
-    """A workspace binary (`cargo build --workspace --bins` puts them in target/debug)."""
+    """A workspace binary (`cargo build --workspace --bins --profile test` puts them in target/debug)."""
     return BIN_DIR / name
