@@ -2,7 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_TYPE};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 
 /// The inbound API a request speaks, as the client that speaks it would.
@@ -82,7 +86,9 @@ pub async fn drive(
     start: Instant,
     tx: mpsc::UnboundedSender<Sample>,
 ) {
-    let client = reqwest::Client::new();
+    // The gateway's own HTTP client stack (plain HTTP to a local gateway): the demo
+    // needs no other client.
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tasks = Vec::new();
@@ -98,34 +104,31 @@ pub async fn drive(
             6..=8 => ("gpt-4o", i.is_multiple_of(3), if i % 10 == 7 { Api::Responses } else { Api::Chat }),
             _ => ("gemini-2.5-pro", false, Api::Chat),
         };
-        let request = client
-            .post(format!("{base}{}", api.path()))
-            .bearer_auth(&key)
+        let body = Bytes::from(serde_json::to_vec(&api.body(model, stream)).unwrap_or_default());
+        let request = http::Request::post(format!("{base}{}", api.path()))
+            .header(AUTHORIZATION, format!("Bearer {key}"))
             .header("anthropic-version", "2023-06-01")
-            .json(&api.body(model, stream));
-        let tx = tx.clone();
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(body));
+        let (client, tx) = (client.clone(), tx.clone());
         tasks.push(tokio::spawn(async move {
             let began = Instant::now();
-            let sample = match request.send().await {
-                Ok(response) => {
+            let answer = match request {
+                Ok(request) => client.request(request).await.ok(),
+                Err(_) => None,
+            };
+            let sample = match answer {
+                Some(response) => {
                     let status = response.status().as_u16();
                     let header = |n: &str| response.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
                     let upstream = header("x-sluice-upstream");
                     let failovers = header("x-sluice-failover")
                         .map(|v| v.split(',').map(str::to_string).collect())
                         .unwrap_or_default();
-                    let mut body = Vec::new();
-                    let mut read_ok = true;
-                    let mut bytes = response.bytes_stream();
-                    while let Some(chunk) = bytes.next().await {
-                        match chunk {
-                            Ok(c) => body.extend_from_slice(&c),
-                            Err(_) => {
-                                read_ok = false;
-                                break;
-                            }
-                        }
-                    }
+                    let (read_ok, body) = match response.into_body().collect().await {
+                        Ok(collected) => (true, collected.to_bytes()),
+                        Err(_) => (false, Bytes::new()),
+                    };
                     let last = api.last_event();
                     let complete = !stream || body.windows(last.len()).any(|w| w == last);
                     Sample {
@@ -137,7 +140,7 @@ pub async fn drive(
                         latency: began.elapsed(),
                     }
                 }
-                Err(_) => {
+                None => {
                     Sample { model, api, ok: false, upstream: None, failovers: Vec::new(), latency: began.elapsed() }
                 }
             };
