@@ -105,10 +105,9 @@ fn dropped_header(headers: &mut HeaderMap, req: &ClientRequest, route: &Route, c
     let Some(chat) = translated.then(|| req.as_chat(crate::request::to_chat_options(&route.cfg)).ok()).flatten() else {
         return;
     };
-    let mut dropped = chat.dropped.clone();
-    if chat.web_search && !crate::attempt::native::protocol(protocol).translates_web_search() {
-        dropped.push("tools.web_search".into());
-    }
+    let search = chat.web_search && !crate::attempt::native::protocol(protocol).translates_web_search();
+    let dropped: Vec<&str> =
+        chat.dropped.iter().map(AsRef::as_ref).chain(search.then_some("tools.web_search")).collect();
     if !dropped.is_empty()
         && let Ok(v) = HeaderValue::from_str(&dropped.join(","))
     {

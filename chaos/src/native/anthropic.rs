@@ -109,14 +109,11 @@ pub(super) fn preamble(a: &Answer) -> Vec<Bytes> {
         // The search's call, streamed as its input JSON, then its result, whole.
         let [mut call, result] = search_blocks(a);
         let query = std::mem::replace(&mut call["input"], json!({})).to_string();
-        let input = json!({"type": "input_json_delta", "partial_json": query});
-        for (index, block) in [(0, call), (1, result)] {
-            events.push(block_start(index, block));
-            if index == 0 {
-                events.push(block_delta(0, input.clone()));
-            }
-            events.push(block_stop(index));
-        }
+        events.push(block_start(0, call));
+        events.push(block_delta(0, json!({"type": "input_json_delta", "partial_json": query})));
+        events.push(block_stop(0));
+        events.push(block_start(1, result));
+        events.push(block_stop(1));
     }
     let index = block_index(a);
     events.push(block_start(index, block));

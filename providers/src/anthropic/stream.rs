@@ -18,9 +18,12 @@ pub(crate) struct Stream {
     finish: Option<FinishReason>,
     /// Characters of text written so far (where annotations point).
     chars: usize,
-    /// Content-block index of a text block that cites sources → the character its
-    /// text starts at, and the annotations it has collected.
-    cited: HashMap<u64, (usize, Vec<serde_json::Value>)>,
+    /// Where the text of the last text block started. Anthropic streams one block at
+    /// a time, so the block a citation arrives in is the one open.
+    text_start: usize,
+    /// The citations of the open text block (a web search's sources): their
+    /// annotations span the whole block, so they are written when it ends.
+    citations: Vec<serde_json::Value>,
 }
 
 impl Stream {
@@ -31,7 +34,8 @@ impl Stream {
             usage: Usage::default(),
             finish: None,
             chars: 0,
-            cited: HashMap::new(),
+            text_start: 0,
+            citations: Vec::new(),
         }
     }
 
@@ -62,8 +66,7 @@ impl SseEvents for Stream {
                         self.tools.insert(v["index"].as_u64().unwrap_or(0), index);
                     }
                     Some("text") => {
-                        let index = v["index"].as_u64().unwrap_or(0);
-                        self.cited.insert(index, (self.chars, Vec::new()));
+                        self.text_start = self.chars;
                         self.text(block["text"].as_str().unwrap_or(""), out);
                     }
                     _ => {}
@@ -73,14 +76,7 @@ impl SseEvents for Stream {
                 let delta = &v["delta"];
                 match delta["type"].as_str() {
                     Some("text_delta") => self.text(delta["text"].as_str().unwrap_or(""), out),
-                    // A web search's source for the block's text: its annotation spans
-                    // the whole block, so it is written when the block ends.
-                    Some("citations_delta") => {
-                        let cited = v["index"].as_u64().and_then(|b| self.cited.get_mut(&b));
-                        if let (Some((start, found)), Some(c)) = (cited, Citation::of(&delta["citation"])) {
-                            found.push(c.annotation(*start, 0));
-                        }
-                    }
+                    Some("citations_delta") => self.citations.push(delta["citation"].clone()),
                     Some("input_json_delta") => {
                         // The first `partial_json` is often "": the writer skips empty fragments.
                         if let Some(&index) = v["index"].as_u64().and_then(|b| self.tools.get(&b)) {
@@ -96,11 +92,12 @@ impl SseEvents for Stream {
                 if let Some(&index) = self.tools.get(&block) {
                     self.writer.tool_end(index, out);
                 }
-                if let Some((_, mut found)) = self.cited.remove(&block) {
-                    for a in &mut found {
-                        a["url_citation"]["end_index"] = self.chars.into();
-                    }
-                    self.writer.annotations(found, out);
+                if !self.citations.is_empty() {
+                    let (start, end) = (self.text_start, self.chars);
+                    let found = self.citations.iter().filter_map(Citation::of).map(|c| c.annotation(start, end));
+                    let annotations = found.collect();
+                    self.citations.clear();
+                    self.writer.annotations(annotations, out);
                 }
             }
             "message_delta" => {
