@@ -343,36 +343,39 @@ impl Limiter {
             .clone()
     }
 
-    /// Admits `amount` on one meter: from the lease, else after one take.
+    /// Admits `amount` on one meter: from the lease, else after a take.
+    ///
+    /// A take is sized on the use it saw when it started; requests the lease covered
+    /// while it ran may have used what it counted as spare. When the grown lease does
+    /// not cover their use and this request, it takes again with the use as it is now:
+    /// admitting anyway would pass what the ledger granted (a spend cap overdrawn).
     async fn acquire(&self, cell: &Cell, limit: i64, amount: i64, now_ms: i64) -> Result<(i64, Standing), LimitError> {
         if let Some(done) = self.try_local(cell, limit, amount, now_ms, true)? {
             return Ok(done);
         }
         let _taking = cell.taking.lock().await;
-        // Another request's take may have covered this one meanwhile.
-        if let Some(done) = self.try_local(cell, limit, amount, now_ms, false)? {
-            return Ok(done);
-        }
-        let taken = self.take(cell, amount, now_ms, true).await;
-        let mut s = lock(&cell.state);
-        match taken {
-            Ok(LeaseTaken::Unlimited) => {
-                s.unlimited_until_ms = now_ms + 1000;
-                Ok((s.window.start_ms, s.standing(cell.subject, cell.meter, now_ms)))
+        loop {
+            // Another request's take, or this one's, may cover this request now.
+            if let Some(done) = self.try_local(cell, limit, amount, now_ms, false)? {
+                return Ok(done);
             }
-            Ok(LeaseTaken::Held(w)) => {
-                self.apply(&mut s, w, now_ms);
-                s.used += amount;
-                Ok((s.window.start_ms, s.standing(cell.subject, cell.meter, now_ms)))
+            let taken = self.take(cell, amount, now_ms, true).await;
+            let mut s = lock(&cell.state);
+            match taken {
+                Ok(LeaseTaken::Unlimited) => {
+                    s.unlimited_until_ms = now_ms + 1000;
+                    return Ok((s.window.start_ms, s.standing(cell.subject, cell.meter, now_ms)));
+                }
+                Ok(LeaseTaken::Held(w)) => self.apply(&mut s, w, now_ms),
+                Ok(LeaseTaken::Short(w)) => {
+                    self.apply(&mut s, w, now_ms);
+                    let backoff = ms(self.shared.config.backoff);
+                    let wait = s.wait_ms(cell.meter, amount, now_ms).max(1);
+                    s.not_before_ms = now_ms + wait.clamp(backoff, 1000);
+                    return Err(LimitError::Refused(self.refusal(&s, cell, amount, now_ms)));
+                }
+                Err(e) => return Err(LimitError::Ledger(e)),
             }
-            Ok(LeaseTaken::Short(w)) => {
-                self.apply(&mut s, w, now_ms);
-                let backoff = ms(self.shared.config.backoff);
-                let wait = s.wait_ms(cell.meter, amount, now_ms).max(1);
-                s.not_before_ms = now_ms + wait.clamp(backoff, 1000);
-                Err(LimitError::Refused(self.refusal(&s, cell, amount, now_ms)))
-            }
-            Err(e) => Err(LimitError::Ledger(e)),
         }
     }
 
@@ -472,7 +475,11 @@ impl Limiter {
                 let ended = std::mem::take(&mut s.ended);
                 let idle = now_ms - s.last_use_ms >= ms(c.idle);
                 let spare = s.held > s.used;
-                let idle_return = (idle && spare).then_some((s.window.start_ms, s.used));
+                let idle_return = (idle && spare).then(|| {
+                    // No longer admits from what goes back, while it goes back.
+                    s.held = s.used;
+                    (s.window.start_ms, s.used)
+                });
                 // A lease in use is renewed before it expires; so is one of concurrency
                 // while requests it admitted run, however idle the meter (the reaper
                 // would otherwise free their slots).
@@ -487,12 +494,9 @@ impl Limiter {
             }
             if let Some((start, used)) = idle_return {
                 let reported = if cell.meter == Meter::Concurrency { 0 } else { used };
-                if self.give_back(&cell, start, used, reported, now_ms).await {
-                    let mut s = lock(&cell.state);
-                    if s.window.start_ms == start {
-                        s.held = s.held.min(used.max(s.used));
-                    }
-                }
+                // Failed, the ledger counts more for this process than it admits from
+                // until the lease expires: the safe side.
+                self.give_back(&cell, start, used, reported, now_ms).await;
             } else if renew {
                 let idle = now_ms - lock(&cell.state).last_use_ms >= ms(c.idle);
                 match self.take(&cell, 0, now_ms, !idle).await {
@@ -512,7 +516,7 @@ impl Limiter {
         }
     }
 
-    async fn give_back(&self, cell: &Cell, start: i64, keep: i64, used: i64, now_ms: i64) -> bool {
+    async fn give_back(&self, cell: &Cell, start: i64, keep: i64, used: i64, now_ms: i64) {
         let c = &self.shared.config;
         let expires = now_ms + ms(c.validity) + ms(c.slack);
         let back = LeaseReturn {
@@ -524,11 +528,9 @@ impl Limiter {
             used,
             expires_at_ms: expires,
         };
-        let result = self.shared.ledger.return_lease(&back).await;
-        if let Err(e) = &result {
+        if let Err(e) = self.shared.ledger.return_lease(&back).await {
             tracing::warn!(error = %e, meter = cell.meter.as_str(), "returning a limit lease failed");
         }
-        result.is_ok()
     }
 
     /// Returns every lease (at shutdown): what is in use stays counted.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::limits::{LimitsUpdate, Meter};
-use crate::testing::TestDb;
+use crate::testing::{TestDb, eventually};
 use crate::{KeySelector, parse_usd};
 
 /// 2026-12-05T00:00:00Z, a minute's start.
@@ -225,6 +225,41 @@ async fn spend_cap_holds_under_a_burst_on_postgres() {
     if let Some(db) = TestDb::postgres().await.unwrap() {
         spend_cap_holds_under_a_burst(db).await;
     }
+}
+
+/// A take is sized on the use it saw when it started. Requests the lease covered while
+/// it waited on the database used what it counted as spare: the grown lease must cover
+/// them and the request that took, or that request is refused.
+#[tokio::test]
+async fn what_the_lease_admits_while_a_take_runs_is_not_counted_twice() {
+    let cap = 14;
+    let f = fixture(TestDb::sqlite(), set(&[(Meter::DailySpend, cap)])).await;
+    let limits = f.limits().await;
+    let pod = f.limiter("a").await;
+    let spend = |nanos| Ask { tokens: 0, spend_nanos: nanos };
+    let now = T0 + 1_000;
+    // The first request takes 10 and a lease's extra (1); it costs 2 of them.
+    pod.admit(&limits, spend(10), now).await.unwrap().settle(0, 2);
+    // The next asks 11: more than the 9 spare, so it takes; the ledger is busy meanwhile.
+    let blocker = f.db.connect().await.unwrap();
+    let busy = blocker.begin_write().await.unwrap();
+    let taking = tokio::spawn({
+        let (pod, limits) = (pod.clone(), limits.clone());
+        async move { pod.admit(&limits, spend(11), now).await }
+    });
+    let cell = pod.cell(f.subject, Meter::DailySpend, cap, now);
+    assert!(eventually(Duration::from_secs(5), async || cell.taking.try_lock().is_err()).await);
+    // One asking 9 fits the spare the take counted on.
+    let covered = pod.admit(&limits, spend(9), now).await.unwrap();
+    busy.rollback().await.unwrap();
+    // The window has 3 left beside the 2 spent and 9 held: 11 does not fit.
+    let Err(LimitError::Refused(r)) = taking.await.unwrap() else {
+        panic!("admitted 11 beside 2 spent and 9 held, under a cap of {cap}")
+    };
+    assert_eq!(r.asked, 11);
+    covered.settle(0, 9);
+    let (in_use, _) = blocker.window_use(f.subject, Meter::DailySpend, &Meter::DailySpend.window(now)).await.unwrap();
+    assert!(in_use <= cap, "the ledger counts {in_use} held under a cap of {cap}");
 }
 
 #[tokio::test]
