@@ -275,6 +275,12 @@ pub struct Price {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(MONEY_RULE).message(MONEY_MESSAGE)))]
     pub cache_write: Option<String>,
+    /// USD per 1,000 web searches the provider runs for an answer (Anthropic's server-side
+    /// search: `"10.00"`), billed from the searches its usage reports; default none.
+    #[cfg_attr(feature = "kube", schemars(length(max = 17)))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new(MONEY_RULE).message(crate::schema::msg::WEB_SEARCH_PRICE)))]
+    pub web_search: Option<String>,
 }
 
 /// Failover policy.

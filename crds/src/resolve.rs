@@ -368,7 +368,8 @@ pub fn usd_to_nanos(text: &str) -> Option<u64> {
     whole.checked_mul(1_000_000_000)?.checked_add(frac_nanos)
 }
 
-/// The price in nanodollars; cache reads and writes cost `input` unless priced.
+/// The price in nanodollars; cache reads and writes cost `input` unless priced, web
+/// searches nothing.
 fn price_config(p: &Price) -> Option<PriceConfig> {
     let input = usd_to_nanos(&p.input)?;
     let or_input = |v: &Option<String>| v.as_deref().map_or(Some(input), usd_to_nanos);
@@ -377,6 +378,7 @@ fn price_config(p: &Price) -> Option<PriceConfig> {
         output_per_mtok_nanos: usd_to_nanos(&p.output)?,
         cached_input_per_mtok_nanos: or_input(&p.cached_input)?,
         cache_write_per_mtok_nanos: or_input(&p.cache_write)?,
+        web_search_per_k_nanos: p.web_search.as_deref().map_or(Some(0), usd_to_nanos)?,
     })
 }
 

@@ -103,6 +103,8 @@ pub mod msg {
     pub const CACHE_TTL: &str = "cache.ttl must be a duration between 1s and 720h (30 days), e.g. 24h";
     pub const CACHE_STALE_IF_ERROR: &str =
         "cache.staleIfError must be a duration between 1s and 720h (30 days), e.g. 1h";
+    pub const WEB_SEARCH_PRICE: &str =
+        "price.webSearch must be a decimal string of USD per 1,000 web searches, e.g. \"10.00\"";
     pub const CACHE_PRICE: &str =
         "cache.price must be a decimal string of USD per answer served from the cache, e.g. \"0.0001\"";
     pub const TIMESLICE_REQUIRED: &str = "timeslice is required when method is timeslices";

@@ -317,6 +317,28 @@ pub struct PriceConfig {
     pub cached_input_per_mtok_nanos: u64,
     /// Per 1M input tokens written to the prompt cache.
     pub cache_write_per_mtok_nanos: u64,
+    /// Per 1,000 web searches run by the provider (0: not billed).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub web_search_per_k_nanos: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What an answer used, in the quantities a [`PriceConfig`] prices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Metered {
+    /// Input tokens neither read from nor written to the prompt cache.
+    pub input_uncached: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Web searches the provider ran.
+    pub web_searches: u64,
 }
 
 /// [`PriceConfig`] as read: snapshots written before cache prices existed price cache
@@ -330,6 +352,8 @@ struct PriceWire {
     cached_input_per_mtok_nanos: Option<u64>,
     #[serde(default)]
     cache_write_per_mtok_nanos: Option<u64>,
+    #[serde(default)]
+    web_search_per_k_nanos: u64,
 }
 
 impl From<PriceWire> for PriceConfig {
@@ -339,6 +363,7 @@ impl From<PriceWire> for PriceConfig {
             output_per_mtok_nanos: w.output_per_mtok_nanos,
             cached_input_per_mtok_nanos: w.cached_input_per_mtok_nanos.unwrap_or(w.input_per_mtok_nanos),
             cache_write_per_mtok_nanos: w.cache_write_per_mtok_nanos.unwrap_or(w.input_per_mtok_nanos),
+            web_search_per_k_nanos: w.web_search_per_k_nanos,
         }
     }
 }
@@ -351,29 +376,30 @@ impl PriceConfig {
             output_per_mtok_nanos,
             cached_input_per_mtok_nanos: input_per_mtok_nanos,
             cache_write_per_mtok_nanos: input_per_mtok_nanos,
+            web_search_per_k_nanos: 0,
         }
     }
 
     /// Cost in nanodollars of a number of input and output tokens, rounded up; saturates at
     /// `u64::MAX` (token counts come from upstreams and are not to be trusted).
     pub fn cost_nanos(&self, input_tokens: u64, output_tokens: u64) -> u64 {
-        self.cost_nanos_usage(input_tokens, 0, 0, output_tokens)
+        self.cost_of(&Metered { input_uncached: input_tokens, output: output_tokens, ..Metered::default() })
     }
 
-    /// Cost in nanodollars of a usage whose input is split into tokens neither read from
-    /// nor written to the prompt cache, cache reads and cache writes (the three add up to
-    /// the prompt), each at its price; the sum is rounded up once, and saturates at
-    /// `u64::MAX`, as in [`cost_nanos`](Self::cost_nanos).
-    pub fn cost_nanos_usage(&self, input_uncached: u64, cached_read: u64, cache_write: u64, output: u64) -> u64 {
-        // Each product fits in u128; their sum may not.
+    /// Cost in nanodollars of what an answer used, each quantity at its price (the
+    /// uncached input, cache reads and cache writes add up to the prompt); the sum is
+    /// rounded up once, and saturates at `u64::MAX`, as in [`cost_nanos`](Self::cost_nanos).
+    pub fn cost_of(&self, m: &Metered) -> u64 {
+        // In millionths of a nanodollar: each product fits in u128; their sum may not.
         let total = [
-            (input_uncached, self.input_per_mtok_nanos),
-            (cached_read, self.cached_input_per_mtok_nanos),
-            (cache_write, self.cache_write_per_mtok_nanos),
-            (output, self.output_per_mtok_nanos),
+            (m.input_uncached, self.input_per_mtok_nanos),
+            (m.cache_read, self.cached_input_per_mtok_nanos),
+            (m.cache_write, self.cache_write_per_mtok_nanos),
+            (m.output, self.output_per_mtok_nanos),
+            (m.web_searches.saturating_mul(1000), self.web_search_per_k_nanos),
         ]
         .into_iter()
-        .fold(0u128, |sum, (tokens, price)| sum.saturating_add(u128::from(tokens) * u128::from(price)));
+        .fold(0u128, |sum, (count, price)| sum.saturating_add(u128::from(count) * u128::from(price)));
         u64::try_from(total.div_ceil(1_000_000)).unwrap_or(u64::MAX)
     }
 }

@@ -255,6 +255,9 @@ pub fn model_route(spec: &ModelRouteSpec) -> Vec<FieldError> {
                     c.rule(matches(&MONEY, v), format!("{at}.price.{field}"), MONEY_MESSAGE);
                 }
             }
+            if let Some(v) = &p.web_search {
+                c.rule(matches(&MONEY, v), format!("{at}.price.webSearch"), msg::WEB_SEARCH_PRICE);
+            }
         }
     }
     if let Some(f) = &spec.failover

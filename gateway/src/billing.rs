@@ -5,6 +5,7 @@
 use http::HeaderMap;
 use http::header;
 use prometheus_client::metrics::gauge::Gauge;
+use sluice_crds::snapshot::Metered;
 use sluice_ledger::limits::{Admission, Ask};
 use sluice_ledger::{AccountRef, Hold, LedgerError, format_usd};
 
@@ -49,15 +50,18 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
 }
 
 /// The most a request can use: tokens (its input bound plus the output it may ask for)
-/// and cost: on its route's dearest candidate, plus `from_cache` answers at the route's
-/// cache price, the most a partial cache hit can add (docs/design.md §5, §13).
+/// and cost: on its route's dearest candidate, with the most web searches it allows,
+/// plus `from_cache` answers at the route's cache price, the most a partial cache hit
+/// can add (docs/design.md §5, §13).
 pub fn ask(route: &Route, req: &ClientRequest, from_cache: u64) -> Ask {
     let output = req.reserved_output(route.cfg.default_max_tokens);
+    let most =
+        Metered { input_uncached: req.input_bound, output, web_searches: req.web_searches, ..Metered::default() };
     let estimate = route
         .candidates
         .iter()
         .filter_map(|c| c.cfg.price)
-        .map(|p| p.cost_nanos(req.input_bound, output))
+        .map(|p| p.cost_of(&most))
         .max()
         .unwrap_or(0)
         .saturating_add(route.cache.price_nanos.saturating_mul(from_cache));
@@ -89,8 +93,12 @@ pub async fn reserve(
     match biller.reserve(account.id, estimate, request_id.as_str()).await {
         Ok(r) => Ok(Some(Held::new(r, &gw.metrics.reservations_open))),
         Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => {
+            let searches = match req.web_searches {
+                0 => String::new(),
+                n => format!(", {n} web searches"),
+            };
             Err(ApiError::InsufficientQuota(format!(
-                "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}) and account {:?} has ${} available",
+                "insufficient quota: this request may cost up to ${} ({} input bytes, max_tokens {output}{searches}) and account {:?} has ${} available",
                 format_usd(needed_nanos),
                 req.input_bound,
                 account.name,

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use sluice_providers::{ToChat, TranslateError};
+use sluice_providers::{ToChat, TranslateError, WEB_SEARCH_MAX_USES};
 
 use crate::error::ApiError;
 use members::{Body, Kind};
@@ -128,6 +128,10 @@ pub struct ClientRequest {
     pub max_tokens: Option<u64>,
     /// Body size in bytes: an upper bound of the input tokens.
     pub input_bound: u64,
+    /// The most web searches the request lets a provider run: its search tools'
+    /// `max_uses`, [`WEB_SEARCH_MAX_USES`] for one without (and for chat's
+    /// `web_search_options`), billed per search (docs/design.md §5).
+    pub web_searches: u64,
     /// The body as the client sent it.
     raw: Bytes,
     /// Where the `model` value sits in `raw`.
@@ -348,6 +352,10 @@ impl ClientRequest {
             (Some(_), _) => return Err(invalid("'stream_options' must be an object")),
         };
         let open = body.len() - body.trim_ascii_start().len() + 1;
+        let tools = m.tools.unwrap_or_default();
+        let options = m.web_search_options.is_some_and(|r| r.get() != "null");
+        let web_searches =
+            tools.max_uses.saturating_add((tools.unbounded + u64::from(options)).saturating_mul(WEB_SEARCH_MAX_USES));
         Ok(Self {
             endpoint,
             model,
@@ -355,6 +363,7 @@ impl ClientRequest {
             wants_usage,
             max_tokens,
             input_bound: body.len() as u64,
+            web_searches,
             raw: body.clone(),
             model_at,
             open,

@@ -21,6 +21,7 @@ use crate::{
     Target, TranslateError, UpstreamError, Usage, google, retry,
 };
 
+pub use request::WEB_SEARCH_MAX_USES;
 pub(crate) use stream::Stream;
 
 const DEFAULT_VERSION: &str = "2023-06-01";
@@ -194,6 +195,8 @@ pub(crate) struct UsageIn {
     read: U64,
     write: U64,
     output: U64,
+    /// `server_tool_use.web_search_requests`.
+    searches: U64,
 }
 
 impl UsageIn {
@@ -205,6 +208,7 @@ impl UsageIn {
             read: get("cache_read_input_tokens"),
             write: get("cache_creation_input_tokens"),
             output: get("output_tokens"),
+            searches: U64(u["server_tool_use"]["web_search_requests"].as_u64()),
         }
     }
 }
@@ -218,6 +222,9 @@ impl<'de> Lenient<'de> for UsageIn {
                 "cache_read_input_tokens" => u.read = map.next_value()?,
                 "cache_creation_input_tokens" => u.write = map.next_value()?,
                 "output_tokens" => u.output = map.next_value()?,
+                "server_tool_use" => {
+                    u.searches = U64(map.next_value::<Value>()?["web_search_requests"].as_u64());
+                }
                 _ => lenient::skip(map)?,
             }
             Ok(())
@@ -264,10 +271,16 @@ fn usage_of(u: &UsageIn, acc: &mut Usage) -> Usage {
         let old_input = acc.prompt_tokens.saturating_sub(acc.cached_tokens + acc.cache_write_tokens);
         let (input, read, write) =
             (input.unwrap_or(old_input), read.unwrap_or(acc.cached_tokens), write.unwrap_or(acc.cache_write_tokens));
-        *acc = Usage::from_exclusive(input, acc.completion_tokens, read, write);
+        *acc = Usage {
+            web_searches: acc.web_searches,
+            ..Usage::from_exclusive(input, acc.completion_tokens, read, write)
+        };
     }
     if let Some(out) = u.output.0 {
         acc.completion_tokens = out;
+    }
+    if let Some(searches) = u.searches.0 {
+        acc.web_searches = searches;
     }
     *acc
 }

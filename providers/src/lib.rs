@@ -50,6 +50,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::sse::SseTranscoder;
 
+pub use anthropic::WEB_SEARCH_MAX_USES;
 pub use chunk::{ChunkWriter, FinishReason};
 pub use completion::{Answer, AnswerToolCall, url_citation};
 pub use error::{ErrorKind, TranslateError, UpstreamError};

@@ -25,17 +25,33 @@ use crate::messages::event;
 use crate::{ErrorKind, Transcoder, UpstreamError, Usage};
 
 /// A Responses `usage` object in OpenAI's chat accounting (`input_tokens` includes
-/// the cached tokens, as `prompt_tokens` does).
+/// the cached tokens, as `prompt_tokens` does), with the web searches sluice's own
+/// encoding counts in it.
 pub fn usage_of(u: &Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
-    Usage::from_inclusive(n(&u["input_tokens"]), n(&u["output_tokens"]), n(&u["input_tokens_details"]["cached_tokens"]))
+    let usage = Usage::from_inclusive(
+        n(&u["input_tokens"]),
+        n(&u["output_tokens"]),
+        n(&u["input_tokens_details"]["cached_tokens"]),
+    );
+    Usage { web_searches: n(&u["server_tool_use"]["web_search_requests"]), ..usage }
 }
 
 /// The usage of a whole Responses answer (`usage` at its top level); `None` when the
 /// body has none.
 pub fn usage_of_response(body: &[u8]) -> Option<Usage> {
     let v: Value = serde_json::from_slice(body).ok()?;
-    v.get("usage").filter(|u| u.is_object()).map(usage_of)
+    usage_of_response_object(&v)
+}
+
+/// The usage of a response object (a whole answer, or the one `response.completed`
+/// carries), with its web searches: one per `web_search_call` output item, as OpenAI
+/// bills them (or as [`usage_of`] reads them).
+pub fn usage_of_response_object(response: &Value) -> Option<Usage> {
+    let usage = usage_of(response.get("usage").filter(|u| u.is_object())?);
+    let items = response["output"].as_array().map_or(&[][..], Vec::as_slice);
+    let calls = items.iter().filter(|i| i["type"] == "web_search_call").count() as u64;
+    Some(Usage { web_searches: usage.web_searches.max(calls), ..usage })
 }
 
 /// The kind of failure a Responses error `code` names (`response.failed`, `error`).

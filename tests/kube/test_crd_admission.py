@@ -74,7 +74,7 @@ def _strip_max_length(node) -> None:
 
 def test_the_cost_estimator_refuses_the_model_route_crd_without_its_string_bounds(crds: ControlPlane) -> None:
     """The server estimates the rules' cost, and the bounds are what keeps the
-    ModelRoute CRD within it: without `maxLength` the four price rules under
+    ModelRoute CRD within it: without `maxLength` the five price rules under
     `candidates` (maxItems 8) are each refused, as they were before the bounds."""
     doc = yaml.safe_load((CRDS / "modelroutes.sluice.dev.yaml").read_text())
     unbounded = copy.deepcopy(doc)
@@ -82,7 +82,7 @@ def test_the_cost_estimator_refuses_the_model_route_crd_without_its_string_bound
     apply = ("apply", "--server-side", "--field-manager=sluice-tests", "--dry-run=server", "-f", "-")
     result = crds.kubectl(*apply, input=yaml.safe_dump(unbounded), check=False)
     assert result.returncode != 0, "the unbounded CRD was admitted: is the CEL cost estimator on?"
-    for field in ("input", "output", "cachedInput", "cacheWrite"):
+    for field in ("input", "output", "cachedInput", "cacheWrite", "webSearch"):
         rule = (rf"properties\[candidates\]\.items\.properties\[price\]\.properties\[{field}\]"
                 r"\.x-kubernetes-validations\[0\]\.rule: Forbidden: estimated rule cost exceeds budget")
         assert re.search(rule, result.stderr), result.stderr

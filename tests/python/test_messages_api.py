@@ -34,13 +34,14 @@ TOOL = {"name": "lookup", "description": "Looks a word up.",
         "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
 START = 10_000_000_000  # $10.00 in nanodollars
 IN, OUT = 1_000, 2_000  # nanodollars per token at the routes' price
+SEARCH = 10_000_000  # nanodollars per web search: $10.00 per 1,000
 
 
 def manifests(primary: str, backup: str) -> str:
     def route(name: str, first: tuple[str, str], second: tuple[str, str] | None, mid_stream: str = "error") -> str:
         picked = [first] if second is None else [first, second]
-        candidates = "".join(f'  - {{upstream: {u}, model: "{m}", price: {{input: "1.00", output: "2.00"}}}}\n'
-                             for u, m in picked)
+        price = '{input: "1.00", output: "2.00", webSearch: "10.00"}'
+        candidates = "".join(f'  - {{upstream: {u}, model: "{m}", price: {price}}}\n' for u, m in picked)
         return f"""\
 apiVersion: sluice.dev/v1alpha1
 kind: ModelRoute
@@ -123,9 +124,10 @@ def messages_gateway(chaos, tmp_path):
 
 
 def client(gw: Gateway, **kwargs) -> anthropic.Anthropic:
-    """The official client at the gateway, with the sluice key as `x-api-key`."""
+    """The official client at the gateway, with the sluice key (alice's unless given) as `x-api-key`."""
     kwargs.setdefault("max_retries", 0)
-    return anthropic.Anthropic(base_url=gw.url, api_key=gw.keys["alice"], timeout=30.0,
+    kwargs.setdefault("api_key", gw.keys["alice"])
+    return anthropic.Anthropic(base_url=gw.url, timeout=30.0,
                                http_client=anthropic.DefaultHttpxClient(trust_env=False), **kwargs)
 
 
@@ -161,6 +163,33 @@ def test_a_native_stream_arrives_event_by_event_and_is_billed(messages_gateway, 
     assert final.usage.output_tokens == 5 and final.usage.input_tokens > 0
     cost = final.usage.input_tokens * IN + final.usage.output_tokens * OUT
     assert settled(messages_gateway)["balance_nanodollars"] == START - cost
+
+
+def test_web_searches_are_billed_per_search_and_reserved_up_to_max_uses(messages_gateway, primary):
+    """Claude Code's web search tool runs at Anthropic, which bills each search apart from
+    the tokens: the bill counts the searches the answer's usage reports, and the
+    reservation holds the fee of `max_uses` of them."""
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 8}
+    message = client(messages_gateway).messages.create(model=NATIVE, max_tokens=64, messages=HELLO, tools=[search])
+    assert message.usage.server_tool_use.web_search_requests == 1
+    balance = START - (message.usage.input_tokens * IN + message.usage.output_tokens * OUT) - SEARCH
+    assert settled(messages_gateway)["balance_nanodollars"] == balance
+    with client(messages_gateway).messages.stream(model=NATIVE, max_tokens=64, messages=HELLO,
+                                                  tools=[search]) as stream:
+        final = stream.get_final_message()
+    assert final.usage.server_tool_use.web_search_requests == 1
+    balance -= final.usage.input_tokens * IN + final.usage.output_tokens * OUT + SEARCH
+    assert settled(messages_gateway)["balance_nanodollars"] == balance
+
+    # $0.05 covers the tokens but not 8 searches at a cent each.
+    run_admin(messages_gateway.ledger, "account", "create", "bob", "--balance", "0.05")
+    bob = client(messages_gateway, api_key=run_admin(messages_gateway.ledger, "key", "create", "bob").strip())
+    before = primary.requests()
+    with pytest.raises(anthropic.APIStatusError) as e:
+        bob.messages.create(model=NATIVE, max_tokens=64, messages=HELLO, tools=[search])
+    assert "8 web searches" in e.value.message, e.value.message
+    assert primary.requests() == before
+    assert bob.messages.create(model=NATIVE, max_tokens=64, messages=HELLO).usage.output_tokens > 0
 
 
 @pytest.mark.parametrize("status", [529, 429, 503])

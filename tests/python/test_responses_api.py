@@ -34,6 +34,7 @@ TOOL = {"type": "function", "name": "lookup", "description": "Looks a word up.",
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
 START = 10_000_000_000  # $10.00 in nanodollars
 IN, OUT = 1_000, 2_000  # nanodollars per token at the routes' price
+SEARCH = 10_000_000  # nanodollars per web search: $10.00 per 1,000
 
 
 def manifests(primary: str, backup: str) -> str:
@@ -48,8 +49,8 @@ spec:
   deadline: 20s
   selection: ordered
   candidates:
-  - {{upstream: {first[0]}, model: {first[1]}, price: {{input: "1.00", output: "2.00"}}}}
-  - {{upstream: {second[0]}, model: {second[1]}, price: {{input: "1.00", output: "2.00"}}}}
+  - {{upstream: {first[0]}, model: {first[1]}, price: {{input: "1.00", output: "2.00", webSearch: "10.00"}}}}
+  - {{upstream: {second[0]}, model: {second[1]}, price: {{input: "1.00", output: "2.00", webSearch: "10.00"}}}}
   failover: {{retryOn: [408, 429, 500, 502, 503, 504, 529], midStream: {mid_stream}}}
   backoff: {{maxAttempts: 2, base: 10ms, maxTotal: 100ms}}
 {extra}"""
@@ -293,6 +294,9 @@ def test_web_search_on_a_claude_candidate_is_anthropics_search_with_its_sources_
     (cite,) = part.annotations
     assert cite.type == "url_citation" and cite.url == "https://example.org/chaos/search-result"
     assert (cite.start_index, cite.end_index) == (0, len(part.text)), cite
+    # The search is billed at the candidate's `webSearch` price beside the tokens.
+    balance = START - cost(response.usage) - SEARCH
+    assert settled(responses_gateway)["balance_nanodollars"] == balance
 
     events = list(c.responses.create(model=TRANSLATED, input=HELLO, tools=[search], stream=True))
     (added,) = [e for e in events if e.type == "response.output_text.annotation.added"]
@@ -300,6 +304,8 @@ def test_web_search_on_a_claude_candidate_is_anthropics_search_with_its_sources_
     assert events[-1].type == "response.completed"
     (message,) = [item for item in events[-1].response.output if item.type == "message"]
     assert [a.url for a in message.content[0].annotations] == ["https://example.org/chaos/search-result"]
+    balance -= cost(events[-1].response.usage) + SEARCH
+    assert settled(responses_gateway)["balance_nanodollars"] == balance
 
     # Chat Completions' own `web_search_options` takes the same path.
     chat = c.chat.completions.create(model=TRANSLATED, messages=[{"role": "user", "content": HELLO}],

@@ -125,6 +125,7 @@ const UPSTREAM: &str = "upstream must be the name of an Upstream (a DNS subdomai
 const AT_MOST_32: &str = "must be at most 32 characters";
 const AT_MOST_2048: &str = "must be at most 2048 characters";
 const MONEY: &str = "price must be a decimal string of USD per 1M tokens, e.g. \"15.00\"";
+const WEB_SEARCH_PRICE: &str = "price.webSearch must be a decimal string of USD per 1,000 web searches, e.g. \"10.00\"";
 const CACHE_PRICE: &str =
     "cache.price must be a decimal string of USD per answer served from the cache, e.g. \"0.0001\"";
 
@@ -163,6 +164,7 @@ fn rows() -> Vec<Row> {
         r("ModelRoute", "spec.candidates[0].price.output", Length, None, 17, money, "", MONEY),
         r("ModelRoute", "spec.candidates[0].price.cachedInput", Length, None, 17, money, "", MONEY),
         r("ModelRoute", "spec.candidates[0].price.cacheWrite", Length, None, 17, money, "", MONEY),
+        r("ModelRoute", "spec.candidates[0].price.webSearch", Length, None, 17, money, "", WEB_SEARCH_PRICE),
         r("ModelRoute", "spec.backoff.base", Length, None, 32, duration, "", AT_MOST_32),
         r("ModelRoute", "spec.backoff.maxTotal", Length, None, 32, duration, "", AT_MOST_32),
         r("ModelRoute", "spec.synthetic.interval", Length, None, 32, duration, "", AT_MOST_32),

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::collections::BTreeSet;
 
-use sluice_crds::snapshot::{AwsConfig, GcpConfig, PriceConfig, Protocol, SecretKeyConfig, UpstreamConfig};
+use sluice_crds::snapshot::{AwsConfig, GcpConfig, Metered, PriceConfig, Protocol, SecretKeyConfig, UpstreamConfig};
 use sluice_crds::{Manifests, Snapshot, resolve};
 
 use common::{problems, resolve_text};
@@ -171,7 +171,7 @@ fn a_snapshot_written_before_protocols_and_cache_prices_still_loads() {
 }
 
 #[test]
-fn cache_prices_default_to_input_and_resolve_to_exact_nanodollars() {
+fn cache_and_search_prices_resolve_to_exact_nanodollars() {
     let text = r#"
 apiVersion: sluice.dev/v1alpha1
 kind: Upstream
@@ -184,7 +184,7 @@ metadata: {name: r}
 spec:
   model: claude-opus-4
   candidates:
-  - {upstream: a, price: {input: "15.00", output: "75.00", cachedInput: "1.50", cacheWrite: "18.75"}}
+  - {upstream: a, price: {input: "15.00", output: "75.00", cachedInput: "1.50", cacheWrite: "18.75", webSearch: "10.00"}}
 ---
 apiVersion: sluice.dev/v1alpha1
 kind: ModelRoute
@@ -202,26 +202,38 @@ spec:
         output_per_mtok_nanos: 75_000_000_000,
         cached_input_per_mtok_nanos: 1_500_000_000,
         cache_write_per_mtok_nanos: 18_750_000_000,
+        web_search_per_k_nanos: 10_000_000_000,
     };
     assert_eq!(price(0), opus);
     let sonnet =
         PriceConfig { cache_write_per_mtok_nanos: 3_750_000_000, ..PriceConfig::new(3_000_000_000, 15_000_000_000) };
-    assert_eq!(price(1), sonnet, "cachedInput defaults to input");
+    assert_eq!(price(1), sonnet, "cachedInput defaults to input, webSearch to nothing");
 }
 
 #[test]
-fn usage_costs_price_cache_reads_and_writes_apart_exactly() {
+fn usage_costs_price_cache_reads_writes_and_searches_apart_exactly() {
     let opus = PriceConfig {
         input_per_mtok_nanos: 15_000_000_000,
         output_per_mtok_nanos: 75_000_000_000,
         cached_input_per_mtok_nanos: 1_500_000_000,
         cache_write_per_mtok_nanos: 18_750_000_000,
+        web_search_per_k_nanos: 10_000_000_000,
+    };
+    let used = |input_uncached, cache_read, cache_write, output, web_searches| Metered {
+        input_uncached,
+        cache_read,
+        cache_write,
+        output,
+        web_searches,
     };
     // 1000 × 15000 + 100000 × 1500 + 2000 × 18750 + 500 × 75000 nanodollars.
-    assert_eq!(opus.cost_nanos_usage(1_000, 100_000, 2_000, 500), 15_000_000 + 150_000_000 + 37_500_000 + 37_500_000);
-    assert_eq!(opus.cost_nanos_usage(1_000, 0, 0, 500), opus.cost_nanos(1_000, 500), "no cache: the plain cost");
-    assert_eq!(opus.cost_nanos_usage(0, 1, 0, 0), 1_500, "one cache read");
-    assert_eq!(opus.cost_nanos_usage(0, 0, 1, 0), 18_750, "one cache write");
+    assert_eq!(opus.cost_of(&used(1_000, 100_000, 2_000, 500, 0)), 15_000_000 + 150_000_000 + 37_500_000 + 37_500_000);
+    assert_eq!(opus.cost_of(&used(1_000, 0, 0, 500, 0)), opus.cost_nanos(1_000, 500), "no cache: the plain cost");
+    assert_eq!(opus.cost_of(&used(0, 1, 0, 0, 0)), 1_500, "one cache read");
+    assert_eq!(opus.cost_of(&used(0, 0, 1, 0, 0)), 18_750, "one cache write");
+    // $10.00 per 1,000 searches: one cent each.
+    assert_eq!(opus.cost_of(&used(0, 0, 0, 0, 3)), 30_000_000, "three searches");
+    assert_eq!(opus.cost_of(&used(1_000, 0, 0, 500, 1)), opus.cost_nanos(1_000, 500) + 10_000_000);
 
     // Rounded up once over the sum, never per part: 3 × 0.4 = 1.2 nanodollars → 2.
     let tiny = PriceConfig {
@@ -229,13 +241,17 @@ fn usage_costs_price_cache_reads_and_writes_apart_exactly() {
         cache_write_per_mtok_nanos: 400_000,
         ..PriceConfig::new(400_000, 0)
     };
-    assert_eq!(tiny.cost_nanos_usage(1, 1, 1, 0), 2);
-    assert_eq!(tiny.cost_nanos_usage(0, 0, 0, 0), 0);
+    assert_eq!(tiny.cost_of(&used(1, 1, 1, 0, 0)), 2);
+    assert_eq!(tiny.cost_of(&Metered::default()), 0);
+    // 0.4 of a nanodollar a search: one search rounds up to 1, five make 2.
+    let searches = PriceConfig { web_search_per_k_nanos: 400, ..PriceConfig::new(0, 0) };
+    assert_eq!((searches.cost_of(&used(0, 0, 0, 0, 1)), searches.cost_of(&used(0, 0, 0, 0, 5))), (1, 2));
 
     let max = PriceConfig {
         cached_input_per_mtok_nanos: u64::MAX,
         cache_write_per_mtok_nanos: u64::MAX,
+        web_search_per_k_nanos: u64::MAX,
         ..PriceConfig::new(u64::MAX, u64::MAX)
     };
-    assert_eq!(max.cost_nanos_usage(u64::MAX, u64::MAX, u64::MAX, u64::MAX), u64::MAX, "saturates");
+    assert_eq!(max.cost_of(&used(u64::MAX, u64::MAX, u64::MAX, u64::MAX, u64::MAX)), u64::MAX, "saturates");
 }

@@ -62,7 +62,13 @@ fn price(input: u64, output: u64, cached_input: u64, cache_write: u64) -> Option
         output_per_mtok_nanos: output * USD / 100,
         cached_input_per_mtok_nanos: cached_input * USD / 100,
         cache_write_per_mtok_nanos: cache_write * USD / 100,
+        web_search_per_k_nanos: 0,
     })
+}
+
+/// Claude's price: Opus's tokens, and $10.00 per 1,000 web searches.
+fn claude_price() -> Option<PriceConfig> {
+    price(1500, 7500, 150, 1875).map(|p| PriceConfig { web_search_per_k_nanos: 10 * USD, ..p })
 }
 
 fn candidate(upstream: &str, model: &str, weight: u32, price: Option<PriceConfig>) -> CandidateConfig {
@@ -116,8 +122,8 @@ fn expected_quickstart() -> Snapshot {
         deadline_ms: 120 * S,
         selection: Selection::Ordered,
         candidates: vec![
-            candidate("anthropic", "claude-opus-4-20250514", 100, price(1500, 7500, 150, 1875)),
-            candidate("vertex-us-east5", "claude-opus-4@20250514", 50, price(1500, 7500, 150, 1875)),
+            candidate("anthropic", "claude-opus-4-20250514", 100, claude_price()),
+            candidate("vertex-us-east5", "claude-opus-4@20250514", 50, claude_price()),
         ],
         retry_on: vec![408, 429, 500, 502, 503, 504],
         on_first_byte_timeout: FirstByteAction::Failover,

@@ -20,8 +20,7 @@ pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Opti
     let mut charge: Option<(i64, sluice_ledger::Usage)> = None;
     for (candidate, u) in charges {
         let Some(c) = route.candidates.get(*candidate) else { continue };
-        let (uncached, cache_read, cache_write, output) = u.priced_parts();
-        let cost = c.cfg.price.map_or(0, |p| p.cost_nanos_usage(uncached, cache_read, cache_write, output));
+        let cost = c.cfg.price.map_or(0, |p| p.cost_of(&u.metered()));
         let cost = i64::try_from(cost).unwrap_or(i64::MAX);
         // The ledger names the upstream that served the start of the answer.
         let (total, usage) = charge.get_or_insert_with(|| {

@@ -216,10 +216,7 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, synthetic: Syntheti
         .synthetic_checks
         .get_or_create(&SyntheticLabel { route: route.cfg.name.clone(), upstream: up.cfg.name.clone(), outcome })
         .inc();
-    let cost = usage.zip(c.cfg.price).map_or(0, |(u, p)| {
-        let (uncached, cache_read, cache_write, output) = u.priced_parts();
-        p.cost_nanos_usage(uncached, cache_read, cache_write, output)
-    });
+    let cost = usage.zip(c.cfg.price).map_or(0, |(u, p)| p.cost_of(&u.metered()));
     trace.end(route, client_status(outcome), Some(idx), usage.as_ref());
     drop(trace);
     let Some(ledger) = gw.ledger.clone() else { return };

@@ -86,6 +86,8 @@ pub fn add(a: Usage, b: Usage) -> Usage {
         a.prompt_tokens_details.cached_tokens + b.prompt_tokens_details.cached_tokens;
     sum.prompt_tokens_details.cache_write_tokens =
         a.prompt_tokens_details.cache_write_tokens + b.prompt_tokens_details.cache_write_tokens;
+    sum.server_tool_use.web_search_requests =
+        a.server_tool_use.web_search_requests + b.server_tool_use.web_search_requests;
     sum
 }
 

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
+use sluice_crds::snapshot::Metered;
 
 /// Token usage reported by an upstream, in OpenAI's accounting: `prompt_tokens`
 /// includes cache reads (`prompt_tokens_details.cached_tokens`) and cache writes
@@ -21,6 +22,18 @@ pub struct Usage {
     /// Where the input tokens came from.
     #[serde(default, deserialize_with = "null_as_default")]
     pub prompt_tokens_details: PromptDetails,
+    /// The provider's own tools it ran (web searches), billed per use.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub server_tool_use: ServerToolUse,
+}
+
+/// What a provider ran for an answer and bills per use, in Anthropic's words (which
+/// sluice's chat usage carries too, docs/design.md §5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct ServerToolUse {
+    /// Web searches.
+    #[serde(default)]
+    pub web_search_requests: u64,
 }
 
 /// The cache part of `prompt_tokens`.
@@ -37,16 +50,23 @@ pub struct PromptDetails {
 impl Usage {
     /// Plain input and output tokens, nothing cached.
     pub fn plain(prompt_tokens: u64, completion_tokens: u64) -> Self {
-        Self { prompt_tokens, completion_tokens, prompt_tokens_details: PromptDetails::default() }
+        Self { prompt_tokens, completion_tokens, ..Self::default() }
     }
 
-    /// (uncached input, cache reads, cache writes, output): the four quantities a price has.
-    pub fn priced_parts(&self) -> (u64, u64, u64, u64) {
+    /// The quantities a price has: uncached input, cache reads and writes, output, and
+    /// web searches.
+    pub fn metered(&self) -> Metered {
         let PromptDetails { cached_tokens, cache_write_tokens } = self.prompt_tokens_details;
         // A provider that reports more cached than prompt tokens is not trusted for the split.
         let cached = cached_tokens.min(self.prompt_tokens);
         let written = cache_write_tokens.min(self.prompt_tokens - cached);
-        (self.prompt_tokens - cached - written, cached, written, self.completion_tokens)
+        Metered {
+            input_uncached: self.prompt_tokens - cached - written,
+            cache_read: cached,
+            cache_write: written,
+            output: self.completion_tokens,
+            web_searches: self.server_tool_use.web_search_requests,
+        }
     }
 }
 
@@ -59,6 +79,7 @@ impl From<sluice_providers::Usage> for Usage {
                 cached_tokens: u.cached_tokens,
                 cache_write_tokens: u.cache_write_tokens,
             },
+            server_tool_use: ServerToolUse { web_search_requests: u.web_searches },
         }
     }
 }
@@ -340,6 +361,7 @@ struct MessagesCounts {
     cache_read_input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    server_tool_use: Option<ServerToolUse>,
 }
 
 /// The members of a Messages event the gateway reads.
@@ -378,6 +400,7 @@ impl MessagesUsage {
         u.cache_read_input_tokens = c.cache_read_input_tokens.or(u.cache_read_input_tokens);
         u.cache_creation_input_tokens = c.cache_creation_input_tokens.or(u.cache_creation_input_tokens);
         u.output_tokens = c.output_tokens.or(u.output_tokens);
+        u.server_tool_use = c.server_tool_use.or(u.server_tool_use);
     }
 
     /// In OpenAI's accounting: input includes cache reads and writes.
@@ -388,6 +411,7 @@ impl MessagesUsage {
             prompt_tokens: c.input_tokens.unwrap_or(0) + read + write,
             completion_tokens: c.output_tokens.unwrap_or(0),
             prompt_tokens_details: PromptDetails { cached_tokens: read, cache_write_tokens: write },
+            server_tool_use: c.server_tool_use.unwrap_or_default(),
         }
     }
 
@@ -445,7 +469,7 @@ fn classify_responses(raw: Bytes) -> Event {
     };
     let usage = serde_json::from_str::<serde_json::Value>(&data)
         .ok()
-        .and_then(|v| v["response"].get("usage").filter(|u| u.is_object()).map(sluice_providers::responses::usage_of))
+        .and_then(|v| sluice_providers::responses::usage_of_response_object(&v["response"]))
         .map(Usage::from);
     Event::Last { raw, usage, finished }
 }
@@ -547,13 +571,30 @@ mod tests {
     }
 
     #[test]
+    fn web_searches_are_read_from_chat_usage_and_from_a_responses_answers_items() {
+        let mut chat = Splitter::new(Format::OpenAi);
+        let events = chat.push(b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5,\"server_tool_use\":{\"web_search_requests\":1}}}\n\n");
+        let Event::Chunk { usage: Some(u), .. } = &events[0] else { panic!("{events:?}") };
+        assert_eq!(u.metered().web_searches, 1);
+
+        let mut responses = Splitter::new(Format::Responses);
+        let completed = serde_json::json!({"type": "response.completed", "response": {
+            "output": [{"type": "web_search_call", "status": "completed"}, {"type": "web_search_call"}, {"type": "message"}],
+            "usage": {"input_tokens": 9, "output_tokens": 4},
+        }});
+        let events = responses.push(format!("event: response.completed\ndata: {completed}\n\n").as_bytes());
+        let Event::Last { usage: Some(u), .. } = &events[0] else { panic!("{events:?}") };
+        assert_eq!((u.prompt_tokens, u.completion_tokens, u.metered().web_searches), (9, 4, 2));
+    }
+
+    #[test]
     fn a_messages_stream_reads_usage_finish_and_its_end() {
         let mut s = Splitter::new(Format::Messages);
         let events = s.push(
             b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-x\",\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":10,\"output_tokens\":1}}}\n\n\
               event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n\
               event: ping\ndata: {\"type\":\"ping\"}\n\n\
-              event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":7}}\n\n\
+              event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":7,\"server_tool_use\":{\"web_search_requests\":2}}}\n\n\
               event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         );
         assert!(matches!(events[0], Event::Chunk { content: false, usage: None, .. }));
@@ -563,7 +604,9 @@ mod tests {
             prompt_tokens: 13,
             completion_tokens: 7,
             prompt_tokens_details: PromptDetails { cached_tokens: 10, cache_write_tokens: 0 },
+            server_tool_use: ServerToolUse { web_search_requests: 2 },
         };
+        assert_eq!(want.metered().web_searches, 2);
         assert!(
             matches!(&events[3], Event::Chunk { finished: Some(FinishReason::ToolCalls), usage: Some(u), .. } if *u == want),
             "{:?}",

@@ -37,6 +37,23 @@ pub(super) struct Members<'a> {
     pub messages: Option<Kind>,
     pub prompt: Option<Kind>,
     pub input: Option<Kind>,
+    /// Chat's hosted web search.
+    pub web_search_options: Option<&'a RawValue>,
+    /// `tools`: the most web searches its search tools allow (see [`Tools`]).
+    pub tools: Option<Tools>,
+}
+
+/// What the gateway reads of `tools`, in the same strict pass: the web search tools
+/// (OpenAI's `web_search…`, Anthropic's `web_search_2…`), for the fees a reservation
+/// holds (docs/design.md §5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Tools {
+    /// Search tools.
+    pub searches: u64,
+    /// The sum of their `max_uses`, of those that set one.
+    pub max_uses: u64,
+    /// Search tools without `max_uses`.
+    pub unbounded: u64,
 }
 
 /// The kind of a large member.
@@ -64,6 +81,8 @@ enum Key {
     Messages,
     Prompt,
     Input,
+    WebSearchOptions,
+    Tools,
     Other,
 }
 
@@ -83,6 +102,8 @@ impl Key {
             Key::Messages => "messages",
             Key::Prompt => "prompt",
             Key::Input => "input",
+            Key::WebSearchOptions => "web_search_options",
+            Key::Tools => "tools",
             Key::Other => "",
         }
     }
@@ -111,6 +132,8 @@ impl<'de> Deserialize<'de> for Key {
                     "messages" => Key::Messages,
                     "prompt" => Key::Prompt,
                     "input" => Key::Input,
+                    "web_search_options" => Key::WebSearchOptions,
+                    "tools" => Key::Tools,
                     _ => Key::Other,
                 })
             }
@@ -167,6 +190,8 @@ impl<'de> Visitor<'de> for BodyVisitor {
                 Key::Messages => set_once(&mut m.messages, &key, map.next_value::<Walk>()?.0)?,
                 Key::Prompt => set_once(&mut m.prompt, &key, map.next_value::<Walk>()?.0)?,
                 Key::Input => set_once(&mut m.input, &key, map.next_value::<Walk>()?.0)?,
+                Key::WebSearchOptions => set_once(&mut m.web_search_options, &key, small(&mut map)?)?,
+                Key::Tools => set_once(&mut m.tools, &key, map.next_value::<Tools>()?)?,
                 Key::Other => {
                     map.next_value::<Walk>()?;
                 }
@@ -194,6 +219,130 @@ impl<'de> Visitor<'de> for BodyVisitor {
     }
     fn visit_unit<E>(self) -> Result<Body<'de>, E> {
         Ok(Body::NotObject)
+    }
+}
+
+/// A visitor's methods for every value but arrays and objects: `$value`.
+macro_rules! scalars {
+    ($ty:ty, $value:expr) => {
+        fn visit_str<E>(self, _: &str) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_unit<E>(self) -> Result<$ty, E> {
+            Ok($value)
+        }
+    };
+}
+
+impl<'de> Deserialize<'de> for Tools {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ToolsVisitor)
+    }
+}
+
+struct ToolsVisitor;
+
+impl<'de> Visitor<'de> for ToolsVisitor {
+    type Value = Tools;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tools, A::Error> {
+        let mut tools = Tools::default();
+        while let Some(tool) = seq.next_element::<Tool>()? {
+            if let Tool::Search(max_uses) = tool {
+                tools.searches += 1;
+                match max_uses {
+                    Some(n) => tools.max_uses = tools.max_uses.saturating_add(n),
+                    None => tools.unbounded += 1,
+                }
+            }
+        }
+        Ok(tools)
+    }
+    // Not an array: the upstream judges it; nothing to count.
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Tools, A::Error> {
+        WalkVisitor.visit_map(map).map(|_| Tools::default())
+    }
+    scalars!(Tools, Tools::default());
+}
+
+/// One element of `tools`: a web search tool and its `max_uses`, or anything else.
+enum Tool {
+    Search(Option<u64>),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Tool {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ToolVisitor;
+        impl<'de> Visitor<'de> for ToolVisitor {
+            type Value = Tool;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tool, A::Error> {
+                let (mut search, mut max_uses) = (false, None);
+                while let Some(key) = map.next_key::<ToolKey>()? {
+                    match key {
+                        ToolKey::Type => {
+                            let kind = map.next_value::<serde_json::Value>()?;
+                            search = kind.as_str().is_some_and(|k| k.starts_with("web_search"));
+                        }
+                        ToolKey::MaxUses => max_uses = map.next_value::<serde_json::Value>()?.as_u64(),
+                        ToolKey::Other => {
+                            map.next_value::<Walk>()?;
+                        }
+                    }
+                }
+                Ok(if search { Tool::Search(max_uses) } else { Tool::Other })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Tool, A::Error> {
+                WalkVisitor.visit_seq(seq).map(|_| Tool::Other)
+            }
+            scalars!(Tool, Tool::Other);
+        }
+        d.deserialize_any(ToolVisitor)
+    }
+}
+
+/// A member of a tool the gateway reads.
+enum ToolKey {
+    Type,
+    MaxUses,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for ToolKey {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = ToolKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<ToolKey, E> {
+                Ok(match v {
+                    "type" => ToolKey::Type,
+                    "max_uses" => ToolKey::MaxUses,
+                    _ => ToolKey::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(KeyVisitor)
     }
 }
 

@@ -199,6 +199,32 @@ proptest! {
 }
 
 #[test]
+fn the_web_searches_a_request_allows_are_its_search_tools_max_uses() {
+    let searches = |endpoint, body: Value| parse(endpoint, &body.to_string()).unwrap().web_searches;
+    let user = json!([{"role": "user", "content": "news?"}]);
+    // Claude Code's search tool says how many; one without a bound counts the default.
+    let tools = json!([
+        {"name": "Read", "input_schema": {"type": "object", "properties": {"type": {"type": "string"}}}},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 8},
+        {"type": "web_fetch_20250910", "name": "web_fetch"},
+    ]);
+    let messages = |tools| json!({"model": "m", "max_tokens": 10, "messages": user, "tools": tools});
+    assert_eq!(searches(Endpoint::Messages, messages(tools)), 8);
+    let unbounded = json!([{"type": "web_search_20250305", "name": "web_search"}]);
+    assert_eq!(searches(Endpoint::Messages, messages(unbounded)), WEB_SEARCH_MAX_USES);
+    assert_eq!(searches(Endpoint::Messages, messages(json!([{"name": "web_search", "input_schema": {}}]))), 0);
+    // Codex's hosted search, and chat's.
+    let codex = json!({"model": "m", "input": "news?", "tools": [{"type": "web_search", "external_web_access": true}]});
+    assert_eq!(searches(Endpoint::Responses, codex), WEB_SEARCH_MAX_USES);
+    let chat = |options| json!({"model": "m", "messages": user, "web_search_options": options});
+    assert_eq!(searches(Endpoint::Chat, chat(json!({}))), WEB_SEARCH_MAX_USES);
+    assert_eq!(searches(Endpoint::Chat, chat(Value::Null)), 0);
+    // `tools` is still walked strictly.
+    let bad = r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search", "x": "\ud800"}]}"#;
+    assert!(err(Endpoint::Chat, bad).contains("not valid JSON"), "{}", err(Endpoint::Chat, bad));
+}
+
+#[test]
 fn a_responses_request_is_read_and_spliced_in_its_own_members() {
     let e = |body: &str| err(Endpoint::Responses, body);
     assert_eq!(e(r#"{"model":"m"}"#), "you must provide a 'input' parameter");

@@ -234,8 +234,7 @@ impl RequestTrace {
             if let Some(u) = usage {
                 span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", saturating_i64(u.prompt_tokens)));
                 span.set_attribute(KeyValue::new("gen_ai.usage.output_tokens", saturating_i64(u.completion_tokens)));
-                let (uncached, cache_read, cache_write, output) = u.priced_parts();
-                let cost = c.cfg.price.map_or(0, |p| p.cost_nanos_usage(uncached, cache_read, cache_write, output));
+                let cost = c.cfg.price.map_or(0, |p| p.cost_of(&u.metered()));
                 span.set_attribute(KeyValue::new("sluice.cost.nanodollars", saturating_i64(cost)));
             }
         }

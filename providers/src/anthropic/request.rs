@@ -44,9 +44,10 @@ pub(super) fn body(target: &Target<'_>, req: &ChatRequest) -> Result<Value, Tran
 /// Chat's `web_search_options` as Anthropic's server-side web search tool: the user's
 /// approximate location (flat in Anthropic's, under `approximate` in chat's) and the
 /// allowed domains of a Responses tool's `filters`. `search_context_size` has no
-/// equivalent (docs/gateway.md).
+/// equivalent (docs/gateway.md). At most [`WEB_SEARCH_MAX_USES`] searches: the bound
+/// the reservation holds the search fees to (docs/design.md §5).
 fn web_search_tool(options: &Value) -> Value {
-    let mut tool = json!({ "type": WEB_SEARCH_TOOL, "name": "web_search" });
+    let mut tool = json!({ "type": WEB_SEARCH_TOOL, "name": "web_search", "max_uses": WEB_SEARCH_MAX_USES });
     if let Some(Value::Object(approximate)) = options.get("user_location").and_then(|l| l.get("approximate")) {
         let mut location = json!({ "type": "approximate" });
         for key in ["city", "region", "country", "timezone"] {
@@ -64,6 +65,11 @@ fn web_search_tool(options: &Value) -> Value {
 
 /// The version of Anthropic's web search tool a hosted web search is sent as.
 pub(crate) const WEB_SEARCH_TOOL: &str = "web_search_20250305";
+
+/// The most searches one answer runs when the request sets no bound: what a translated
+/// search tool's `max_uses` says, and what the reservation counts for a web search tool
+/// without one (docs/design.md §5).
+pub const WEB_SEARCH_MAX_USES: u64 = 10;
 
 fn tools(req: &ChatRequest, body: &mut Map<String, Value>) -> Result<(), TranslateError> {
     let tools = req.function_tools();

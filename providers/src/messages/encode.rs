@@ -23,12 +23,16 @@ fn stop_reason(finish: &str) -> &'static str {
 fn messages_usage(u: &Usage) -> Value {
     let cached = u.cached_tokens.min(u.prompt_tokens);
     let written = u.cache_write_tokens.min(u.prompt_tokens - cached);
-    json!({
+    let mut usage = json!({
         "input_tokens": u.prompt_tokens - cached - written,
         "cache_creation_input_tokens": written,
         "cache_read_input_tokens": cached,
         "output_tokens": u.completion_tokens,
-    })
+    });
+    if u.web_searches > 0 {
+        usage["server_tool_use"] = json!({"web_search_requests": u.web_searches});
+    }
+    usage
 }
 
 /// A whole OpenAI `chat.completion` as a Messages `message`, and its usage. `id` is

@@ -69,15 +69,22 @@ impl ResponseIds {
     }
 }
 
-/// Responses' `usage`: `input_tokens` includes the cached tokens.
+/// Responses' `usage`: `input_tokens` includes the cached tokens. A translated
+/// candidate's web searches (Anthropic's) are not `web_search_call` items, whose query
+/// and sources the translation does not have: they are counted as Anthropic counts them,
+/// `server_tool_use.web_search_requests` (only when there are some).
 fn responses_usage(u: &Usage) -> Value {
-    json!({
+    let mut usage = json!({
         "input_tokens": u.prompt_tokens,
         "input_tokens_details": {"cached_tokens": u.cached_tokens},
         "output_tokens": u.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": u.prompt_tokens + u.completion_tokens,
-    })
+    });
+    if u.web_searches > 0 {
+        usage["server_tool_use"] = json!({"web_search_requests": u.web_searches});
+    }
+    usage
 }
 
 /// The response `status` for an OpenAI `finish_reason`: cut by the token limit, it is

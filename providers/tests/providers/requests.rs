@@ -2,7 +2,7 @@
 //! must always be (each test names the bug other gateways shipped).
 
 use serde_json::{Value, json};
-use sluice_providers::{ChatRequest, Protocol, TranslateError, build};
+use sluice_providers::{ChatRequest, Protocol, TranslateError, WEB_SEARCH_MAX_USES, build};
 
 use crate::fixture::{read, target};
 
@@ -72,7 +72,8 @@ fn a_hosted_web_search_goes_to_anthropics_search_and_is_refused_where_there_is_n
     .unwrap();
     for protocol in [Protocol::Anthropic, Protocol::VertexAnthropic] {
         let body: Value = serde_json::from_slice(&build(&target(protocol), &req, false).unwrap().body).unwrap();
-        assert_eq!(body["tools"], json!([{ "type": "web_search_20250305", "name": "web_search" }]), "{protocol:?}");
+        let search = json!({ "type": "web_search_20250305", "name": "web_search", "max_uses": WEB_SEARCH_MAX_USES });
+        assert_eq!(body["tools"], json!([search]), "{protocol:?}");
     }
     for protocol in [Protocol::Gemini, Protocol::VertexGemini, Protocol::Bedrock] {
         let e = build(&target(protocol), &req, false).unwrap_err();

@@ -268,7 +268,7 @@ fn choices(chunk: &Map<String, Value>) -> impl Iterator<Item = &Value> {
 }
 
 fn usage_json(u: Usage) -> Value {
-    serde_json::json!({
+    let mut usage = serde_json::json!({
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens + u.completion_tokens,
@@ -276,7 +276,11 @@ fn usage_json(u: Usage) -> Value {
             "cached_tokens": u.prompt_tokens_details.cached_tokens,
             "cache_write_tokens": u.prompt_tokens_details.cache_write_tokens,
         },
-    })
+    });
+    if u.server_tool_use.web_search_requests > 0 {
+        usage["server_tool_use"] = serde_json::json!({"web_search_requests": u.server_tool_use.web_search_requests});
+    }
+    usage
 }
 
 #[cfg(test)]

@@ -342,13 +342,17 @@ fn record_kept(blocks: &mut Vec<Block>, event: &Map<String, Value>) -> Option<bo
 /// A `message_delta`'s usage, in Anthropic's accounting (input without cache reads and
 /// writes).
 fn usage_json(u: Usage) -> Value {
-    let (input, read, written, output) = u.priced_parts();
-    serde_json::json!({
-        "input_tokens": input,
-        "cache_read_input_tokens": read,
-        "cache_creation_input_tokens": written,
-        "output_tokens": output,
-    })
+    let m = u.metered();
+    let mut usage = serde_json::json!({
+        "input_tokens": m.input_uncached,
+        "cache_read_input_tokens": m.cache_read,
+        "cache_creation_input_tokens": m.cache_write,
+        "output_tokens": m.output,
+    });
+    if m.web_searches > 0 {
+        usage["server_tool_use"] = serde_json::json!({"web_search_requests": m.web_searches});
+    }
+    usage
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! function name, and text or arguments), and relayed where it goes past it.
 
 use serde_json::{Map, Value};
+use sluice_crds::snapshot::Metered;
 
 use super::{Spliced, Transcript};
 use crate::relay::sse::{Format, Usage};
@@ -326,7 +327,7 @@ impl Delivered {
         let output: Vec<Value> = self.items.iter().filter_map(|i| i.done.clone()).collect();
         response.insert("output".into(), Value::Array(output));
         if let (Some(sum), Some(Value::Object(u))) = (usage, response.get_mut("usage")) {
-            let (_, cached, _, output) = sum.priced_parts();
+            let Metered { cache_read: cached, output, .. } = sum.metered();
             u.insert("input_tokens".into(), sum.prompt_tokens.into());
             u.insert("output_tokens".into(), output.into());
             u.insert("total_tokens".into(), (sum.prompt_tokens + output).into());
