@@ -294,6 +294,19 @@ def test_what_a_translated_candidate_cannot_take_passes_it_over_and_is_refused_b
     assert backup.requests() == before
 
 
+def test_claude_on_bedrock_is_passed_over_for_a_web_search(messages_gateway, backup):
+    """Bedrock has none of Anthropic's server tools and refuses a request declaring
+    one (Claude Code's search sub-agent sends `web_search_…`): nothing is sent there."""
+    before = backup.requests()
+    search = {"type": "web_search_20260209", "name": "web_search", "max_uses": 3}
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client(messages_gateway).messages.create(model=BEDROCK, max_tokens=64, messages=HELLO, tools=[search])
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    assert "tools[0]" in e.value.body["error"]["message"] and "no server tools" in e.value.body["error"]["message"]
+    assert backup.requests() == before
+    assert client(messages_gateway).messages.create(model=BEDROCK, max_tokens=64, messages=HELLO).content
+
+
 def test_count_tokens_is_counted_by_the_anthropic_candidate(messages_gateway, primary):
     c = client(messages_gateway)
     counted = c.messages.count_tokens(model=NATIVE, messages=HELLO)

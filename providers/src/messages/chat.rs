@@ -14,13 +14,13 @@ const HINTS: &[&str] = &["thinking", "context_management", "service_tier", "cach
 
 /// Whether a tool type is a server tool Anthropic runs itself (web search, web fetch,
 /// code execution), as opposed to one the client runs.
-fn is_server_tool(kind: &str) -> bool {
+pub(super) fn is_server_tool(kind: &str) -> bool {
     ["web_search_", "web_fetch_", "code_execution_"].iter().any(|p| kind.starts_with(p))
 }
 
 /// Whether an assistant block records a server tool's call or result (its findings
 /// are in the text that follows).
-fn is_server_block(kind: &str) -> bool {
+pub(super) fn is_server_block(kind: &str) -> bool {
     kind == "server_tool_use" || (kind.ends_with("_tool_result") && kind != "tool_result")
 }
 

@@ -189,6 +189,7 @@ fn bedrock(
     stream: bool,
     count_tokens: bool,
 ) -> Result<NativeRequest, TranslateError> {
+    reject_server_tools(body)?;
     let mut extra = vec![("anthropic_version", format!("\"{BEDROCK_VERSION}\""))];
     let betas: Vec<&str> = headers
         .iter()
@@ -211,6 +212,57 @@ fn bedrock(
     let verb = if stream { "invoke-with-response-stream" } else { "invoke" };
     let path = format!("/model/{}/{verb}", crate::encode_segment(target.model));
     Ok(NativeRequest { path: path.into(), body: Bytes::from(body), headers: Vec::new() })
+}
+
+/// Refuses a body with a server tool (web search, web fetch, code execution) or a
+/// record of one's use: they run at Anthropic (and Vertex AI), and Bedrock refuses them
+/// (docs/gateway.md, "Messages on Bedrock"). The candidate is passed over.
+fn reject_server_tools(body: &[u8]) -> Result<(), TranslateError> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        #[serde(default)]
+        tools: Option<Vec<Typed>>,
+        #[serde(default)]
+        messages: Option<Vec<Message>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Message {
+        #[serde(default)]
+        content: Option<Content>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Content {
+        Blocks(Vec<Typed>),
+        Other(de::IgnoredAny),
+    }
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "type", default)]
+        kind: Option<String>,
+    }
+    // Most bodies name no server tool anywhere: not parsed for it.
+    let named = |needle: &str| body.windows(needle.len()).any(|w| w == needle.as_bytes());
+    if !["\"web_search_", "\"web_fetch_", "\"code_execution_", "\"server_tool_use\""].into_iter().any(named) {
+        return Ok(());
+    }
+    let b: Body = serde_json::from_slice(body).map_err(invalid_body)?;
+    let lacks =
+        |kind: &str| format!("Claude on Bedrock has no server tools: {kind:?} runs at Anthropic and on Vertex AI");
+    for (i, t) in b.tools.iter().flatten().enumerate() {
+        if let Some(kind) = t.kind.as_deref().filter(|k| super::chat::is_server_tool(k)) {
+            return Err(TranslateError::unsupported(format!("tools[{i}]"), lacks(kind)));
+        }
+    }
+    for (i, m) in b.messages.iter().flatten().enumerate() {
+        let Some(Content::Blocks(blocks)) = &m.content else { continue };
+        for (j, block) in blocks.iter().enumerate() {
+            if let Some(kind) = block.kind.as_deref().filter(|k| super::chat::is_server_block(k)) {
+                return Err(TranslateError::unsupported(format!("messages[{i}].content[{j}]"), lacks(kind)));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The `max_tokens` a body without one is given where the API requires it but nothing

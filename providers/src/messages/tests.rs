@@ -305,6 +305,35 @@ fn claude_on_bedrock_gets_invoke_models_envelope_and_betas_in_the_body() {
     assert!(n.path.ends_with("/invoke"));
 }
 
+#[test]
+fn claude_on_bedrock_refuses_server_tools_by_name_and_takes_client_tools_named_alike() {
+    let target = Target::new(Protocol::Bedrock, "us.anthropic.claude-x-v1:0", 1024);
+    let refused = |body: Value| match native(&target, &bytes::Bytes::from(body.to_string()), &[], false, false) {
+        Err(TranslateError::Unsupported { field, reason }) => format!("{field}: {reason}"),
+        other => panic!("not refused: {other:?}"),
+    };
+    let user = json!([{"role": "user", "content": "news?"}]);
+    // Claude Code's search sub-agent's request.
+    let search = json!({"max_tokens": 5, "messages": user, "tools": [
+        {"name": "Read", "input_schema": {"type": "object"}},
+        {"type": "web_search_20260209", "name": "web_search", "max_uses": 8}]});
+    assert_eq!(
+        refused(search),
+        "tools[1]: Claude on Bedrock has no server tools: \"web_search_20260209\" runs at Anthropic and on Vertex AI"
+    );
+    let history = json!({"max_tokens": 5, "messages": [
+        {"role": "user", "content": "news?"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Searching."},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "news"}}]},
+        {"role": "user", "content": "and?"}]});
+    assert!(refused(history).starts_with("messages[1].content[1]: "));
+    // A client tool that is called web_search, or text that names a server tool, is not one.
+    let client = json!({"max_tokens": 5, "messages": [{"role": "user", "content": "use \"web_search_20250305\""}],
+        "tools": [{"name": "web_search", "input_schema": {"type": "object"}}]});
+    assert!(native(&target, &bytes::Bytes::from(client.to_string()), &[], false, false).is_ok());
+}
+
 /// `events` as InvokeModelWithResponseStream frames them: each event's data, base64,
 /// in a `chunk` frame.
 fn bedrock_frames(stream: &str) -> Vec<u8> {
