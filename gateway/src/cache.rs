@@ -172,24 +172,21 @@ pub enum Directive {
 
 impl Directive {
     /// From the request's `Cache-Control` and `x-sluice-cache` headers.
+    /// One pass over their words: a bypass anywhere wins over a refresh.
     pub fn of(headers: &HeaderMap) -> Directive {
-        let words = || {
-            headers
-                .get_all(CACHE_CONTROL)
-                .iter()
-                .chain(headers.get_all(X_SLUICE_CACHE).iter())
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .map(str::trim)
-        };
-        let any = |of: [&str; 2]| words().any(|w| of.iter().any(|o| w.eq_ignore_ascii_case(o)));
-        if any(["no-store", "bypass"]) {
-            Directive::Bypass
-        } else if any(["no-cache", "refresh"]) {
-            Directive::Refresh
-        } else {
-            Directive::Use
+        let values = headers.get_all(CACHE_CONTROL).iter().chain(headers.get_all(X_SLUICE_CACHE).iter());
+        let words = values.filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim);
+        let mut directive = Directive::Use;
+        for word in words {
+            let is = |name: &str| word.eq_ignore_ascii_case(name);
+            if is("no-store") || is("bypass") {
+                return Directive::Bypass;
+            }
+            if is("no-cache") || is("refresh") {
+                directive = Directive::Refresh;
+            }
         }
+        directive
     }
 }
 
@@ -311,6 +308,8 @@ mod tests {
         assert_eq!(of(&[("cache-control", "no-store")]), Directive::Bypass);
         assert_eq!(of(&[("x-sluice-cache", "refresh")]), Directive::Refresh);
         assert_eq!(of(&[("x-sluice-cache", "Bypass")]), Directive::Bypass);
+        assert_eq!(of(&[("cache-control", "no-cache"), ("x-sluice-cache", "bypass")]), Directive::Bypass);
+        assert_eq!(of(&[("cache-control", "no-cache, no-store")]), Directive::Bypass);
     }
 
     #[tokio::test]

@@ -190,8 +190,12 @@ fn money() -> impl Strategy<Value = String> {
 }
 
 fn model_route() -> impl Strategy<Value = Value> {
-    let candidate =
-        (name(), opt("[a-z0-9-]{1,12}"), opt(1..=1000u32), opt((money(), money(), opt(money()), opt(money()))));
+    let candidate = (
+        name(),
+        opt("[a-z0-9-]{1,12}"),
+        opt(1..=1000u32),
+        opt((money(), money(), opt(money()), opt(money()), opt(money()))),
+    );
     let candidates = prop::collection::vec(candidate, 1..=8);
     let retry_on = prop::collection::vec(prop_oneof![Just(408u16), Just(429), 500..=599u16, 100..=600u16], 1..=16);
     let failover = (opt(retry_on), opt(prop::sample::select(vec!["failover", "hedge"])));
@@ -229,10 +233,11 @@ fn model_route() -> impl Strategy<Value = Value> {
                     put(
                         &mut c,
                         "price",
-                        price.map(|(input, output, cached, write)| {
+                        price.map(|(input, output, cached, write, search)| {
                             let mut p = json!({"input": input, "output": output});
                             put(&mut p, "cachedInput", cached.map(Value::from));
                             put(&mut p, "cacheWrite", write.map(Value::from));
+                            put(&mut p, "webSearch", search.map(Value::from));
                             p
                         }),
                     );
