@@ -136,6 +136,10 @@ where
 
 /// Forwards events until the stream ends; returns how it ended and the last event still
 /// to send (`[DONE]` or an error event; none when the client went away).
+///
+/// Over 80 lines, kept whole: one loop over the upstream's chunks and their events, where
+/// what an event says (finish, usage, content) and whether the client is sent it are
+/// decided together; split, the hot path of every stream would pass its state around.
 async fn pump(
     first: Bytes,
     rest: &mut BodyStream,

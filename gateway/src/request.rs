@@ -263,6 +263,92 @@ fn value(raw: Option<&RawValue>) -> Option<Value> {
     raw.map(|r| serde_json::from_str(r.get()).unwrap_or(Value::Null))
 }
 
+/// Where a member's value sits in the body.
+fn span(body: &[u8], raw: &RawValue) -> Range<usize> {
+    let at = offset(body, raw.get());
+    at..at + raw.get().len()
+}
+
+/// The endpoint's required member (`messages`, `prompt` or `input`) is there and of its
+/// kind.
+fn required(endpoint: Endpoint, m: &members::Members<'_>) -> Result<(), ApiError> {
+    let (kind, what) = match endpoint {
+        Endpoint::Chat | Endpoint::Messages => (m.messages, "an array of messages"),
+        Endpoint::Completions => (m.prompt, "a string or an array"),
+        Endpoint::Embeddings | Endpoint::Responses => (m.input, "a string or an array"),
+    };
+    let name = endpoint.required_member();
+    match (endpoint, kind) {
+        (_, None) => Err(invalid(format!("you must provide a '{name}' parameter"))),
+        (Endpoint::Chat | Endpoint::Messages, Some(Kind::Array { empty: true })) => {
+            Err(invalid("'messages' must not be empty"))
+        }
+        (Endpoint::Chat | Endpoint::Messages, Some(Kind::Array { .. }))
+        | (
+            Endpoint::Completions | Endpoint::Embeddings | Endpoint::Responses,
+            Some(Kind::String | Kind::Array { .. }),
+        ) => Ok(()),
+        _ => Err(invalid(format!("'{name}' must be {what}"))),
+    }
+}
+
+/// The output limit the request sets (the larger of `max_tokens` and
+/// `max_completion_tokens`; Responses' `max_output_tokens`), required on Messages.
+fn output_limit(endpoint: Endpoint, m: &members::Members<'_>) -> Result<Option<u64>, ApiError> {
+    let limits = match endpoint {
+        Endpoint::Responses => [("max_output_tokens", m.max_output_tokens), ("", None)],
+        _ => [("max_tokens", m.max_tokens), ("max_completion_tokens", m.max_completion_tokens)],
+    };
+    let mut max_tokens = None;
+    for (field, raw) in limits {
+        match value(raw) {
+            None | Some(Value::Null) => {}
+            Some(v) => match v.as_u64() {
+                Some(n) if n > 0 => max_tokens = Some(max_tokens.map_or(n, |m: u64| m.max(n))),
+                _ => return Err(invalid(format!("'{field}' must be a positive integer"))),
+            },
+        }
+    }
+    if endpoint == Endpoint::Messages && max_tokens.is_none() {
+        return Err(invalid("'max_tokens' is required: a positive integer"));
+    }
+    Ok(max_tokens)
+}
+
+/// Whether `stream_options` asks for usage, and where it sits with, when it does not,
+/// the same object asking for it.
+#[expect(clippy::type_complexity, reason = "the two fields of ClientRequest it fills, as they are declared")]
+fn stream_options(
+    body: &[u8],
+    raw: Option<&RawValue>,
+) -> Result<(bool, Option<(Range<usize>, Option<String>)>), ApiError> {
+    let Some(raw) = raw else { return Ok((false, None)) };
+    match value(Some(raw)) {
+        None => Ok((false, None)),
+        Some(Value::Null) => Ok((false, Some((span(body, raw), Some(r#"{"include_usage":true}"#.to_string()))))),
+        Some(Value::Object(mut o)) => {
+            let wants = match o.get("include_usage") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(invalid("'stream_options.include_usage' must be a boolean")),
+            };
+            let rewritten = (!wants).then(|| {
+                o.insert("include_usage".into(), Value::Bool(true));
+                Value::Object(o).to_string()
+            });
+            Ok((wants, Some((span(body, raw), rewritten))))
+        }
+        Some(_) => Err(invalid("'stream_options' must be an object")),
+    }
+}
+
+/// The most web searches the request lets a provider run (docs/design.md §5).
+fn web_searches(m: &members::Members<'_>) -> u64 {
+    let tools = m.tools.unwrap_or_default();
+    let options = m.web_search_options.is_some_and(|r| r.get() != "null");
+    tools.max_uses.saturating_add((tools.unbounded + u64::from(options)).saturating_mul(WEB_SEARCH_MAX_USES))
+}
+
 /// Where `part` (a slice of `whole`) starts in `whole`.
 fn offset(whole: &[u8], part: &str) -> usize {
     (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize)
@@ -276,33 +362,14 @@ impl ClientRequest {
         let Body::Object(m) = parsed else {
             return Err(invalid("request body must be a JSON object"));
         };
-        // Where a member's value sits in the body.
-        let span = |raw: &RawValue| offset(body, raw.get())..offset(body, raw.get()) + raw.get().len();
         let (model, model_at) = match m.model {
             Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
-                Ok(Value::String(s)) if !s.is_empty() => (s, span(raw)),
+                Ok(Value::String(s)) if !s.is_empty() => (s, span(body, raw)),
                 _ => return Err(invalid("'model' must be a non-empty string")),
             },
             None => return Err(invalid("you must provide a 'model' parameter")),
         };
-        let required = match endpoint {
-            Endpoint::Chat | Endpoint::Messages => (m.messages, "an array of messages"),
-            Endpoint::Completions => (m.prompt, "a string or an array"),
-            Endpoint::Embeddings | Endpoint::Responses => (m.input, "a string or an array"),
-        };
-        let required = (endpoint.required_member(), required.0, required.1);
-        match (endpoint, required.1) {
-            (_, None) => return Err(invalid(format!("you must provide a '{}' parameter", required.0))),
-            (Endpoint::Chat | Endpoint::Messages, Some(Kind::Array { empty: true })) => {
-                return Err(invalid("'messages' must not be empty"));
-            }
-            (Endpoint::Chat | Endpoint::Messages, Some(Kind::Array { .. }))
-            | (
-                Endpoint::Completions | Endpoint::Embeddings | Endpoint::Responses,
-                Some(Kind::String | Kind::Array { .. }),
-            ) => {}
-            _ => return Err(invalid(format!("'{}' must be {}", required.0, required.2))),
-        }
+        required(endpoint, &m)?;
         let stream = match value(m.stream) {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => b,
@@ -314,48 +381,10 @@ impl ClientRequest {
         if endpoint == Endpoint::Responses {
             stateless(&m)?;
         }
-        let limits = match endpoint {
-            Endpoint::Responses => [("max_output_tokens", m.max_output_tokens), ("", None)],
-            _ => [("max_tokens", m.max_tokens), ("max_completion_tokens", m.max_completion_tokens)],
-        };
-        let mut max_tokens = None;
-        for (field, raw) in limits {
-            match value(raw) {
-                None | Some(Value::Null) => {}
-                Some(v) => match v.as_u64() {
-                    Some(n) if n > 0 => max_tokens = Some(max_tokens.map_or(n, |m: u64| m.max(n))),
-                    _ => return Err(invalid(format!("'{field}' must be a positive integer"))),
-                },
-            }
-        }
-        if endpoint == Endpoint::Messages && max_tokens.is_none() {
-            return Err(invalid("'max_tokens' is required: a positive integer"));
-        }
+        let max_tokens = output_limit(endpoint, &m)?;
         let limit_raw = if endpoint == Endpoint::Responses { m.max_output_tokens } else { m.max_tokens };
-        let max_tokens_null = limit_raw.filter(|r| r.get() == "null").map(span);
-        let (wants_usage, stream_options) = match (value(m.stream_options), m.stream_options) {
-            (None, _) | (_, None) => (false, None),
-            (Some(Value::Null), Some(raw)) => (false, Some((span(raw), Some(r#"{"include_usage":true}"#.to_string())))),
-            (Some(Value::Object(mut o)), Some(raw)) => {
-                let wants = match o.get("include_usage") {
-                    None | Some(Value::Null) => false,
-                    Some(Value::Bool(b)) => *b,
-                    Some(_) => return Err(invalid("'stream_options.include_usage' must be a boolean")),
-                };
-                let at = span(raw);
-                let rewritten = (!wants).then(|| {
-                    o.insert("include_usage".into(), Value::Bool(true));
-                    Value::Object(o).to_string()
-                });
-                (wants, Some((at, rewritten)))
-            }
-            (Some(_), _) => return Err(invalid("'stream_options' must be an object")),
-        };
-        let open = body.len() - body.trim_ascii_start().len() + 1;
-        let tools = m.tools.unwrap_or_default();
-        let options = m.web_search_options.is_some_and(|r| r.get() != "null");
-        let web_searches =
-            tools.max_uses.saturating_add((tools.unbounded + u64::from(options)).saturating_mul(WEB_SEARCH_MAX_USES));
+        let max_tokens_null = limit_raw.filter(|r| r.get() == "null").map(|r| span(body, r));
+        let (wants_usage, stream_options) = stream_options(body, m.stream_options)?;
         Ok(Self {
             endpoint,
             model,
@@ -363,10 +392,10 @@ impl ClientRequest {
             wants_usage,
             max_tokens,
             input_bound: body.len() as u64,
-            web_searches,
+            web_searches: web_searches(&m),
             raw: body.clone(),
             model_at,
-            open,
+            open: body.len() - body.trim_ascii_start().len() + 1,
             max_tokens_null,
             stream_options,
             anthropic_headers: Vec::new(),

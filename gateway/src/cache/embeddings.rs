@@ -15,7 +15,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::key::{INERT, Scope, canonical};
-use super::{Directive, Entry, Key, X_SLUICE_CACHE, X_SLUICE_CACHE_HITS, now_ms};
+use super::{Cache, Directive, Entry, Key, X_SLUICE_CACHE, X_SLUICE_CACHE_HITS, now_ms};
 use crate::answer::{self, Ending};
 use crate::billing::Held;
 use crate::config::Route;
@@ -126,31 +126,8 @@ pub async fn serve(
     if hits == total {
         metrics.count(CacheResult::Hit);
         Held::served_from_cache(&mut held, hits as u64);
-        let now = now_ms();
         let entries: Vec<Arc<Entry>> = found.into_iter().flatten().collect();
-        let age = entries.iter().map(|e| e.age(now)).max().unwrap_or_default();
-        let model = entries.first().map(|e| e.model.clone()).unwrap_or_default();
-        let bodies: Vec<&[u8]> = entries.iter().map(|e| e.body.as_ref()).collect();
-        let body = assemble(&bodies, &model, None);
-        let end = Ending {
-            api: Endpoint::Embeddings,
-            status: StatusCode::OK,
-            slo_bad: Some(false),
-            latency_ms: started.elapsed().as_millis() as u64,
-            attempts: 0,
-            candidate: None,
-            usage: None,
-            resumed: Vec::new(),
-        };
-        answer::conclude(gw, route, started, end, held, trace).await;
-        let mut response = (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response();
-        let h = response.headers_mut();
-        h.insert(X_SLUICE_CACHE, HeaderValue::from_static("hit"));
-        h.insert(header::AGE, HeaderValue::from(age.as_secs()));
-        if let Ok(v) = HeaderValue::from_str(&format!("{hits}/{total}")) {
-            h.insert(X_SLUICE_CACHE_HITS, v);
-        }
-        return Ok(response);
+        return Ok(answer_known(gw, route, &entries, held, started, trace).await);
     }
     metrics.count(if directive == Directive::Bypass { CacheResult::Bypass } else { CacheResult::Miss });
 
@@ -172,49 +149,7 @@ pub async fn serve(
         Ok(d) => d,
         Err(f) => return Ok(answer::failure(gw, route, Endpoint::Embeddings, f, held, started, trace).await),
     };
-    if d.started.status.is_success()
-        && let Ok(a) = serde_json::from_slice::<Answer<'_>>(&d.started.first)
-        && a.data.len() == missing.len()
-    {
-        let mut fresh: Vec<Option<&RawValue>> = vec![None; missing.len()];
-        for (n, item) in a.data.iter().enumerate() {
-            let at = item.index.unwrap_or(n);
-            if let Some(slot) = fresh.get_mut(at) {
-                *slot = Some(item.embedding);
-            }
-        }
-        if fresh.iter().all(Option::is_some) {
-            let model = a.model.clone().unwrap_or_default();
-            if directive != Directive::Bypass {
-                let ttl = route.cache.lifetime();
-                let stored = missing
-                    .iter()
-                    .zip(&fresh)
-                    .filter_map(|(i, e)| {
-                        e.map(|e| (plan.keys[*i], Entry::new(&model, Bytes::copy_from_slice(e.get().as_bytes()), ttl)))
-                    })
-                    .collect();
-                cache.put_many(stored);
-            }
-            if hits > 0 {
-                let mut next = fresh.iter().flatten();
-                let mut bodies: Vec<&[u8]> = Vec::with_capacity(total);
-                for f in &found {
-                    match f {
-                        Some(e) => bodies.push(e.body.as_ref()),
-                        None => bodies.push(next.next().map_or(b"null".as_slice(), |e| e.get().as_bytes())),
-                    }
-                }
-                let merged = assemble(&bodies, &model, a.usage.map(RawValue::get));
-                d.started.first = Bytes::from(merged);
-            }
-        }
-    } else if hits > 0 && d.started.status.is_success() {
-        // The known inputs cannot be put together with an answer not read.
-        return Err(ApiError::UpstreamsUnavailable(
-            "the upstream's embeddings answer did not hold one embedding per input sent; nothing was cached".into(),
-        ));
-    }
+    take_answer(cache, route, &plan, directive, &missing, &found, &mut d.started.first, d.started.status.is_success())?;
     if d.started.status.is_success() {
         // The known inputs are part of a good answer: charged at the cache price.
         Held::served_from_cache(&mut held, hits as u64);
@@ -227,6 +162,103 @@ pub async fn serve(
         h.insert(X_SLUICE_CACHE_HITS, v);
     }
     Ok(response)
+}
+
+/// Answers an embeddings request whose every input was known: the entries put together
+/// as one answer, concluded as a good answer of the route with no attempt.
+async fn answer_known(
+    gw: &Arc<Gateway>,
+    route: &Arc<Route>,
+    entries: &[Arc<Entry>],
+    held: Option<Held>,
+    started: Instant,
+    trace: RequestTrace,
+) -> Response {
+    let now = now_ms();
+    let age = entries.iter().map(|e| e.age(now)).max().unwrap_or_default();
+    let model = entries.first().map(|e| e.model.clone()).unwrap_or_default();
+    let bodies: Vec<&[u8]> = entries.iter().map(|e| e.body.as_ref()).collect();
+    let body = assemble(&bodies, &model, None);
+    let end = Ending {
+        api: Endpoint::Embeddings,
+        status: StatusCode::OK,
+        slo_bad: Some(false),
+        latency_ms: started.elapsed().as_millis() as u64,
+        attempts: 0,
+        candidate: None,
+        usage: None,
+        resumed: Vec::new(),
+    };
+    answer::conclude(gw, route, started, end, held, trace).await;
+    let mut response = (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    let h = response.headers_mut();
+    h.insert(X_SLUICE_CACHE, HeaderValue::from_static("hit"));
+    h.insert(header::AGE, HeaderValue::from(age.as_secs()));
+    if let Ok(v) = HeaderValue::from_str(&format!("{n}/{n}", n = entries.len())) {
+        h.insert(X_SLUICE_CACHE_HITS, v);
+    }
+    response
+}
+
+/// Reads the upstream's answer (`first`, `ok` when a success) to the `missing` inputs:
+/// stores each embedding (unless bypassed) and, when some inputs were `found` known,
+/// puts the answer together with them in the request's order.
+#[expect(clippy::too_many_arguments, reason = "the parts of serve's state it reads and the answer it rewrites")]
+fn take_answer(
+    cache: &Cache,
+    route: &Route,
+    plan: &Plan,
+    directive: Directive,
+    missing: &[usize],
+    found: &[Option<Arc<Entry>>],
+    first: &mut Bytes,
+    ok: bool,
+) -> Result<(), ApiError> {
+    let hits = found.len() - missing.len();
+    let answer = if ok { serde_json::from_slice::<Answer<'_>>(first).ok() } else { None };
+    let Some(a) = answer.filter(|a| a.data.len() == missing.len()) else {
+        if hits > 0 && ok {
+            // The known inputs cannot be put together with an answer not read.
+            return Err(ApiError::UpstreamsUnavailable(
+                "the upstream's embeddings answer did not hold one embedding per input sent; nothing was cached".into(),
+            ));
+        }
+        return Ok(());
+    };
+    let mut fresh: Vec<Option<&RawValue>> = vec![None; missing.len()];
+    for (n, item) in a.data.iter().enumerate() {
+        let at = item.index.unwrap_or(n);
+        if let Some(slot) = fresh.get_mut(at) {
+            *slot = Some(item.embedding);
+        }
+    }
+    if !fresh.iter().all(Option::is_some) {
+        return Ok(());
+    }
+    let model = a.model.clone().unwrap_or_default();
+    if directive != Directive::Bypass {
+        let ttl = route.cache.lifetime();
+        let stored = missing
+            .iter()
+            .zip(&fresh)
+            .filter_map(|(i, e)| {
+                e.map(|e| (plan.keys[*i], Entry::new(&model, Bytes::copy_from_slice(e.get().as_bytes()), ttl)))
+            })
+            .collect();
+        cache.put_many(stored);
+    }
+    if hits > 0 {
+        let mut next = fresh.iter().flatten();
+        let mut bodies: Vec<&[u8]> = Vec::with_capacity(found.len());
+        for f in found {
+            match f {
+                Some(e) => bodies.push(e.body.as_ref()),
+                None => bodies.push(next.next().map_or(b"null".as_slice(), |e| e.get().as_bytes())),
+            }
+        }
+        *first = Bytes::from(assemble(&bodies, &model, a.usage.map(RawValue::get)));
+    }
+    Ok(())
 }
 
 /// An OpenAI embeddings answer of `embeddings` (raw JSON each) in order.

@@ -42,6 +42,21 @@ pub fn refuse(headers: &HeaderMap, endpoint: Endpoint, error: ApiError) -> Respo
     with_request_id(error.respond(endpoint), &RequestId::of(headers))
 }
 
+/// How a request refused before any attempt ends: the route is known, so a refusal
+/// (429 over a limit, 402) is one of its answers, and the client's: not an SLI event.
+fn refused(endpoint: Endpoint, e: &ApiError) -> answer::Ending {
+    answer::Ending {
+        api: endpoint,
+        status: e.status(),
+        slo_bad: None,
+        latency_ms: 0,
+        attempts: 0,
+        candidate: None,
+        usage: None,
+        resumed: Vec::new(),
+    }
+}
+
 fn with_request_id(mut response: Response, request_id: &RequestId) -> Response {
     response.headers_mut().insert(X_REQUEST_ID, request_id.header());
     response
@@ -76,19 +91,7 @@ async fn serve(
         Some(a) => match Box::pin(hold(gw, &route, &req, a, request_id, ask, standings)).await {
             Ok(held) => held,
             Err(e) => {
-                // The route is known: a refused request (429 over a limit, 402) is one
-                // of its answers, and the client's: not an SLI event.
-                let end = answer::Ending {
-                    api: endpoint,
-                    status: e.status(),
-                    slo_bad: None,
-                    latency_ms: 0,
-                    attempts: 0,
-                    candidate: None,
-                    usage: None,
-                    resumed: Vec::new(),
-                };
-                Box::pin(answer::conclude(gw, &route, started, end, None, trace)).await;
+                Box::pin(answer::conclude(gw, &route, started, refused(endpoint, &e), None, trace)).await;
                 return Err(e);
             }
         },
