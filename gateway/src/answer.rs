@@ -18,12 +18,12 @@ use crate::billing::{Held, settle};
 use crate::config::Route;
 use crate::error::ApiError;
 use crate::headers::{X_SLUICE_ATTEMPTS, X_SLUICE_DROPPED, X_SLUICE_FAILOVER, X_SLUICE_UPSTREAM};
-use crate::relay::sse::Usage;
 use crate::relay::{self, StreamEnd};
 use crate::request::{ClientRequest, Endpoint};
 use crate::route::{Dispatched, Failed};
 use crate::server::Gateway;
 use crate::telemetry::traces::RequestTrace;
+use crate::usage::Usage;
 
 /// How long an answer's last byte waits for its settlement to commit (docs/design.md
 /// §5a); then the answer ends with `ledger_unavailable` and the settlement stays queued.

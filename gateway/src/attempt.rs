@@ -63,7 +63,7 @@ pub struct Started {
     pub rest: Option<BodyStream>,
     /// A whole translated answer's usage, known from the translation; `None` when it is
     /// to be read from `first`.
-    pub usage: Option<crate::relay::sse::Usage>,
+    pub usage: Option<crate::usage::Usage>,
     /// The attempt itself (with its span), finished when the answer ends.
     pub attempt: Committed,
 }

@@ -20,7 +20,7 @@
 //!   finished once ([`attempt::Committed::finish`]).
 //! - [`answer`] answers the client: a whole body, a stream through [`relay`], or an
 //!   [`error`]; then [`answer::conclude`] counts the request and settles its
-//!   reservation ([`billing::settle`]).
+//!   reservation ([`billing::settle`]) at what the answer used ([`usage`]).
 //!
 //! Around it: [`config`] (manifests or an operator snapshot, compiled by
 //! [`config::Runtime::build`]), [`egress`] (the HTTP client), [`telemetry`] (metrics
@@ -43,3 +43,4 @@ pub mod request;
 pub mod route;
 pub mod server;
 pub mod telemetry;
+pub mod usage;

@@ -26,7 +26,9 @@ pub mod resume;
 pub mod sse;
 
 pub use idle::IdleWatch;
-use sse::{Event, FinishReason, Format, Splitter, Usage};
+use sse::{Event, FinishReason, Format, Splitter};
+
+use crate::usage::Usage;
 
 /// How long a relayed stream may stay silent before the client is sent a keep-alive
 /// (Messages: `event: ping`; OpenAI formats: an SSE comment). Claude Code gives up on a

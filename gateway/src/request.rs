@@ -344,9 +344,9 @@ fn stream_options(
 
 /// The most web searches the request lets a provider run (docs/design.md §5).
 fn web_searches(m: &members::Members<'_>) -> u64 {
-    let tools = m.tools.unwrap_or_default();
+    let tools = m.tools.unwrap_or_default().web_searches;
     let options = m.web_search_options.is_some_and(|r| r.get() != "null");
-    tools.max_uses.saturating_add((tools.unbounded + u64::from(options)).saturating_mul(WEB_SEARCH_MAX_USES))
+    tools.saturating_add(if options { WEB_SEARCH_MAX_USES } else { 0 })
 }
 
 /// Where `part` (a slice of `whole`) starts in `whole`.

@@ -29,8 +29,8 @@ use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
 use crate::egress;
 use crate::headers::X_REQUEST_ID;
-use crate::relay::sse::Usage;
 use crate::request::Endpoint;
+use crate::usage::Usage;
 
 /// What a native attempt needs besides the common [`AttemptSpec`].
 pub struct NativeInput<'a> {

@@ -1,7 +1,7 @@
 //! Settling a reservation with what the answer cost, or releasing it.
 
 use crate::config::Route;
-use crate::relay::sse::Usage;
+use crate::usage::Usage;
 
 use super::Held;
 

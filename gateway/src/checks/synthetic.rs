@@ -44,11 +44,12 @@ use crate::attempt::{self, AttemptSpec, BodyStream, StreamError};
 use crate::config::{Route, UpstreamHandle};
 use crate::headers::{RequestId, X_REQUEST_ID};
 use crate::relay::IdleWatch;
-use crate::relay::sse::{Event, Format, Splitter, Usage};
+use crate::relay::sse::{Event, Format, Splitter};
 use crate::request::{ClientRequest, Endpoint};
 use crate::server::state::Gateway;
 use crate::telemetry::metrics::SyntheticLabel;
 use crate::telemetry::traces::RequestTrace;
+use crate::usage::Usage;
 
 /// How often the scheduler looks for checks that are due.
 const TICK: Duration = Duration::from_millis(100);

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::IdleWatch;
-use super::sse::{Format, Usage};
+use super::sse::Format;
 use crate::attempt::outcome::Outcome;
 use crate::attempt::{self, BodyStream, Committed};
 use crate::config::Route;
@@ -29,6 +29,7 @@ use crate::route::health::Circuit;
 use crate::server::Gateway;
 use crate::telemetry::metrics::{ResumeReason, RouteResume};
 use crate::telemetry::traces::RequestTrace;
+use crate::usage::Usage;
 
 pub mod chat;
 pub mod messages;

@@ -11,6 +11,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+use sluice_providers::WEB_SEARCH_MAX_USES;
 
 /// A body: a JSON object's members, or some other JSON value.
 pub(super) enum Body<'a> {
@@ -48,12 +49,9 @@ pub(super) struct Members<'a> {
 /// holds (docs/design.md §5).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Tools {
-    /// Search tools.
-    pub searches: u64,
-    /// The sum of their `max_uses`, of those that set one.
-    pub max_uses: u64,
-    /// Search tools without `max_uses`.
-    pub unbounded: u64,
+    /// The most searches they allow: each one's `max_uses`, [`WEB_SEARCH_MAX_USES`]
+    /// for one without.
+    pub web_searches: u64,
 }
 
 /// The kind of a large member.
@@ -264,11 +262,7 @@ impl<'de> Visitor<'de> for ToolsVisitor {
         let mut tools = Tools::default();
         while let Some(tool) = seq.next_element::<Tool>()? {
             if let Tool::Search(max_uses) = tool {
-                tools.searches += 1;
-                match max_uses {
-                    Some(n) => tools.max_uses = tools.max_uses.saturating_add(n),
-                    None => tools.unbounded += 1,
-                }
+                tools.web_searches = tools.web_searches.saturating_add(max_uses.unwrap_or(WEB_SEARCH_MAX_USES));
             }
         }
         Ok(tools)

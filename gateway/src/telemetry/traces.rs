@@ -28,8 +28,8 @@ use sluice_crds::snapshot::Protocol;
 use crate::attempt::TRACEPARENT;
 use crate::attempt::outcome::Outcome;
 use crate::config::Route;
-use crate::relay::sse::Usage;
 use crate::request::Endpoint;
+use crate::usage::Usage;
 
 pub mod export;
 

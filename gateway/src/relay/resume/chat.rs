@@ -7,7 +7,8 @@
 use serde_json::{Map, Value};
 
 use super::{Spliced, Transcript};
-use crate::relay::sse::{Format, Usage};
+use crate::relay::sse::Format;
+use crate::usage::Usage;
 
 /// What reached the client so far.
 #[derive(Debug, Default)]

@@ -13,7 +13,8 @@
 use serde_json::{Map, Value};
 
 use super::{Spliced, Transcript};
-use crate::relay::sse::{Format, Usage};
+use crate::relay::sse::Format;
+use crate::usage::Usage;
 
 /// The content blocks the client has, by index.
 #[derive(Debug, Default)]

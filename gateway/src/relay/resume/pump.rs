@@ -12,9 +12,10 @@ use tokio::sync::mpsc;
 use super::{Resumed, Resumer, Spliced, Transcript, add};
 use crate::attempt::outcome::Outcome;
 use crate::attempt::{BodyStream, Committed, StreamError};
-use crate::relay::sse::{Event, FinishReason, Splitter, Usage, data_of};
+use crate::relay::sse::{Event, FinishReason, Splitter, data_of};
 use crate::relay::{IdleWatch, StreamEnd, broken, next_chunk};
 use crate::telemetry::metrics::ResumeReason;
+use crate::usage::Usage;
 
 /// Relays like [`crate::relay`]'s pump, resuming a break on the next candidate; `T`
 /// reads and splices the stream's format.

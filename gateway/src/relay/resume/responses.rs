@@ -15,7 +15,8 @@ use serde_json::{Map, Value};
 use sluice_crds::snapshot::Metered;
 
 use super::{Spliced, Transcript};
-use crate::relay::sse::{Format, Usage};
+use crate::relay::sse::Format;
+use crate::usage::Usage;
 
 /// The response and output items the client has.
 #[derive(Debug, Default)]
