@@ -13,15 +13,16 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use sluice_crds::model_route::MidStreamAction;
 use sluice_providers::lenient;
 
-use crate::attempt::outcome::Outcome;
+use crate::attempt::Books;
 use crate::billing::{Held, settle};
 use crate::config::Route;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::headers::{X_SLUICE_ATTEMPTS, X_SLUICE_DROPPED, X_SLUICE_FAILOVER, X_SLUICE_UPSTREAM};
+use crate::outcome::Outcome;
 use crate::relay::{self, StreamEnd};
-use crate::request::{ClientRequest, Endpoint};
+use crate::request::ClientRequest;
 use crate::route::{Dispatched, Failed};
-use crate::server::Gateway;
 use crate::telemetry::traces::RequestTrace;
 use crate::usage::Usage;
 
@@ -56,17 +57,17 @@ pub struct Ending {
 /// counts as committed). The request's span records the ending and ends with the
 /// settlement.
 pub fn conclude(
-    gw: &Gateway,
+    books: &Books,
     route: &Arc<Route>,
     started: Instant,
     end: Ending,
     reservation: Option<Held>,
     trace: RequestTrace,
 ) -> impl Future<Output = bool> + Send + 'static {
-    trace.end(route, end.status.as_u16(), end.candidate, end.usage.as_ref());
-    route.metrics.answered(&gw.metrics, end.api, end.status.as_u16(), started.elapsed().as_secs_f64());
+    trace.end(end.status.as_u16(), route.served(end.candidate), end.usage.as_ref());
+    route.metrics.answered(&books.metrics, end.api, end.status.as_u16(), started.elapsed().as_secs_f64());
     if let Some(bad) = end.slo_bad {
-        gw.sli.request(&route.cfg.key, end.api, bad, end.latency_ms, u64::from(end.attempts.saturating_sub(1)));
+        books.sli.request(&route.cfg.key, end.api, bad, end.latency_ms, u64::from(end.attempts.saturating_sub(1)));
     }
     for u in end.usage.iter().chain(end.resumed.iter().map(|(_, u)| u)) {
         route.metrics.input_tokens.inc_by(u.prompt_tokens);
@@ -206,7 +207,7 @@ impl<'de> serde::Deserialize<'de> for FinishReason<'de> {
 
 /// A whole (non-streamed) answer: the upstream's body as it came.
 pub fn answer(
-    gw: &Gateway,
+    books: &Books,
     route: &Arc<Route>,
     req: &ClientRequest,
     d: Dispatched,
@@ -218,7 +219,7 @@ pub fn answer(
     // the answer and the settlement, not the dispatch's parts.
     let Dispatched { started: s, candidate, attempts, failovers, .. } = d;
     let name = s.attempt.upstream().name_header.clone();
-    s.attempt.finish(Outcome::Ok, &gw.settings, &gw.sli);
+    s.attempt.finish(Outcome::Ok, books);
     // A translated answer's usage is known; the body is read only when something is
     // still to be learnt from it.
     let traced = trace.is_on();
@@ -242,7 +243,7 @@ pub fn answer(
         usage,
         resumed: Vec::new(),
     };
-    let settled = conclude(gw, route, started, end, reservation, trace);
+    let settled = conclude(books, route, started, end, reservation, trace);
     let mut response = (s.status, s.first).into_response();
     let headers = response.headers_mut();
     headers
@@ -261,7 +262,7 @@ pub fn answer(
 /// A streamed answer: headers now, events as the relay forwards them; the attempt is
 /// finished and the request concluded when the stream ends.
 pub fn stream_answer(
-    gw: &Arc<Gateway>,
+    books: &Arc<Books>,
     route: Arc<Route>,
     req: &ClientRequest,
     d: Dispatched,
@@ -275,20 +276,20 @@ pub fn stream_answer(
     let idle = relay::IdleWatch::of(attempt.upstream());
     let first_byte_ms = started.elapsed().as_millis() as u64;
     let status = s.status;
-    let (gw2, route2) = (gw.clone(), route.clone());
+    let (books2, route2) = (books.clone(), route.clone());
     let (input_bound, api) = (req.input_bound, req.endpoint);
     let format = relay::sse::Format::of(req.endpoint);
     // Mid-stream resume continues a stream in its own format (docs/design.md §4.5).
     let resumable = route.cfg.mid_stream == MidStreamAction::Resume;
     let resumer = resumable.then(|| {
-        relay::resume::Resumer::new(gw.clone(), route.clone(), req, candidate, started, request_id, trace.clone())
+        relay::resume::Resumer::new(books.clone(), route.clone(), req, candidate, started, request_id, trace.clone())
     });
     let on_end = move |end: StreamEnd| {
         // A client that went away says nothing about the upstream.
         let outcome = if end.client_gone { Outcome::Ok } else { end.outcome };
-        attempt.finish(outcome, &gw2.settings, &gw2.sli);
+        attempt.finish(outcome, &books2);
         if end.dropped > 0 {
-            gw2.metrics.dropped_events.inc_by(end.dropped);
+            books2.metrics.dropped_events.inc_by(end.dropped);
         }
         // Without reported usage, bill what is known: the input bound and one token per
         // content event, never more than was reserved.
@@ -312,7 +313,7 @@ pub fn stream_answer(
         // billed even if the process dies right after. A ledger that is away holds
         // `[DONE]` back at most SETTLE_WAIT; the stream then ends with an error event and
         // the settlement stays queued until the ledger is back (docs/design.md §5a).
-        let settling = tokio::spawn(conclude(&gw2, &route2, started, end, reservation, trace));
+        let settling = tokio::spawn(conclude(&books2, &route2, started, end, reservation, trace));
         async move { matches!(settling.await, Ok(true)) }
     };
     let body = match s.rest {
@@ -348,7 +349,7 @@ fn unbilled(attempts: u32, failovers: &[Outcome], endpoint: Endpoint) -> Respons
 /// No candidate answered: the error, in the shape of the request's API, with the
 /// attempts that were made.
 pub async fn failure(
-    gw: &Gateway,
+    books: &Books,
     route: &Arc<Route>,
     endpoint: Endpoint,
     f: Failed,
@@ -371,7 +372,7 @@ pub async fn failure(
         usage: None,
         resumed: Vec::new(),
     };
-    conclude(gw, route, started, end, reservation, trace).await;
+    conclude(books, route, started, end, reservation, trace).await;
     let mut response = f.error.respond(endpoint);
     sluice_headers(response.headers_mut(), None, f.attempts, &f.failovers);
     response

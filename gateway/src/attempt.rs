@@ -18,24 +18,23 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyDataStream, BodyExt, Full};
 use sluice_crds::snapshot::{Protocol as CrdProtocol, RouteConfig};
 
+use crate::backoff;
 use crate::config::source::Secrets;
 use crate::config::{Candidate, UpstreamHandle};
 use crate::egress::{self, UpstreamResponse};
+use crate::endpoint::Endpoint;
 use crate::headers::{RequestId, X_REQUEST_ID};
-use crate::request::{ClientRequest, Endpoint};
-use crate::route::backoff;
-use crate::route::health::HealthSettings;
+use crate::health::HealthSettings;
+use crate::request::ClientRequest;
+use crate::telemetry::metrics::Metrics;
 use crate::telemetry::sli::Sli;
-use crate::telemetry::traces::RequestTrace;
+use crate::telemetry::traces::{RequestTrace, TRACEPARENT, Tracing};
 mod finish;
 pub mod native;
-pub mod outcome;
 
 pub use finish::{Committed, InFlight, record};
 
-/// The W3C trace-context header naming the attempt's span, sent upstream when tracing.
-pub const TRACEPARENT: &str = "traceparent";
-use outcome::{AttemptError, Outcome, Passthrough};
+use crate::outcome::{AttemptError, Outcome, Passthrough};
 
 /// The rest of an upstream body, as OpenAI SSE bytes.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, StreamError>> + Send>>;
@@ -68,14 +67,29 @@ pub struct Started {
     pub attempt: Committed,
 }
 
-/// Where an attempt's outcome is booked: the upstreams' health settings and the SLI
-/// rollups (the upstream's own health and metrics travel with its handle).
-#[derive(Clone, Copy)]
-pub struct Books<'a> {
+/// What attempts are made with and booked into, one per gateway: the upstreams'
+/// credentials, the health settings their outcomes are judged by, metrics, SLI rollups
+/// and the trace exporter (an upstream's own health and metric handles travel with it).
+/// Requests, resumed streams, probes and synthetic checks all take it, and nothing more
+/// of the gateway.
+pub struct Books {
+    /// Upstream credentials.
+    pub secrets: Secrets,
     /// Health settings (windows, trial rules).
-    pub settings: &'a HealthSettings,
-    /// SLI rollups.
-    pub sli: &'a Sli,
+    pub settings: HealthSettings,
+    /// The contract metrics.
+    pub metrics: Metrics,
+    /// SLI rollups not yet flushed.
+    pub sli: Sli,
+    /// The trace exporter; `None` (tracing off) unless an OTLP endpoint is set.
+    pub traces: Option<Tracing>,
+}
+
+impl Books {
+    /// Books with fresh metrics and rollups, and tracing off.
+    pub fn new(settings: HealthSettings, secrets: Secrets) -> Self {
+        Self { secrets, settings, metrics: Metrics::new(), sli: Sli::default(), traces: None }
+    }
 }
 
 /// The time and the trial slot an attempt is given by its caller.
@@ -278,10 +292,10 @@ impl<'a> AttemptSpec<'a> {
 /// first-byte histogram); the committed attempt books the rest when its answer ends.
 pub async fn run(
     upstream: &Arc<UpstreamHandle>,
-    secrets: &Secrets,
     spec: AttemptSpec<'_>,
-    books: Books<'_>,
+    books: &Books,
 ) -> Result<Started, AttemptError> {
+    let secrets = &books.secrets;
     let start = Instant::now();
     let in_flight = InFlight::enter(&upstream.in_flight);
     let (limit, limit_outcome) = match spec.first_byte {
@@ -330,7 +344,7 @@ pub async fn run(
             upstream.health.cancel_trial();
         }
     } else {
-        record(upstream, books.settings, books.sli, failure.outcome, spec.trial, failure.retry_after, None);
+        record(upstream, books, failure.outcome, spec.trial, failure.retry_after, None);
     }
     trace.outcome(failure.outcome, failure.retryable);
     Err(failure)

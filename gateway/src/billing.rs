@@ -4,16 +4,19 @@
 
 use http::HeaderMap;
 use http::header;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use sluice_crds::snapshot::Metered;
-use sluice_ledger::limits::{Admission, Ask};
-use sluice_ledger::{AccountRef, Hold, LedgerError, format_usd};
+use sluice_ledger::limits::{Admission, Ask, Limiter};
+use sluice_ledger::{AccountRef, Biller, Hold, Ledger, LedgerError, format_usd};
 
 use crate::config::Route;
 use crate::error::ApiError;
 use crate::headers::RequestId;
 use crate::request::ClientRequest;
-use crate::server::{AuthMode, Gateway};
+use crate::telemetry::metrics::{LimitLabel, Metrics};
+use keys::KeyCache;
 
 pub mod keys;
 pub mod limits;
@@ -21,14 +24,61 @@ mod settle;
 
 pub use settle::settle;
 
+/// How clients authenticate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// `Authorization: Bearer sk-sluice-…` keys from the ledger; requests are billed.
+    Keys,
+    /// No keys and no billing; SLI rollups still flow.
+    None,
+}
+
+/// Who pays for a request and what they may still spend: client auth, the key cache,
+/// the ledger, balance grants (docs/design.md §5a) and limits (§5b), with the metrics
+/// they keep.
+pub struct Billing {
+    /// Client auth.
+    pub auth: AuthMode,
+    /// Key → account answers of the ledger, briefly (docs/design.md §5a).
+    pub keys: KeyCache,
+    /// The ledger, if any.
+    pub ledger: Option<Ledger>,
+    /// Balance grants and the settlement writer; `None` without billing.
+    pub biller: Option<Biller>,
+    /// Limits of keys and accounts; `None` without a ledger.
+    pub limiter: Option<Limiter>,
+    /// `sluice_reservations_open`.
+    reservations_open: Gauge,
+    /// `sluice_limit_rejections_total`.
+    limit_rejections: Family<LimitLabel, Counter>,
+}
+
+impl Billing {
+    /// Billing against `ledger` (none: nothing is billed), without grants or limits
+    /// yet; its metrics count into `metrics`.
+    pub fn new(auth: AuthMode, ledger: Option<Ledger>, metrics: &Metrics) -> Self {
+        // Only keys need the change feed (it costs a LISTEN connection on Postgres).
+        let keys = KeyCache::watching(ledger.as_ref().filter(|_| auth == AuthMode::Keys));
+        Self {
+            auth,
+            keys,
+            ledger,
+            biller: None,
+            limiter: None,
+            reservations_open: metrics.reservations_open.clone(),
+            limit_rejections: metrics.limits.rejections.clone(),
+        }
+    }
+}
+
 /// The account of the request's API key (`None` with `--auth none`), from the gateway's
 /// key cache ([`keys::KeyCache`]: at most 1 s old, and dropped at once when the ledger's
 /// change feed says the key was created or revoked).
-pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<AccountRef>, ApiError> {
-    if gw.auth == AuthMode::None {
+pub async fn authenticate(billing: &Billing, headers: &HeaderMap) -> Result<Option<AccountRef>, ApiError> {
+    if billing.auth == AuthMode::None {
         return Ok(None);
     }
-    let Some(ledger) = &gw.ledger else {
+    let Some(ledger) = &billing.ledger else {
         return Err(ApiError::NotReady("auth is keys but no ledger is configured".into()));
     };
     // `x-api-key` is how Anthropic's clients send it (docs/design.md §12).
@@ -42,7 +92,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<Ac
         .ok_or_else(|| {
             ApiError::InvalidApiKey("missing API key: send Authorization: Bearer sk-sluice-… (or x-api-key)".into())
         })?;
-    match gw.keys.authenticate(ledger, key).await {
+    match billing.keys.authenticate(ledger, key).await {
         Ok(Some(account)) => Ok(Some(account)),
         Ok(None) => Err(ApiError::InvalidApiKey("incorrect API key provided".into())),
         Err(e) => Err(ledger_failure("authenticating the API key", e)),
@@ -74,7 +124,7 @@ pub fn ask(route: &Route, req: &ClientRequest, from_cache: u64) -> Ask {
 /// Reserves the most the request can cost on any candidate, `ask.spend_nanos`
 /// (docs/design.md §5).
 pub async fn reserve(
-    gw: &Gateway,
+    billing: &Billing,
     route: &Route,
     req: &ClientRequest,
     account: &AccountRef,
@@ -86,12 +136,12 @@ pub async fn reserve(
     if estimate == 0 {
         return Ok(None);
     }
-    let Some(biller) = &gw.biller else { return Ok(None) };
+    let Some(biller) = &billing.biller else { return Ok(None) };
     // From the account's balance grant in memory (docs/design.md §5a); the biller runs
     // its database work in tasks of its own, so a client that goes away cancels none.
     // A hold nobody waits for any more is released when dropped.
     match biller.reserve(account.id, estimate, request_id.as_str()).await {
-        Ok(r) => Ok(Some(Held::new(r, &gw.metrics.reservations_open))),
+        Ok(r) => Ok(Some(Held::new(r, &billing.reservations_open))),
         Err(LedgerError::InsufficientFunds { available_nanos, needed_nanos }) => {
             let searches = match req.web_searches {
                 0 => String::new(),

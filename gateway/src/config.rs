@@ -6,16 +6,17 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use http::Uri;
 use sluice_crds::Snapshot;
 use sluice_crds::snapshot::{CacheConfig, CandidateConfig, CompletionCaching, Protocol, RouteConfig, UpstreamConfig};
+use sluice_ledger::{Heartbeat, UpstreamHeartbeat};
 
-use crate::attempt::native::NativeUris;
 use crate::auth::{self, Credentials};
 use crate::egress;
-use crate::route::health::Health;
+use crate::endpoint::Endpoint;
+use crate::health::{Health, HealthSettings};
 use crate::telemetry::metrics::{Metrics, RouteMetrics, UpstreamMetrics};
 
 pub mod source;
@@ -63,9 +64,9 @@ pub struct AzureUrls {
 
 impl AzureUrls {
     /// The URI of `endpoint` at the deployment named `deployment`.
-    pub fn uri(&self, endpoint: crate::request::Endpoint, deployment: &str) -> Result<Uri, http::uri::InvalidUri> {
+    pub fn uri(&self, endpoint: Endpoint, deployment: &str) -> Result<Uri, http::uri::InvalidUri> {
         let version = sluice_providers::encode_segment(&self.api_version);
-        if endpoint == crate::request::Endpoint::Responses {
+        if endpoint == Endpoint::Responses {
             // Azure's Responses API takes the deployment as the body's `model`.
             return format!("{}/responses?api-version={version}", self.base).parse();
         }
@@ -91,7 +92,6 @@ pub struct EndpointUrls {
 
 impl EndpointUrls {
     fn parse(base: &str) -> Result<Self, BuildError> {
-        use crate::request::Endpoint;
         Ok(Self {
             base: uri(base)?,
             chat: uri(&format!("{base}{}", Endpoint::Chat.upstream_path()))?,
@@ -102,13 +102,42 @@ impl EndpointUrls {
     }
 
     /// The URI of an endpoint.
-    pub fn of(&self, endpoint: crate::request::Endpoint) -> &Uri {
+    pub fn of(&self, endpoint: Endpoint) -> &Uri {
         match endpoint {
-            crate::request::Endpoint::Chat | crate::request::Endpoint::Messages => &self.chat,
-            crate::request::Endpoint::Completions => &self.completions,
-            crate::request::Endpoint::Embeddings => &self.embeddings,
-            crate::request::Endpoint::Responses => &self.responses,
+            Endpoint::Chat | Endpoint::Messages => &self.chat,
+            Endpoint::Completions => &self.completions,
+            Endpoint::Embeddings => &self.embeddings,
+            Endpoint::Responses => &self.responses,
         }
+    }
+}
+
+/// The URIs a native upstream is called at (`{baseUrl}{path}`), each parsed on its first
+/// call and kept for the config version rather than formatted and parsed per attempt.
+/// The paths are a function of the candidate's model and of streaming, so an upstream
+/// has a few; past [`NativeUris::MAX`] a URI is parsed each time.
+#[derive(Debug, Default)]
+pub struct NativeUris(RwLock<Vec<(String, Uri)>>);
+
+impl NativeUris {
+    const MAX: usize = 64;
+
+    /// The URI of `path` at `base_url`; why not, if it does not parse.
+    pub(crate) fn get(&self, base_url: &str, path: &str) -> Result<Uri, String> {
+        if let Ok(known) = self.0.read()
+            && let Some((_, uri)) = known.iter().find(|(p, _)| p == path)
+        {
+            return Ok(uri.clone());
+        }
+        let url = format!("{}{path}", base_url.trim_end_matches('/'));
+        let uri: Uri = url.parse().map_err(|e| format!("upstream URL {url:?}: {e}"))?;
+        if let Ok(mut known) = self.0.write()
+            && known.len() < Self::MAX
+            && !known.iter().any(|(p, _)| p == path)
+        {
+            known.push((path.to_owned(), uri.clone()));
+        }
+        Ok(uri)
     }
 }
 
@@ -148,6 +177,13 @@ pub struct Route {
     pub metrics: RouteMetrics,
     /// What the route caches, for how long, and for whom (docs/design.md §13).
     pub cache: CachePolicy,
+}
+
+impl Route {
+    /// The upstream and config of the candidate at `index`, as traces record who served.
+    pub fn served(&self, index: Option<usize>) -> Option<(&UpstreamConfig, &CandidateConfig)> {
+        index.and_then(|i| self.candidates.get(i)).map(|c| (&c.upstream.cfg, &c.cfg))
+    }
 }
 
 /// A route's cache policy (docs/design.md §13).
@@ -348,6 +384,37 @@ impl Runtime {
         }
         Ok(Runtime { snapshot, routes, upstreams })
     }
+
+    /// This process's view of its upstreams, for the operator's status.
+    pub fn heartbeat(&self, gateway_id: &str, settings: &HealthSettings) -> Heartbeat {
+        let now = Instant::now();
+        let mut upstreams: Vec<UpstreamHeartbeat> = self
+            .upstreams
+            .values()
+            .map(|u| {
+                let ratio = u.health.success_ratio(settings, now);
+                // The highest configured weight among the routes using it.
+                let weight = self
+                    .routes
+                    .values()
+                    .flat_map(|r| r.candidates.iter())
+                    .filter(|c| c.upstream.cfg.key == u.cfg.key)
+                    .map(|c| c.cfg.weight)
+                    .max()
+                    .unwrap_or(0);
+                let (successes, failures) = u.health.counts(settings, now);
+                UpstreamHeartbeat {
+                    upstream: u.cfg.key.clone(),
+                    circuit: u.health.circuit(now).as_str().to_string(),
+                    effective_weight: f64::from(weight) * ratio,
+                    successes,
+                    failures,
+                }
+            })
+            .collect();
+        upstreams.sort_by(|a, b| a.upstream.cmp(&b.upstream));
+        Heartbeat { gateway_id: gateway_id.to_string(), at: SystemTime::now(), upstreams }
+    }
 }
 
 /// The current config, swapped whole on reload; requests in flight keep the version
@@ -382,6 +449,6 @@ mod tests {
         assert_eq!(urls.completions, "https://api.openai.example/v1/completions");
         let urls = EndpointUrls::parse("https://api.openai.example/v1").unwrap();
         assert_eq!(urls.chat, "https://api.openai.example/v1/chat/completions");
-        assert_eq!(urls.of(crate::request::Endpoint::Embeddings), "https://api.openai.example/v1/embeddings");
+        assert_eq!(urls.of(Endpoint::Embeddings), "https://api.openai.example/v1/embeddings");
     }
 }

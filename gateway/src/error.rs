@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
-use crate::attempt::outcome::Passthrough;
+use crate::outcome::Passthrough;
 
 /// An error answered to the client in the OpenAI shape (docs/design.md §3).
 #[derive(Debug, thiserror::Error)]
@@ -178,8 +178,8 @@ fn overloaded() -> StatusCode {
 impl ApiError {
     /// The answer in the inbound API's own shape: OpenAI's for the OpenAI endpoints,
     /// Anthropic's for `/v1/messages` (docs/design.md §12).
-    pub fn respond(self, endpoint: crate::request::Endpoint) -> Response {
-        if endpoint == crate::request::Endpoint::Messages { self.messages_response() } else { self.into_response() }
+    pub fn respond(self, endpoint: crate::endpoint::Endpoint) -> Response {
+        if endpoint == crate::endpoint::Endpoint::Messages { self.messages_response() } else { self.into_response() }
     }
 
     /// The Messages error answer: `{"type":"error","error":{"type","message"}}`. An

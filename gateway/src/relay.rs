@@ -18,8 +18,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::attempt::outcome::Outcome;
 use crate::attempt::{BodyStream, StreamError};
+use crate::outcome::Outcome;
 
 pub mod idle;
 pub mod resume;
@@ -295,7 +295,7 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
-    use crate::route::health::Health;
+    use crate::health::Health;
 
     /// A Messages stream whose upstream goes silent for `gap` after its first event.
     async fn relayed_with_a_gap(format: Format, first: &'static str, last: &'static str, gap: Duration) -> String {

@@ -11,6 +11,7 @@ pub mod router;
 pub mod state;
 pub mod status;
 
+pub use crate::billing::AuthMode;
 pub use accept::{HEADER_READ_TIMEOUT, serve_http, shutdown_signal};
 pub use router::router;
-pub use state::{AuthMode, Gateway, ReloadError, SharedGateway};
+pub use state::{Gateway, ReloadError, SharedGateway};

@@ -135,7 +135,7 @@ impl TestGateway {
 
     /// `/metrics` text, read from the registry directly.
     pub fn metrics(&self) -> String {
-        self.state.metrics.encode()
+        self.state.books.metrics.encode()
     }
 
     /// One metric value out of `/metrics`, see [`metrics::value`].
@@ -152,14 +152,14 @@ impl TestGateway {
     /// seconds later (docs/design.md §5a): what they hold leaves `reserved`, so the
     /// account reads as it does between bursts of traffic.
     pub async fn return_grants(&self) {
-        if let Some(b) = &self.state.biller {
+        if let Some(b) = &self.state.billing.biller {
             b.maintain(std::time::SystemTime::now() + b.config().idle + Duration::from_secs(1)).await;
         }
     }
 
     /// The gateway's own ledger handle.
     pub fn ledger(&self) -> anyhow::Result<Ledger> {
-        self.state.ledger.clone().ok_or_else(|| anyhow::anyhow!("the gateway has no ledger"))
+        self.state.billing.ledger.clone().ok_or_else(|| anyhow::anyhow!("the gateway has no ledger"))
     }
 
     /// Writes the pending SLI rollups now, as the flush loop would, then reads back
@@ -167,7 +167,7 @@ impl TestGateway {
     /// `default`) over the last ten minutes.
     pub async fn rollups(&self, routes: &[&str], upstreams: &[&str]) -> anyhow::Result<Rollups> {
         let ledger = self.ledger()?;
-        self.state.sli.flush(&ledger).await?;
+        self.state.books.sli.flush(&ledger).await?;
         Rollups::read(&ledger, routes, upstreams).await
     }
 

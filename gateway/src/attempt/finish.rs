@@ -12,27 +12,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use super::Books;
 use crate::config::UpstreamHandle;
-use crate::route::health::HealthSettings;
-use crate::telemetry::sli::Sli;
+use crate::outcome::Outcome;
 use crate::telemetry::traces::AttemptTrace;
-
-use super::outcome::Outcome;
 
 /// Records an attempt's outcome in health, metrics and SLI rollups. `trial` gives back
 /// the trial slot the attempt held; `retry_after` is a 429's throttling hint.
 pub fn record(
     up: &UpstreamHandle,
-    settings: &HealthSettings,
-    sli: &Sli,
+    books: &Books,
     outcome: Outcome,
     trial: bool,
     retry_after: Option<Duration>,
     first_byte: Option<Duration>,
 ) {
-    up.health.record(outcome, trial, retry_after, &up.cfg.circuit_breaker, settings, Instant::now());
+    up.health.record(outcome, trial, retry_after, &up.cfg.circuit_breaker, &books.settings, Instant::now());
     up.metrics.attempt(outcome);
-    sli.attempt(&up.cfg.key, outcome, first_byte.map(|d| d.as_millis() as u64));
+    books.sli.attempt(&up.cfg.key, outcome, first_byte.map(|d| d.as_millis() as u64));
 }
 
 /// The attempt a request committed to, until its answer ends. Finished once; dropped
@@ -71,9 +68,9 @@ impl Committed {
 
     /// Records how the answer ended (with its trial slot and first-byte time), ends
     /// the attempt's span with that outcome and leaves the upstream's in-flight count.
-    pub fn finish(mut self, outcome: Outcome, settings: &HealthSettings, sli: &Sli) {
+    pub fn finish(mut self, outcome: Outcome, books: &Books) {
         self.finished = true;
-        record(&self.upstream, settings, sli, outcome, self.trial, None, Some(self.first_byte));
+        record(&self.upstream, books, outcome, self.trial, None, Some(self.first_byte));
         self.trace.outcome(outcome, false);
     }
 }

@@ -10,7 +10,6 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::RwLock;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
@@ -23,13 +22,13 @@ use sluice_providers::{
     self as providers, AnswerOpts, ChatRequest, ErrorKind, Out, Protocol, Target, Transcoder, UpstreamError,
 };
 
-use super::outcome::{AttemptError, Outcome, Passthrough};
 use super::{AttemptSpec, BodyStream, StreamError, classify};
 use crate::config::UpstreamHandle;
 use crate::config::source::Secrets;
 use crate::egress;
+use crate::endpoint::Endpoint;
 use crate::headers::X_REQUEST_ID;
-use crate::request::Endpoint;
+use crate::outcome::{AttemptError, Outcome, Passthrough};
 use crate::usage::Usage;
 
 /// What a native attempt needs besides the common [`AttemptSpec`].
@@ -125,35 +124,6 @@ fn answer_id(request_id: &str) -> String {
     id.push_str("chatcmpl-");
     id.push_str(request_id);
     id
-}
-
-/// The URIs a native upstream is called at (`{baseUrl}{path}`), each parsed on its first
-/// call and kept for the config version rather than formatted and parsed per attempt.
-/// The paths are a function of the candidate's model and of streaming, so an upstream
-/// has a few; past [`NativeUris::MAX`] a URI is parsed each time.
-#[derive(Debug, Default)]
-pub struct NativeUris(RwLock<Vec<(String, Uri)>>);
-
-impl NativeUris {
-    const MAX: usize = 64;
-
-    /// The URI of `path` at `base_url`; why not, if it does not parse.
-    pub(crate) fn get(&self, base_url: &str, path: &str) -> Result<Uri, String> {
-        if let Ok(known) = self.0.read()
-            && let Some((_, uri)) = known.iter().find(|(p, _)| p == path)
-        {
-            return Ok(uri.clone());
-        }
-        let url = format!("{}{path}", base_url.trim_end_matches('/'));
-        let uri: Uri = url.parse().map_err(|e| format!("upstream URL {url:?}: {e}"))?;
-        if let Ok(mut known) = self.0.write()
-            && known.len() < Self::MAX
-            && !known.iter().any(|(p, _)| p == path)
-        {
-            known.push((path.to_owned(), uri.clone()));
-        }
-        Ok(uri)
-    }
 }
 
 fn unix_now() -> (u64, u64) {
@@ -326,7 +296,7 @@ async fn send(
         headers.insert(X_REQUEST_ID, spec.request_id.header());
         // Before signing: SigV4 covers it like any other header.
         if let Some(tp) = traceparent {
-            headers.insert(super::TRACEPARENT, tp.clone());
+            headers.insert(crate::telemetry::traces::TRACEPARENT, tp.clone());
         }
         if spec.stream && target.protocol != Protocol::Bedrock {
             headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));

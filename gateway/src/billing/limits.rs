@@ -10,20 +10,20 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use sluice_ledger::limits::{Admission, Ask, LimitError, Limiter, Refusal, Standing};
 use sluice_ledger::{AccountRef, Meter, Subject, format_usd};
 
+use super::Billing;
 use crate::error::ApiError;
-use crate::server::Gateway;
 use crate::telemetry::metrics::LimitLabel;
 
 /// Admits a request of `account`'s key asking `ask`, or refuses it over a limit.
 /// `None` when neither the key nor its account is limited (or limits are off).
-pub async fn admit(gw: &Gateway, account: &AccountRef, ask: Ask) -> Result<Option<Admission>, ApiError> {
-    let Some(limiter) = &gw.limiter else { return Ok(None) };
-    admit_with(limiter, gw, account, ask).await
+pub async fn admit(billing: &Billing, account: &AccountRef, ask: Ask) -> Result<Option<Admission>, ApiError> {
+    let Some(limiter) = &billing.limiter else { return Ok(None) };
+    admit_with(limiter, billing, account, ask).await
 }
 
 async fn admit_with(
     limiter: &Limiter,
-    gw: &Gateway,
+    billing: &Billing,
     account: &AccountRef,
     ask: Ask,
 ) -> Result<Option<Admission>, ApiError> {
@@ -39,7 +39,7 @@ async fn admit_with(
         Ok(admission) => Ok(Some(admission)),
         Err(LimitError::Refused(r)) => {
             let label = LimitLabel { limit: r.standing.meter.as_str(), key_kind: r.standing.subject.kind() };
-            gw.metrics.limits.rejections.get_or_create(&label).inc();
+            billing.limit_rejections.get_or_create(&label).inc();
             Err(refused(&r, &account.name))
         }
         Err(LimitError::Ledger(e)) => Err(super::ledger_failure("taking a limit lease", e)),
@@ -165,7 +165,7 @@ mod tests {
         let body = e.body();
         assert_eq!(body["error"]["code"], "insufficient_quota");
         assert!(body["error"]["message"].as_str().unwrap().starts_with("Spend limit reached for account \"acme\""));
-        let response = e.respond(crate::request::Endpoint::Chat);
+        let response = e.respond(crate::endpoint::Endpoint::Chat);
         assert_eq!(response.headers()["retry-after"], "3600");
         assert_eq!(response.headers()["x-should-retry"], "false");
     }

@@ -24,14 +24,15 @@ use sluice_crds::snapshot::CompletionCaching;
 use super::key::{INERT, Scope, canonical_text};
 use super::{Cache, Directive, Entry, Key, X_SLUICE_CACHE, now_ms};
 use crate::answer::{self, Ending};
+use crate::attempt::Books;
 use crate::billing::Held;
 use crate::config::Route;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::relay::sse::Format;
-use crate::request::{ClientRequest, Endpoint};
+use crate::request::ClientRequest;
 use crate::route::Failed;
-use crate::server::Gateway;
-use crate::telemetry::metrics::{CacheKind, CacheResult};
+use crate::telemetry::metrics::{CacheKind, CacheResult, Metrics};
 use crate::telemetry::traces::RequestTrace;
 
 /// The largest answer stored: a stream recorded past it is let go (and still relayed).
@@ -66,9 +67,15 @@ impl Lookup {
     /// or a `seed`) and the gateway has a cache. A request that says to bypass the cache
     /// on a route that caches is answered `bypass` without its body being read for a
     /// key, whether or not its answer would have been cacheable.
-    pub fn of(gw: &Gateway, route: &Route, req: &ClientRequest, scope: &Scope, headers: &HeaderMap) -> Lookup {
+    pub fn of(
+        cache: Option<&Arc<Cache>>,
+        route: &Route,
+        req: &ClientRequest,
+        scope: &Scope,
+        headers: &HeaderMap,
+    ) -> Lookup {
         let policy = route.cache.completions;
-        let Some(cache) = gw.cache.as_ref().filter(|_| policy != CompletionCaching::Never) else { return Lookup(None) };
+        let Some(cache) = cache.filter(|_| policy != CompletionCaching::Never) else { return Lookup(None) };
         if req.endpoint == Endpoint::Embeddings {
             return Lookup(None);
         }
@@ -96,9 +103,9 @@ impl Lookup {
     }
 
     /// A fresh entry for the request, unless its headers said not to read.
-    pub async fn find(&self, gw: &Gateway, route: &Route, trace: &RequestTrace) -> Option<Arc<Entry>> {
+    pub async fn find(&self, metrics: &Metrics, route: &Route, trace: &RequestTrace) -> Option<Arc<Entry>> {
         let l = self.0.as_ref()?;
-        let metrics = route.metrics.cache(&gw.metrics, CacheKind::Completions);
+        let metrics = route.metrics.cache(metrics, CacheKind::Completions);
         let Some(key) = l.key.filter(|_| l.directive == Directive::Use) else {
             metrics.count(if l.directive == Directive::Bypass { CacheResult::Bypass } else { CacheResult::Miss });
             return None;
@@ -114,14 +121,14 @@ impl Lookup {
     /// An entry still kept past its `ttl`, when the route serves one after every
     /// candidate failed (`staleIfError`) and the failure is the upstreams' (a client
     /// error is answered as it is).
-    pub async fn stale(&self, gw: &Gateway, route: &Route, failed: &Failed) -> Option<Arc<Entry>> {
+    pub async fn stale(&self, metrics: &Metrics, route: &Route, failed: &Failed) -> Option<Arc<Entry>> {
         let l = self.0.as_ref()?;
         let key = l.key?;
         if route.cache.stale_if_error.is_zero() || !failed.error.is_bad() {
             return None;
         }
         let found = l.cache.get_many(&[key]).await.pop().flatten()?;
-        route.metrics.cache(&gw.metrics, CacheKind::Completions).count(CacheResult::Stale);
+        route.metrics.cache(metrics, CacheKind::Completions).count(CacheResult::Stale);
         Some(found)
     }
 
@@ -165,7 +172,7 @@ impl Lookup {
 /// cache price, then replays the entry in the form the request asked for.
 #[expect(clippy::too_many_arguments, reason = "the request's context, passed through as handle does")]
 pub async fn answer(
-    gw: &Gateway,
+    books: &Books,
     route: &Arc<Route>,
     req: &ClientRequest,
     entry: Arc<Entry>,
@@ -189,7 +196,7 @@ pub async fn answer(
         usage: None,
         resumed: Vec::new(),
     };
-    if !answer::conclude(gw, route, started, end, held, trace).await {
+    if !answer::conclude(books, route, started, end, held, trace).await {
         let e = ApiError::LedgerUnavailable(
             "the ledger did not confirm this cached answer's charge in time; it stays queued".into(),
         );

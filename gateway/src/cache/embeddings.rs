@@ -17,18 +17,21 @@ use serde_json::value::RawValue;
 use super::key::{INERT, Scope, canonical};
 use super::{Cache, Directive, Entry, Key, X_SLUICE_CACHE, X_SLUICE_CACHE_HITS, now_ms};
 use crate::answer::{self, Ending};
+use crate::attempt::Books;
 use crate::billing::Held;
 use crate::config::Route;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::headers::RequestId;
-use crate::request::{ClientRequest, Endpoint};
+use crate::request::ClientRequest;
 use crate::route;
-use crate::server::Gateway;
 use crate::telemetry::metrics::{CacheKind, CacheResult};
 use crate::telemetry::traces::RequestTrace;
 
 /// A request's inputs and their keys.
 pub struct Plan {
+    /// The cache the plan reads and fills.
+    cache: Arc<Cache>,
     items: Vec<Value>,
     /// The request without `input`.
     rest: serde_json::Map<String, Value>,
@@ -43,7 +46,7 @@ impl Plan {
 
     /// The plan of an embeddings request, or `None` when its `input` is not a form the
     /// cache splits (then it goes upstream whole, uncached).
-    pub fn of(req: &ClientRequest, route: &Route, scope: &Scope) -> Option<Plan> {
+    pub fn of(cache: &Arc<Cache>, req: &ClientRequest, route: &Route, scope: &Scope) -> Option<Plan> {
         let Ok(Value::Object(mut rest)) = serde_json::from_slice::<Value>(req.body()) else { return None };
         let input = rest.remove("input")?;
         let items = match input {
@@ -71,7 +74,7 @@ impl Plan {
                 ])
             })
             .collect();
-        Some(Plan { items, rest, keys })
+        Some(Plan { cache: cache.clone(), items, rest, keys })
     }
 }
 
@@ -98,7 +101,7 @@ struct Answer<'a> {
 /// from the route's candidates (the one dispatcher), stored for next time.
 #[expect(clippy::too_many_arguments, reason = "the request's context, passed through as handle does")]
 pub async fn serve(
-    gw: &Arc<Gateway>,
+    books: &Arc<Books>,
     route: &Arc<Route>,
     req: &ClientRequest,
     request_id: &RequestId,
@@ -108,7 +111,7 @@ pub async fn serve(
     started: Instant,
     trace: RequestTrace,
 ) -> Result<Response, ApiError> {
-    let Some(cache) = &gw.cache else { return Err(ApiError::Internal("no cache".into())) };
+    let cache = &plan.cache;
     let found: Vec<Option<Arc<Entry>>> = match directive {
         Directive::Use => {
             let span = trace.cache_lookup();
@@ -122,12 +125,12 @@ pub async fn serve(
     };
     let hits = found.iter().filter(|f| f.is_some()).count();
     let total = plan.items.len();
-    let metrics = route.metrics.cache(&gw.metrics, CacheKind::Embeddings);
+    let metrics = route.metrics.cache(&books.metrics, CacheKind::Embeddings);
     if hits == total {
         metrics.count(CacheResult::Hit);
         Held::served_from_cache(&mut held, hits as u64);
         let entries: Vec<Arc<Entry>> = found.into_iter().flatten().collect();
-        return Ok(answer_known(gw, route, &entries, held, started, trace).await);
+        return Ok(answer_known(books, route, &entries, held, started, trace).await);
     }
     metrics.count(if directive == Directive::Bypass { CacheResult::Bypass } else { CacheResult::Miss });
 
@@ -143,18 +146,18 @@ pub async fn serve(
         Some(ClientRequest::parse(Endpoint::Embeddings, &bytes)?)
     };
     let asked = sub.as_ref().unwrap_or(req);
-    let ctx = gw.dispatch_ctx(request_id, &trace);
+    let ctx = route::DispatchCtx { books, request_id, trace: &trace };
     let dispatched = route::dispatch(&ctx, route, asked).await;
     let mut d = match dispatched {
         Ok(d) => d,
-        Err(f) => return Ok(answer::failure(gw, route, Endpoint::Embeddings, f, held, started, trace).await),
+        Err(f) => return Ok(answer::failure(books, route, Endpoint::Embeddings, f, held, started, trace).await),
     };
     take_answer(cache, route, &plan, directive, &missing, &found, &mut d.started.first, d.started.status.is_success())?;
     if d.started.status.is_success() {
         // The known inputs are part of a good answer: charged at the cache price.
         Held::served_from_cache(&mut held, hits as u64);
     }
-    let mut response = answer::answer(gw, route, req, d, held, started, trace).await;
+    let mut response = answer::answer(books, route, req, d, held, started, trace).await;
     let h = response.headers_mut();
     let result = if directive == Directive::Bypass { "bypass" } else { "miss" };
     h.insert(X_SLUICE_CACHE, HeaderValue::from_static(result));
@@ -167,7 +170,7 @@ pub async fn serve(
 /// Answers an embeddings request whose every input was known: the entries put together
 /// as one answer, concluded as a good answer of the route with no attempt.
 async fn answer_known(
-    gw: &Arc<Gateway>,
+    books: &Arc<Books>,
     route: &Arc<Route>,
     entries: &[Arc<Entry>],
     held: Option<Held>,
@@ -189,7 +192,7 @@ async fn answer_known(
         usage: None,
         resumed: Vec::new(),
     };
-    answer::conclude(gw, route, started, end, held, trace).await;
+    answer::conclude(books, route, started, end, held, trace).await;
     let mut response = (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response();
     let h = response.headers_mut();
     h.insert(X_SLUICE_CACHE, HeaderValue::from_static("hit"));

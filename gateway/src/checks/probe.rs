@@ -8,25 +8,25 @@
 //! trial requests of the dispatcher (docs/design.md §4.1).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::HeaderValue;
 use http_body_util::{BodyExt, Full};
 
-use crate::attempt;
-use crate::attempt::outcome::Outcome;
-use crate::config::UpstreamHandle;
-use crate::server::state::Gateway;
+use crate::attempt::{self, Books};
+use crate::config::source::Secrets;
+use crate::config::{Current, UpstreamHandle};
+use crate::outcome::Outcome;
 
-/// Runs probes until aborted; checks every second which are due.
-pub async fn run(gw: Arc<Gateway>) {
+/// Runs probes of the upstreams of the `current` config until aborted, booking their
+/// failures into `books`; checks every second which are due.
+pub async fn run(current: &Current, books: &Books) {
     let mut last: HashMap<String, Instant> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let Some(rt) = gw.current.get() else { continue };
+        let Some(rt) = current.get() else { continue };
         for up in rt.upstreams.values() {
             let Some(probe) = &up.cfg.probe else { continue };
             let due = last.get(&up.cfg.key).is_none_or(|t| t.elapsed() >= Duration::from_millis(probe.interval_ms));
@@ -34,7 +34,7 @@ pub async fn run(gw: Arc<Gateway>) {
                 continue;
             }
             last.insert(up.cfg.key.clone(), Instant::now());
-            let outcome = match probe_once(&gw, up, &probe.path).await {
+            let outcome = match probe_once(&books.secrets, up, &probe.path).await {
                 Ok(outcome) => outcome,
                 Err(detail) => {
                     tracing::warn!(upstream = %up.cfg.name, %detail, "synthetic probe could not be sent");
@@ -43,7 +43,7 @@ pub async fn run(gw: Arc<Gateway>) {
             };
             if outcome != Outcome::Ok {
                 tracing::warn!(upstream = %up.cfg.name, reason = outcome.as_str(), "synthetic probe failed");
-                attempt::record(up, &gw.settings, &gw.sli, outcome, false, None, None);
+                attempt::record(up, books, outcome, false, None, None);
             }
         }
     }
@@ -51,12 +51,12 @@ pub async fn run(gw: Arc<Gateway>) {
 
 /// One probe: `GET {baseUrl}{path}` with the upstream's credentials, within twice the
 /// connect timeout (at least 2s). `Err` when the URL cannot be built.
-async fn probe_once(gw: &Gateway, up: &UpstreamHandle, path: &str) -> Result<Outcome, String> {
+async fn probe_once(secrets: &Secrets, up: &UpstreamHandle, path: &str) -> Result<Outcome, String> {
     let uri = crate::config::uri(&format!("{}{}", up.cfg.base_url, path)).map_err(|e| e.to_string())?;
     let mut request = http::Request::new(Full::new(Bytes::new()));
     *request.uri_mut() = uri;
     request.headers_mut().insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));
-    if let Some((name, value)) = gw.secrets.header(&up.cfg.key) {
+    if let Some((name, value)) = secrets.header(&up.cfg.key) {
         request.headers_mut().insert(name, value);
     }
     let limit = Duration::from_millis(up.cfg.connect_timeout_ms.max(1000) * 2);

@@ -12,7 +12,7 @@
 //! request: it never counts in `sluice_requests_total`, the route's rollups or an
 //! ErrorBudget. It is sent whatever the circuit says; while the circuit is open (or
 //! half-open with its slots taken) the check is the upstream's trial
-//! ([`Health::check_trial`](crate::route::health::Health::check_trial)).
+//! ([`Health::check_trial`](crate::health::Health::check_trial)).
 //!
 //! The check is streamed: its first content event gives a real time to first byte (the
 //! first-byte watchdog and the status page need one; a whole answer would only measure
@@ -37,16 +37,16 @@ use http::{HeaderMap, HeaderValue};
 use rand::Rng;
 use sluice_crds::model_route::SyntheticApi;
 use sluice_crds::snapshot::SyntheticConfig;
-use sluice_ledger::SyntheticCheck;
+use sluice_ledger::{Ledger, SyntheticCheck};
 
-use crate::attempt::outcome::Outcome;
-use crate::attempt::{self, AttemptSpec, BodyStream, StreamError};
-use crate::config::{Route, UpstreamHandle};
+use crate::attempt::{self, AttemptSpec, BodyStream, Books, StreamError};
+use crate::config::{Current, Route, UpstreamHandle};
+use crate::endpoint::Endpoint;
 use crate::headers::{RequestId, X_REQUEST_ID};
+use crate::outcome::Outcome;
 use crate::relay::IdleWatch;
 use crate::relay::sse::{Event, Format, Splitter};
-use crate::request::{ClientRequest, Endpoint};
-use crate::server::state::Gateway;
+use crate::request::ClientRequest;
 use crate::telemetry::metrics::SyntheticLabel;
 use crate::telemetry::traces::RequestTrace;
 use crate::usage::Usage;
@@ -64,8 +64,10 @@ struct Due {
     running: Arc<AtomicBool>,
 }
 
-/// Runs the checks of every route that asks for them until aborted.
-pub async fn run(gw: Arc<Gateway>, gateway_id: String) {
+/// Runs the checks of every route of the `current` config that asks for them until
+/// aborted: booked into `books` like any attempt, and kept in `ledger`'s check history
+/// as made by `gateway_id`.
+pub async fn run(current: &Current, books: &Arc<Books>, ledger: Option<&Ledger>, gateway_id: &str) {
     let mut due: HashMap<(String, String), Due> = HashMap::new();
     // ThreadRng is not Send; jitter needs no cryptographic randomness.
     let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::from_rng(&mut rand::rng());
@@ -73,7 +75,7 @@ pub async fn run(gw: Arc<Gateway>, gateway_id: String) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(rt) = gw.current.get() else { continue };
+        let Some(rt) = current.get() else { continue };
         let now = Instant::now();
         let mut seen = HashSet::new();
         for route in rt.routes.values() {
@@ -104,9 +106,9 @@ pub async fn run(gw: Arc<Gateway>, gateway_id: String) {
                     continue;
                 }
                 let running = Running(entry.running.clone());
-                let (gw, route, id) = (gw.clone(), route.clone(), gateway_id.clone());
+                let (books, ledger, route, id) = (books.clone(), ledger.cloned(), route.clone(), gateway_id.to_owned());
                 tokio::spawn(async move {
-                    check(&gw, &route, idx, synthetic, id).await;
+                    check(&books, ledger, &route, idx, synthetic, id).await;
                     drop(running);
                 });
             }
@@ -163,12 +165,19 @@ pub fn check_body(endpoint: Endpoint, model: &str, max_tokens: u32) -> Bytes {
 }
 
 /// One check of candidate `idx`: sent, read to its end, recorded everywhere.
-async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, synthetic: SyntheticConfig, gateway_id: String) {
+async fn check(
+    books: &Books,
+    ledger: Option<Ledger>,
+    route: &Arc<Route>,
+    idx: usize,
+    synthetic: SyntheticConfig,
+    gateway_id: String,
+) {
     let Some(c) = route.candidates.get(idx) else { return };
     let up = &c.upstream;
     let began = SystemTime::now();
     let request_id = request_id(&route.cfg.key, &up.cfg.key, began);
-    let trial = up.health.check_trial(&up.cfg.circuit_breaker, &gw.settings, Instant::now());
+    let trial = up.health.check_trial(&up.cfg.circuit_breaker, &books.settings, Instant::now());
     let endpoint = check_endpoint(synthetic.api);
     let body = check_body(endpoint, &c.cfg.model, synthetic.max_tokens);
     // The check is a client request like any other, through the attempt clients get.
@@ -179,7 +188,14 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, synthetic: Syntheti
             return;
         }
     };
-    let trace = RequestTrace::start(gw.traces.as_ref(), &HeaderMap::new(), endpoint, &route.cfg.model, route, &body);
+    let trace = RequestTrace::start(
+        books.traces.as_ref(),
+        &HeaderMap::new(),
+        endpoint,
+        &route.cfg.model,
+        &route.cfg.name,
+        &body,
+    );
     let limits = attempt::Limits {
         first_byte: Some(up.health.first_byte_limit(up.cfg.first_byte)),
         // Alone on the route: the whole deadline is this candidate's.
@@ -187,8 +203,7 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, synthetic: Syntheti
         trial,
     };
     let spec = AttemptSpec::new(c, &route.cfg, &req, limits, &request_id, &trace);
-    let books = attempt::Books { settings: &gw.settings, sli: &gw.sli };
-    let (outcome, first_byte, usage) = match attempt::run(up, &gw.secrets, spec, books).await {
+    let (outcome, first_byte, usage) = match attempt::run(up, spec, books).await {
         Err(e) => {
             tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = e.outcome.as_str(), detail = %e.detail, "synthetic check failed");
             (e.outcome, None, None)
@@ -196,7 +211,7 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, synthetic: Syntheti
         Ok(started) => {
             let first_byte = started.attempt.first_byte();
             let read = read_answer(up, Format::of(endpoint), &started.first, started.rest).await;
-            started.attempt.finish(read.outcome, &gw.settings, &gw.sli);
+            started.attempt.finish(read.outcome, books);
             if read.outcome != Outcome::Ok {
                 tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = read.outcome.as_str(), "synthetic check broke after its first byte");
             }
@@ -212,15 +227,16 @@ async fn check(gw: &Gateway, route: &Arc<Route>, idx: usize, synthetic: Syntheti
     // traffic they would not show what the checks found.
     let now = Instant::now();
     up.metrics.circuit.set(up.health.circuit(now).gauge());
-    up.metrics.effective_weight.set(f64::from(c.cfg.weight) * up.health.success_ratio(&gw.settings, now));
-    gw.metrics
+    up.metrics.effective_weight.set(f64::from(c.cfg.weight) * up.health.success_ratio(&books.settings, now));
+    books
+        .metrics
         .synthetic_checks
         .get_or_create(&SyntheticLabel { route: route.cfg.name.clone(), upstream: up.cfg.name.clone(), outcome })
         .inc();
     let cost = usage.zip(c.cfg.price).map_or(0, |(u, p)| p.cost_of(&u.metered()));
-    trace.end(route, client_status(outcome), Some(idx), usage.as_ref());
+    trace.end(client_status(outcome), route.served(Some(idx)), usage.as_ref());
     drop(trace);
-    let Some(ledger) = gw.ledger.clone() else { return };
+    let Some(ledger) = ledger else { return };
     let row = SyntheticCheck {
         route: route.cfg.key.clone(),
         upstream: up.cfg.key.clone(),

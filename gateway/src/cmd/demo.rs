@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::cmd::serve::{ServeArgs, build, spawn_loops};
-use crate::route::health::Circuit;
+use crate::health::Circuit;
 
 mod cast;
 mod report;
@@ -125,7 +125,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
         traces: Default::default(),
     };
     let gw = build(&serve_args).await?;
-    let ledger = gw.ledger.clone().context("the demo gateway has a ledger")?;
+    let ledger = gw.billing.ledger.clone().context("the demo gateway has a ledger")?;
     let opening = 20 * sluice_ledger::NANOS_PER_USD;
     ledger.create_account("demo", opening).await?;
     let key = ledger.create_key("demo").await?;
@@ -199,7 +199,7 @@ async fn run_in(args: &DemoArgs, dir: &Path, style: &Style) -> anyhow::Result<()
     while let Some(s) = rx.recv().await {
         report.add(s);
     }
-    gw.sli.flush(&ledger).await?;
+    gw.books.sli.flush(&ledger).await?;
     let account = ledger.account("demo").await?.context("the demo account exists")?;
     report.summary(&mut out, style, opening - account.balance_nanos)?;
     let runtime = gw.current.get().context("config is loaded")?;

@@ -11,8 +11,10 @@ use sluice_ledger::limits::{Limiter, LimiterConfig, LimiterObserver};
 use sluice_ledger::{Biller, BillerConfig, BillerObserver, Ledger};
 use tokio::net::TcpListener;
 
+use crate::attempt::Books;
+use crate::billing::Billing;
 use crate::config::source::{Secrets, Source};
-use crate::route::health::HealthSettings;
+use crate::health::HealthSettings;
 use crate::server::{AuthMode, Gateway, serve_http, shutdown_signal};
 use crate::telemetry::traces::{self, TraceArgs};
 
@@ -147,7 +149,9 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
     let ledger =
         Ledger::connect(&args.ledger).await.with_context(|| format!("opening the ledger {}", redact(&args.ledger)))?;
     let settings = HealthSettings { window: args.health_window, ..HealthSettings::default() };
-    let mut gw = Gateway::new(settings, Secrets::new(args.secrets_dir.clone()), Some(ledger.clone()), args.auth);
+    let mut books = Books::new(settings, Secrets::new(args.secrets_dir.clone()));
+    books.traces = traces::export::start(&args.traces)?;
+    let mut billing = Billing::new(args.auth, Some(ledger.clone()), &books.metrics);
     if args.auth == AuthMode::Keys {
         let cfg = BillerConfig {
             validity: args.grant_validity,
@@ -156,18 +160,18 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
             reservation_ttl: args.reservation_ttl,
             ..BillerConfig::new(holder_id(args))
         };
-        let observer: Arc<dyn BillerObserver> = Arc::new(gw.metrics.grants.clone());
-        gw.biller = Some(Biller::start(ledger.clone(), cfg, Some(observer)));
+        let observer: Arc<dyn BillerObserver> = Arc::new(books.metrics.grants.clone());
+        billing.biller = Some(Biller::start(ledger.clone(), cfg, Some(observer)));
         let cfg = LimiterConfig { lease_permille: args.limit_lease_max, ..LimiterConfig::new(holder_id(args)) };
-        let observer: Arc<dyn LimiterObserver> = Arc::new(gw.metrics.limits.clone());
-        gw.limiter = Some(Limiter::new(ledger, cfg, Some(observer)));
+        let observer: Arc<dyn LimiterObserver> = Arc::new(books.metrics.limits.clone());
+        billing.limiter = Some(Limiter::new(ledger, cfg, Some(observer)));
     }
-    gw.cache = match args.cache_max_bytes {
+    let cache = match args.cache_max_bytes {
         0 => None,
         bytes => {
             let shared = match &args.cache_redis {
                 Some(url) => Some(
-                    crate::cache::shared::Shared::new(url, gw.metrics.cache.shared_errors.clone())
+                    crate::cache::shared::Shared::new(url, books.metrics.cache.shared_errors.clone())
                         .map_err(|e| anyhow::anyhow!("--cache-redis {}: {e}", redact(url)))?,
                 ),
                 None => None,
@@ -175,10 +179,10 @@ pub async fn build(args: &ServeArgs) -> anyhow::Result<Arc<Gateway>> {
             Some(Arc::new(crate::cache::Cache::new(bytes, shared)))
         }
     };
+    let mut gw = Gateway::new(books, billing);
+    gw.cache = cache;
     gw.max_body = args.max_body_bytes;
-    gw.reservation_ttl = args.reservation_ttl;
     gw.body_timeout = args.body_timeout;
-    gw.traces = traces::export::start(&args.traces)?;
     gw.source = Some(match &args.snapshot {
         Some(path) => Source::Snapshot(path.clone()),
         None => Source::Manifests(args.manifests.clone()),
@@ -213,21 +217,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     serve_http(listener, app, shutdown).await;
     // Requests are done: commit what is queued and give the grants back (§5a).
-    if let Some(b) = &gw.biller {
+    if let Some(b) = &gw.billing.biller {
         b.shutdown(Duration::from_secs(10)).await;
     }
     // And the limit leases (§5b): what was used stays counted.
-    if let Some(l) = &gw.limiter {
+    if let Some(l) = &gw.billing.limiter {
         l.shutdown().await;
     }
     loops.abort();
     // Flush what the last seconds counted.
-    if let Some(ledger) = &gw.ledger
-        && let Err(e) = gw.sli.flush(ledger).await
+    if let Some(ledger) = &gw.billing.ledger
+        && let Err(e) = gw.books.sli.flush(ledger).await
     {
         tracing::error!(error = %e, "final SLI flush failed");
     }
-    if let Some(t) = &gw.traces {
+    if let Some(t) = &gw.books.traces {
         t.shutdown().await;
     }
     tracing::info!("stopped");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::UpstreamHandle;
-use crate::route::health::Health;
+use crate::health::Health;
 
 /// How long a stream may stay silent, and where its gaps are recorded.
 #[derive(Clone)]

@@ -20,13 +20,13 @@ use serde_json::Value;
 
 use super::IdleWatch;
 use super::sse::Format;
-use crate::attempt::outcome::Outcome;
+use crate::attempt::Books;
 use crate::attempt::{self, BodyStream, Committed};
 use crate::config::Route;
 use crate::headers::RequestId;
+use crate::health::Circuit;
+use crate::outcome::Outcome;
 use crate::request::ClientRequest;
-use crate::route::health::Circuit;
-use crate::server::Gateway;
 use crate::telemetry::metrics::{ResumeReason, RouteResume};
 use crate::telemetry::traces::RequestTrace;
 use crate::usage::Usage;
@@ -119,7 +119,7 @@ pub struct Resumed {
 
 /// What a resume needs: the request, the route and where the first attempt ran.
 pub struct Resumer {
-    gw: Arc<Gateway>,
+    books: Arc<Books>,
     route: Arc<Route>,
     req: ClientRequest,
     deadline: Instant,
@@ -146,7 +146,7 @@ impl Resumer {
     /// A resumer for a stream served by candidate `serving` of `route`, `started` at,
     /// sent upstream as `request_id` and traced under `trace`.
     pub fn new(
-        gw: Arc<Gateway>,
+        books: Arc<Books>,
         route: Arc<Route>,
         req: &ClientRequest,
         serving: usize,
@@ -159,7 +159,7 @@ impl Resumer {
             *u = true;
         }
         let deadline = started + std::time::Duration::from_millis(route.cfg.deadline_ms);
-        Self { gw, route, req: req.clone(), deadline, used, resumes: 0, request_id, trace }
+        Self { books, route, req: req.clone(), deadline, used, resumes: 0, request_id, trace }
     }
 
     /// The name of the upstream serving the first attempt.
@@ -208,7 +208,7 @@ impl Resumer {
                 match self.attempt(idx, &body).await {
                     Ok((first, rest, attempt)) => {
                         self.resumes += 1;
-                        self.gw
+                        self.books
                             .metrics
                             .stream_resumes
                             .get_or_create(&RouteResume { route: self.route.cfg.name.clone(), reason })
@@ -251,15 +251,14 @@ impl Resumer {
         let first_byte = Some(c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte));
         let limits = attempt::Limits { first_byte, budget, trial: false };
         let spec = attempt::AttemptSpec::new(c, &self.route.cfg, req, limits, &self.request_id, &self.trace);
-        let (gw, upstream) = (&self.gw, &c.upstream);
-        let books = attempt::Books { settings: &gw.settings, sli: &gw.sli };
-        match attempt::run(upstream, &gw.secrets, spec, books).await {
+        let upstream = &c.upstream;
+        match attempt::run(upstream, spec, &self.books).await {
             Ok(started) => {
                 match started.rest {
                     Some(rest) => Ok((started.first, rest, started.attempt)),
                     // An answer without content continues nothing.
                     None => {
-                        started.attempt.finish(Outcome::Ok, &gw.settings, &gw.sli);
+                        started.attempt.finish(Outcome::Ok, &self.books);
                         Err(Outcome::Reset)
                     }
                 }
@@ -299,7 +298,7 @@ fn with_prefill(req: &ClientRequest, prefill: &str) -> Option<ClientRequest> {
     if body.pointer("/thinking/type").and_then(Value::as_str).is_some_and(|t| t != "disabled") {
         return None;
     }
-    let list = if req.endpoint == crate::request::Endpoint::Responses { "input" } else { "messages" };
+    let list = if req.endpoint == crate::endpoint::Endpoint::Responses { "input" } else { "messages" };
     let turns = body.get_mut(list)?;
     if let Value::String(text) = turns {
         *turns = serde_json::json!([{"role": "user", "content": std::mem::take(text)}]);

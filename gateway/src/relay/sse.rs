@@ -110,10 +110,10 @@ pub enum Format {
 
 impl Format {
     /// The stream format of an endpoint.
-    pub fn of(endpoint: crate::request::Endpoint) -> Self {
+    pub fn of(endpoint: crate::endpoint::Endpoint) -> Self {
         match endpoint {
-            crate::request::Endpoint::Messages => Format::Messages,
-            crate::request::Endpoint::Responses => Format::Responses,
+            crate::endpoint::Endpoint::Messages => Format::Messages,
+            crate::endpoint::Endpoint::Responses => Format::Responses,
             _ => Format::OpenAi,
         }
     }

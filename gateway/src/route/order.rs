@@ -9,7 +9,7 @@ use rand::Rng;
 use sluice_crds::model_route::Selection;
 
 use crate::config::Route;
-use crate::route::health::{Availability, HealthSettings};
+use crate::health::{Availability, HealthSettings};
 
 /// A candidate chosen for a walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

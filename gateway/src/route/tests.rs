@@ -1,5 +1,5 @@
 //! The candidate-order rules of docs/design.md §4.1, proven on virtual time: each test
-//! drives [`Health`](super::health::Health) and [`order`](super::order::order) with an
+//! drives [`Health`](crate::health::Health) and [`order`](super::order::order) with an
 //! explicit `now`, walking the candidates as the dispatcher does, so minutes of traffic
 //! run in milliseconds and a busy machine cannot change the answer.
 
@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-use crate::attempt::outcome::Outcome;
 use crate::config::{Carry, Route, Runtime};
-use crate::route::health::{Circuit, HealthSettings};
+use crate::health::{Circuit, HealthSettings};
+use crate::outcome::Outcome;
 use crate::route::order::order;
 use crate::telemetry::metrics::Metrics;
 
@@ -325,7 +325,8 @@ fn a_committed_trial_gives_its_slot_back_when_finished_or_abandoned() {
         in_flight(),
         crate::telemetry::traces::AttemptTrace::none(),
     );
-    committed.finish(Outcome::Ok, &t.settings, &crate::telemetry::sli::Sli::default());
+    let books = crate::attempt::Books::new(t.settings, crate::config::source::Secrets::new(None));
+    committed.finish(Outcome::Ok, &books);
     assert_eq!(t.primary_ratio(), 1.0);
     assert_eq!(t.request(healthy), Served { tried: vec!["primary"], trial: false });
 }

@@ -9,30 +9,22 @@ use futures::stream::FuturesUnordered;
 use futures::{Future, StreamExt};
 use sluice_crds::model_route::FirstByteAction;
 
-use crate::attempt::outcome::{AttemptError, Outcome};
-use crate::attempt::{self, Started};
+use crate::attempt::{self, Books, Started};
 use crate::config::Route;
-use crate::config::source::Secrets;
 use crate::error::ApiError;
+use crate::outcome::{AttemptError, Outcome};
 use crate::request::ClientRequest;
-use crate::route::health::HealthSettings;
-use crate::telemetry::metrics::{Metrics, RouteReason};
-use crate::telemetry::sli::Sli;
+use crate::telemetry::metrics::RouteReason;
 
-use super::{backoff, order};
+use super::order;
+use crate::backoff;
 
 /// What the dispatcher needs besides the route and request.
 pub struct DispatchCtx<'a> {
-    /// Upstream credentials.
-    pub secrets: &'a Secrets,
-    /// Health settings.
-    pub settings: &'a HealthSettings,
-    /// Metrics.
-    pub metrics: &'a Metrics,
+    /// What attempts are made with and booked into.
+    pub books: &'a Books,
     /// Request id, sent upstream and logged.
     pub request_id: &'a crate::headers::RequestId,
-    /// SLI rollups.
-    pub sli: &'a Sli,
     /// The request's span, parent of each attempt's.
     pub trace: &'a crate::telemetry::traces::RequestTrace,
 }
@@ -86,7 +78,7 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
     let mut trials = HeldTrials::new(route);
 
     for walk in 0..cfg.max_walks.max(1) {
-        let picks = order::order(route, ctx.settings, Instant::now(), &excluded, &mut rng);
+        let picks = order::order(route, &ctx.books.settings, Instant::now(), &excluded, &mut rng);
         if picks.is_empty() {
             break;
         }
@@ -113,7 +105,11 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                 next += 1;
                 attempts += 1;
                 if let Some(prev) = failovers.last().copied().filter(|_| attempts > 1) {
-                    ctx.metrics.failovers.get_or_create(&RouteReason { route: cfg.name.clone(), reason: prev }).inc();
+                    ctx.books
+                        .metrics
+                        .failovers
+                        .get_or_create(&RouteReason { route: cfg.name.clone(), reason: prev })
+                        .inc();
                 }
                 running.push(launch(ctx, route, req, pick.idx, pick.trial, deadline, picks.len() - next + 1, hedge));
             }
@@ -137,10 +133,10 @@ pub async fn dispatch(ctx: &DispatchCtx<'_>, route: &Route, req: &ClientRequest)
                             // answered lost to its first-byte watchdog: count it so.
                             for loser in hedged.iter().filter(|h| **h != idx) {
                                 if let Some(c) = route.candidates.get(*loser) {
-                                    attempt::record(&c.upstream, ctx.settings, ctx.sli, Outcome::FirstByteTimeout, false, None, None);
+                                    attempt::record(&c.upstream, ctx.books, Outcome::FirstByteTimeout, false, None, None);
                                 }
                                 failovers.push(Outcome::FirstByteTimeout);
-                                ctx.metrics
+                                ctx.books.metrics
                                     .failovers
                                     .get_or_create(&RouteReason { route: cfg.name.clone(), reason: Outcome::FirstByteTimeout })
                                     .inc();
@@ -230,8 +226,7 @@ fn launch<'a>(
         let first_byte = (req.stream && !hedge).then(|| c.upstream.health.first_byte_limit(c.upstream.cfg.first_byte));
         let limits = attempt::Limits { first_byte, budget, trial };
         let spec = attempt::AttemptSpec::new(c, &route.cfg, req, limits, ctx.request_id, ctx.trace);
-        let books = attempt::Books { settings: ctx.settings, sli: ctx.sli };
-        let result = attempt::run(&c.upstream, ctx.secrets, spec, books).await;
+        let result = attempt::run(&c.upstream, spec, ctx.books).await;
         (idx, trial, began, result)
     })
 }

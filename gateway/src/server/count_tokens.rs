@@ -16,13 +16,13 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, header};
 
-use crate::attempt::outcome::Outcome;
 use crate::attempt::{self, AttemptSpec, Books, Limits, Started};
 use crate::billing;
 use crate::config::Route;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::headers::{RequestId, X_SLUICE_ATTEMPTS, X_SLUICE_FAILOVER, X_SLUICE_UPSTREAM};
-use crate::request::Endpoint;
+use crate::outcome::Outcome;
 use crate::route::{order, walk};
 use crate::server::Gateway;
 use crate::server::handle::refuse;
@@ -37,7 +37,7 @@ pub async fn count_tokens(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> 
 }
 
 async fn count(gw: &Gateway, headers: &HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    billing::authenticate(gw, headers).await?;
+    billing::authenticate(&gw.billing, headers).await?;
     let mut request: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::InvalidRequest(format!("request body is not valid JSON: {e}")))?;
     let model = match request.get("model") {
@@ -63,13 +63,13 @@ async fn count(gw: &Gateway, headers: &HeaderMap, body: Bytes) -> Result<Respons
         .collect();
     let request_id = RequestId::of(headers);
     let trace = RequestTrace::default();
-    let books = Books { settings: &gw.settings, sli: &gw.sli };
+    let books = &gw.books;
     let deadline = Instant::now() + Duration::from_millis(route.cfg.deadline_ms);
     let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::from_rng(&mut rand::rng());
-    let picks = order::order(&route, &gw.settings, Instant::now(), &excluded, &mut rng);
+    let picks = order::order(&route, &books.settings, Instant::now(), &excluded, &mut rng);
     let mut trials = walk::HeldTrials::new(&route);
     trials.hold(&picks);
-    let mut failed: Vec<(usize, attempt::outcome::AttemptError)> = Vec::new();
+    let mut failed: Vec<(usize, crate::outcome::AttemptError)> = Vec::new();
     for (tried, pick) in picks.iter().enumerate() {
         let Some(c) = route.candidates.get(pick.idx) else { continue };
         let now = Instant::now();
@@ -83,13 +83,13 @@ async fn count(gw: &Gateway, headers: &HeaderMap, body: Bytes) -> Result<Respons
         let limits =
             Limits { first_byte: None, budget: deadline.saturating_duration_since(now) / untried, trial: pick.trial };
         let spec = AttemptSpec::count_tokens(c, &route.cfg, body, &forwarded, limits, &request_id, &trace);
-        let result = attempt::run(&c.upstream, &gw.secrets, spec, books).await;
+        let result = attempt::run(&c.upstream, spec, books).await;
         // The attempt booked its failure (and gave back its trial slot), or holds both.
         trials.handed_back(pick.idx, pick.trial);
         match result {
             Ok(started) => {
                 let failovers: Vec<Outcome> = failed.iter().map(|(_, e)| e.outcome).collect();
-                return Ok(answer(gw, started, tried + 1, &failovers));
+                return Ok(answer(books, started, tried + 1, &failovers));
             }
             Err(e) => {
                 tracing::warn!(
@@ -117,10 +117,10 @@ async fn count(gw: &Gateway, headers: &HeaderMap, body: Bytes) -> Result<Respons
 /// The count a candidate gave, with the `x-sluice-*` headers of any answer: who
 /// counted, after how many attempts, and why the others failed over. The attempt is
 /// finished here: a whole body has ended.
-fn answer(gw: &Gateway, started: Started, attempts: usize, failovers: &[Outcome]) -> Response {
+fn answer(books: &Books, started: Started, attempts: usize, failovers: &[Outcome]) -> Response {
     let Started { status, first, attempt, .. } = started;
     let upstream = attempt.upstream().name_header.clone();
-    attempt.finish(Outcome::Ok, &gw.settings, &gw.sli);
+    attempt.finish(Outcome::Ok, books);
     let mut response = (status, first).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -138,7 +138,7 @@ fn answer(gw: &Gateway, started: Started, attempts: usize, failovers: &[Outcome]
 /// The answer when every candidate that could count failed retryably: as a walk's
 /// (504 past the deadline, 429 or 529 when they were all throttling or overloaded,
 /// else 503 naming each).
-fn exhausted(route: &Route, failed: &[(usize, attempt::outcome::AttemptError)], deadline: Instant) -> ApiError {
+fn exhausted(route: &Route, failed: &[(usize, crate::outcome::AttemptError)], deadline: Instant) -> ApiError {
     let attempts = u32::try_from(failed.len()).unwrap_or(u32::MAX);
     let failovers = failed.iter().map(|(_, e)| e.outcome).collect();
     walk::exhausted(route, attempts, failovers, failed, Vec::new(), deadline).error

@@ -11,14 +11,15 @@ use sluice_ledger::AccountRef;
 use sluice_ledger::limits::{Ask, Standing};
 
 use crate::answer;
-use crate::billing::{self, Held};
+use crate::billing::{self, Billing, Held};
 use crate::cache::completions::{Lookup, Served};
 use crate::cache::{self, key::Scope};
 use crate::config::Route;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::headers::{RequestId, X_REQUEST_ID};
 use crate::relay;
-use crate::request::{ClientRequest, Endpoint};
+use crate::request::ClientRequest;
 use crate::route;
 use crate::server::Gateway;
 use crate::telemetry::traces::RequestTrace;
@@ -71,27 +72,27 @@ async fn serve(
     standings: &mut Vec<Standing>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let account = billing::authenticate(gw, headers).await?;
+    let account = billing::authenticate(&gw.billing, headers).await?;
     if body.len() > gw.max_body {
         return Err(ApiError::RequestTooLarge(gw.max_body));
     }
     let req = ClientRequest::parse(endpoint, &body)?.with_headers(headers);
     let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
     let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
-    let trace = RequestTrace::start(gw.traces.as_ref(), headers, endpoint, &req.model, &route, &body);
+    let trace = RequestTrace::start(gw.books.traces.as_ref(), headers, endpoint, &req.model, &route.cfg.name, &body);
     let scope = Scope::of(account.as_ref(), route.cache.shared);
-    let plan = (endpoint == Endpoint::Embeddings && route.cache.embeddings && gw.cache.is_some())
-        .then(|| cache::embeddings::Plan::of(&req, &route, &scope))
-        .flatten();
-    let cached = Lookup::of(gw, &route, &req, &scope, headers);
+    let plan = (gw.cache.as_ref())
+        .filter(|_| endpoint == Endpoint::Embeddings && route.cache.embeddings)
+        .and_then(|cache| cache::embeddings::Plan::of(cache, &req, &route, &scope));
+    let cached = Lookup::of(gw.cache.as_ref(), &route, &req, &scope, headers);
     // What may be served from the cache is reserved at the cache price too.
     let from_cache = plan.as_ref().map_or(u64::from(cached.is_on()), cache::embeddings::Plan::inputs);
     let ask = billing::ask(&route, &req, from_cache);
     let held = match &account {
-        Some(a) => match Box::pin(hold(gw, &route, &req, a, request_id, ask, standings)).await {
+        Some(a) => match Box::pin(hold(&gw.billing, &route, &req, a, request_id, ask, standings)).await {
             Ok(held) => held,
             Err(e) => {
-                Box::pin(answer::conclude(gw, &route, started, refused(endpoint, &e), None, trace)).await;
+                Box::pin(answer::conclude(&gw.books, &route, started, refused(endpoint, &e), None, trace)).await;
                 return Err(e);
             }
         },
@@ -99,34 +100,47 @@ async fn serve(
     };
     if let Some(plan) = plan {
         let directive = cache::Directive::of(headers);
-        return Box::pin(cache::embeddings::serve(gw, &route, &req, request_id, plan, directive, held, started, trace))
-            .await;
+        return Box::pin(cache::embeddings::serve(
+            &gw.books, &route, &req, request_id, plan, directive, held, started, trace,
+        ))
+        .await;
     }
     if cached.is_on()
-        && let Some(hit) = Box::pin(cached.find(gw, &route, &trace)).await
+        && let Some(hit) = Box::pin(cached.find(&gw.books.metrics, &route, &trace)).await
     {
-        return Ok(Box::pin(cache::completions::answer(gw, &route, &req, hit, Served::Hit, held, started, trace)).await);
+        return Ok(Box::pin(cache::completions::answer(
+            &gw.books,
+            &route,
+            &req,
+            hit,
+            Served::Hit,
+            held,
+            started,
+            trace,
+        ))
+        .await);
     }
     let ctx = gw.dispatch_ctx(request_id, &trace);
     let dispatched = route::dispatch(&ctx, &route, &req).await;
     match dispatched {
         Ok(d) if req.stream => {
             let format = relay::sse::Format::of(endpoint);
-            let response = answer::stream_answer(gw, route.clone(), &req, d, held, started, trace);
+            let response = answer::stream_answer(&gw.books, route.clone(), &req, d, held, started, trace);
             Ok(cached.keep_stream(&route, format, response))
         }
         Ok(d) => {
             let body = d.started.first.clone();
-            Ok(cached.keep_whole(&route, answer::answer(gw, &route, &req, d, held, started, trace).await, body))
+            Ok(cached.keep_whole(&route, answer::answer(&gw.books, &route, &req, d, held, started, trace).await, body))
         }
         Err(f) => {
-            let stale = if cached.is_on() { Box::pin(cached.stale(gw, &route, &f)).await } else { None };
+            let stale = if cached.is_on() { Box::pin(cached.stale(&gw.books.metrics, &route, &f)).await } else { None };
             Ok(match stale {
                 Some(entry) => {
                     let served = Served::Stale { attempts: f.attempts };
-                    Box::pin(cache::completions::answer(gw, &route, &req, entry, served, held, started, trace)).await
+                    Box::pin(cache::completions::answer(&gw.books, &route, &req, entry, served, held, started, trace))
+                        .await
                 }
-                None => Box::pin(answer::failure(gw, &route, endpoint, f, held, started, trace)).await,
+                None => Box::pin(answer::failure(&gw.books, &route, endpoint, f, held, started, trace)).await,
             })
         }
     }
@@ -135,7 +149,7 @@ async fn serve(
 /// Admits the request by its key's and account's limits (docs/design.md §5b), then
 /// reserves what it may cost (§5); a refused reservation gives the limits back.
 async fn hold(
-    gw: &Gateway,
+    billing: &Billing,
     route: &Route,
     req: &ClientRequest,
     account: &AccountRef,
@@ -143,11 +157,11 @@ async fn hold(
     ask: Ask,
     standings: &mut Vec<Standing>,
 ) -> Result<Option<Held>, ApiError> {
-    let limits = billing::limits::admit(gw, account, ask).await?;
+    let limits = billing::limits::admit(billing, account, ask).await?;
     if let Some(admission) = &limits {
         standings.clone_from(&admission.standings);
     }
-    match billing::reserve(gw, route, req, account, request_id, ask).await {
+    match billing::reserve(billing, route, req, account, request_id, ask).await {
         Ok(reservation) => Ok(Held::of(reservation, limits)),
         Err(e) => {
             if let Some(admission) = limits {

@@ -15,9 +15,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, header};
 use tower::ServiceExt;
 
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::headers::X_REQUEST_ID;
-use crate::request::Endpoint;
 use crate::server::handle;
 use crate::server::state::Gateway;
 
@@ -76,7 +76,7 @@ pub fn router(gw: Arc<Gateway>) -> App {
 /// to its handler is routed here to the same one).
 fn routes(gw: Arc<Gateway>) -> Router {
     let limit = gw.max_body;
-    let status = gw.ledger.is_some().then(|| crate::server::status::router(gw.clone()));
+    let status = gw.billing.ledger.is_some().then(|| crate::server::status::router(gw.clone()));
     let api = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
@@ -170,7 +170,7 @@ async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request) -> Response 
 
 async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     // Like the OpenAI API, the model list needs a key when keys are in use.
-    if let Err(e) = crate::billing::authenticate(&gw, &headers).await {
+    if let Err(e) = crate::billing::authenticate(&gw.billing, &headers).await {
         return handle::refuse(&headers, Endpoint::Chat, e);
     }
     let Some(runtime) = gw.current.get() else {
@@ -193,13 +193,13 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     if gw.current.get().is_none() {
         return (StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded\n").into_response();
     }
-    if let Some(ledger) = &gw.ledger
+    if let Some(ledger) = &gw.billing.ledger
         && let Err(e) = ledger.ping().await
     {
         // A process that still holds a balance grant bills from it without the database
         // (docs/design.md §5a): taking every such pod out of its Service at once would
         // turn a database blip into an outage that the grants exist to prevent.
-        if gw.biller.as_ref().is_some_and(|b| b.serving(std::time::SystemTime::now())) {
+        if gw.billing.biller.as_ref().is_some_and(|b| b.serving(std::time::SystemTime::now())) {
             return (
                 StatusCode::OK,
                 format!("ready (ledger unreachable, billing from the balance grants held: {e})\n"),
@@ -212,7 +212,7 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    let mut response = gw.metrics.encode().into_response();
+    let mut response = gw.books.metrics.encode().into_response();
     if let Ok(v) = "application/openmetrics-text; version=1.0.0; charset=utf-8".parse() {
         response.headers_mut().insert(header::CONTENT_TYPE, v);
     }
@@ -241,9 +241,10 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+    use crate::attempt::Books;
+    use crate::billing::{AuthMode, Billing};
     use crate::config::source::Secrets;
-    use crate::route::health::HealthSettings;
-    use crate::server::AuthMode;
+    use crate::health::HealthSettings;
 
     async fn ready(gw: &Arc<Gateway>) -> (StatusCode, String) {
         let req = Request::get("/readyz").body(axum::body::Body::empty()).unwrap_or_default();
@@ -254,8 +255,10 @@ mod tests {
     }
 
     fn gateway(ledger: &Ledger, biller: Biller) -> Arc<Gateway> {
-        let mut gw = Gateway::new(HealthSettings::default(), Secrets::new(None), Some(ledger.clone()), AuthMode::Keys);
-        gw.biller = Some(biller);
+        let books = Books::new(HealthSettings::default(), Secrets::new(None));
+        let mut billing = Billing::new(AuthMode::Keys, Some(ledger.clone()), &books.metrics);
+        billing.biller = Some(biller);
+        let gw = Gateway::new(books, billing);
         assert!(gw.install(sluice_crds::Snapshot::default()).is_ok());
         Arc::new(gw)
     }

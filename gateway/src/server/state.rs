@@ -3,26 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_ledger::{Biller, Ledger};
-
-use crate::billing::keys::KeyCache;
-use crate::config::source::{LoadError, Secrets, Source};
+use crate::attempt::Books;
+use crate::billing::Billing;
+use crate::config::source::{LoadError, Source};
 use crate::config::{BuildError, Carry, Current, Runtime};
-use crate::route::health::HealthSettings;
-use crate::telemetry::metrics::{Metrics, ReloadLabel, ReloadResult};
-use crate::telemetry::sli::Sli;
+use crate::telemetry::metrics::{ReloadLabel, ReloadResult};
 
 /// Default of [`Gateway::body_timeout`].
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How clients authenticate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum AuthMode {
-    /// `Authorization: Bearer sk-sluice-…` keys from the ledger; requests are billed.
-    Keys,
-    /// No keys and no billing; SLI rollups still flow.
-    None,
-}
 
 /// Why a reload installed nothing (the old version keeps serving).
 #[derive(Debug, thiserror::Error)]
@@ -38,46 +26,29 @@ pub enum ReloadError {
     Build(#[from] BuildError),
 }
 
-/// Everything a request handler needs.
+/// Everything a request handler needs, as the few parts its phases share: the serving
+/// config, the [`Books`] attempts are made with and booked into, [`Billing`] and the
+/// cache. A phase takes the part it needs, never the whole gateway.
 pub struct Gateway {
     /// Serving config.
     pub current: Current,
     /// State carried across config versions.
     pub carry: Carry,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// Health settings.
-    pub settings: HealthSettings,
-    /// Upstream credentials.
-    pub secrets: Secrets,
-    /// The ledger, if any.
-    pub ledger: Option<Ledger>,
-    /// Balance grants and the settlement writer (docs/design.md §5a); `None` without
-    /// billing.
-    pub biller: Option<Biller>,
-    /// Limits of keys and accounts (docs/design.md §5b); `None` without a ledger.
-    pub limiter: Option<sluice_ledger::limits::Limiter>,
+    /// Where config comes from.
+    pub source: Option<Source>,
+    /// Credentials, health settings, metrics, SLI rollups and traces.
+    pub books: Arc<Books>,
+    /// Auth, the ledger, balance grants and limits (docs/design.md §5).
+    pub billing: Billing,
     /// The response and embedding cache (docs/design.md §13); `None` turns it off.
     pub cache: Option<Arc<crate::cache::Cache>>,
-    /// Client auth.
-    pub auth: AuthMode,
-    /// Key → account answers of the ledger, briefly (docs/design.md §5a).
-    pub keys: KeyCache,
     /// Request body limit in bytes.
     pub max_body: usize,
     /// How long a request body may take to arrive, from the handler's start (a client
     /// trickling its body must not hold a connection and a task forever).
     pub body_timeout: Duration,
-    /// Reservation lifetime before the reaper may release it.
-    pub reservation_ttl: Duration,
-    /// Rollups not yet flushed.
-    pub sli: Sli,
-    /// Where config comes from.
-    pub source: Option<Source>,
     /// Set on SIGTERM: `/readyz` answers 503 while requests are still served.
     pub draining: std::sync::atomic::AtomicBool,
-    /// The trace exporter; `None` (tracing off) unless an OTLP endpoint is set.
-    pub traces: Option<crate::telemetry::traces::Tracing>,
 }
 
 impl Gateway {
@@ -87,39 +58,21 @@ impl Gateway {
         request_id: &'a crate::headers::RequestId,
         trace: &'a crate::telemetry::traces::RequestTrace,
     ) -> crate::route::DispatchCtx<'a> {
-        crate::route::DispatchCtx {
-            secrets: &self.secrets,
-            settings: &self.settings,
-            metrics: &self.metrics,
-            request_id,
-            sli: &self.sli,
-            trace,
-        }
+        crate::route::DispatchCtx { books: &self.books, request_id, trace }
     }
 
-    /// A gateway with no config yet.
-    pub fn new(settings: HealthSettings, secrets: Secrets, ledger: Option<Ledger>, auth: AuthMode) -> Self {
-        // Only keys need the change feed (it costs a LISTEN connection on Postgres).
-        let keys = KeyCache::watching(ledger.as_ref().filter(|_| auth == AuthMode::Keys));
+    /// A gateway with no config yet, the in-process cache and the default limits.
+    pub fn new(books: Books, billing: Billing) -> Self {
         Self {
             current: Current::default(),
-            carry: Carry::new(secrets.dir()),
-            metrics: Metrics::new(),
-            settings,
-            secrets,
-            ledger,
-            biller: None,
-            limiter: None,
+            carry: Carry::new(books.secrets.dir()),
+            source: None,
+            books: Arc::new(books),
+            billing,
             cache: Some(Arc::new(crate::cache::Cache::new(crate::cache::DEFAULT_MAX_BYTES, None))),
-            auth,
-            keys,
             max_body: 8 * 1024 * 1024,
             body_timeout: DEFAULT_BODY_TIMEOUT,
-            reservation_ttl: Duration::from_secs(900),
-            sli: Sli::default(),
-            source: None,
             draining: std::sync::atomic::AtomicBool::new(false),
-            traces: None,
         }
     }
 
@@ -127,26 +80,26 @@ impl Gateway {
     /// logging; the old version keeps serving on failure.
     pub fn reload(&self) -> Result<usize, ReloadError> {
         let Some(source) = &self.source else { return Err(ReloadError::NoSource) };
-        let result = source.load(self.secrets.dir()).map_err(ReloadError::from).and_then(|loaded| {
+        let result = source.load(self.books.secrets.dir()).map_err(ReloadError::from).and_then(|loaded| {
             for w in &loaded.warnings {
                 tracing::warn!(problem = %w, "config warning");
             }
-            self.secrets.refresh(&loaded.snapshot);
+            self.books.secrets.refresh(&loaded.snapshot);
             let routes = loaded.snapshot.routes.len();
-            let runtime = Runtime::build(loaded.snapshot, &self.carry, &self.metrics)?;
+            let runtime = Runtime::build(loaded.snapshot, &self.carry, &self.books.metrics)?;
             self.grant_slack(&runtime);
             self.current.set(runtime);
             Ok(routes)
         });
         let label = if result.is_ok() { ReloadResult::Ok } else { ReloadResult::Rejected };
-        self.metrics.config_reloads.get_or_create(&ReloadLabel { result: label }).inc();
+        self.books.metrics.config_reloads.get_or_create(&ReloadLabel { result: label }).inc();
         result
     }
 
     /// Installs a snapshot directly (tests, demo).
     pub fn install(&self, snapshot: sluice_crds::Snapshot) -> Result<(), BuildError> {
-        self.secrets.refresh(&snapshot);
-        let runtime = Runtime::build(snapshot, &self.carry, &self.metrics)?;
+        self.books.secrets.refresh(&snapshot);
+        let runtime = Runtime::build(snapshot, &self.carry, &self.books.metrics)?;
         self.grant_slack(&runtime);
         self.current.set(runtime);
         Ok(())
@@ -155,7 +108,7 @@ impl Gateway {
     /// A grant renewed from now on expires the longest route deadline after its
     /// validity, so that a request started just before may still settle (§5a).
     fn grant_slack(&self, runtime: &Runtime) {
-        if let Some(b) = &self.biller {
+        if let Some(b) = &self.billing.biller {
             let longest = runtime.routes.values().map(|r| r.cfg.deadline_ms).max().unwrap_or(0);
             b.set_deadline_slack(Duration::from_millis(longest));
         }

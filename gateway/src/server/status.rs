@@ -17,7 +17,7 @@ impl Source for GatewaySource {
     }
 
     fn ledger(&self) -> Option<Ledger> {
-        self.0.ledger.clone()
+        self.0.billing.ledger.clone()
     }
 }
 

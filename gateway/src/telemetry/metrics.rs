@@ -12,8 +12,8 @@ use std::sync::atomic::AtomicU64;
 
 use sluice_ledger::{BillerObserver, RenewalResult};
 
-use crate::attempt::outcome::Outcome;
-use crate::request::Endpoint;
+use crate::endpoint::Endpoint;
+use crate::outcome::Outcome;
 
 /// `{route, code}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -4,14 +4,12 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use sluice_ledger::{Heartbeat, Ledger, LedgerError, RouteMinute, UpstreamHeartbeat, UpstreamMinute};
+use sluice_ledger::{Ledger, LedgerError, RouteMinute, UpstreamMinute};
 
-use crate::attempt::outcome::Outcome;
-use crate::config::Runtime;
-use crate::request::Endpoint;
-use crate::route::health::HealthSettings;
+use crate::endpoint::Endpoint;
+use crate::outcome::Outcome;
 
 /// Rollups not yet flushed, by minute and then by key (looked up by `&str`, so that
 /// counting a request allocates nothing once its row exists). A route key holds one row
@@ -113,37 +111,6 @@ impl Sli {
         }
         Ok(())
     }
-}
-
-/// This process's view of its upstreams, for the operator's status.
-pub fn heartbeat(gateway_id: &str, runtime: &Runtime, settings: &HealthSettings) -> Heartbeat {
-    let now = Instant::now();
-    let mut upstreams: Vec<UpstreamHeartbeat> = runtime
-        .upstreams
-        .values()
-        .map(|u| {
-            let ratio = u.health.success_ratio(settings, now);
-            // The highest configured weight among the routes using it.
-            let weight = runtime
-                .routes
-                .values()
-                .flat_map(|r| r.candidates.iter())
-                .filter(|c| c.upstream.cfg.key == u.cfg.key)
-                .map(|c| c.cfg.weight)
-                .max()
-                .unwrap_or(0);
-            let (successes, failures) = u.health.counts(settings, now);
-            UpstreamHeartbeat {
-                upstream: u.cfg.key.clone(),
-                circuit: u.health.circuit(now).as_str().to_string(),
-                effective_weight: f64::from(weight) * ratio,
-                successes,
-                failures,
-            }
-        })
-        .collect();
-    upstreams.sort_by(|a, b| a.upstream.cmp(&b.upstream));
-    Heartbeat { gateway_id: gateway_id.to_string(), at: SystemTime::now(), upstreams }
 }
 
 #[cfg(test)]

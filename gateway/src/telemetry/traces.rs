@@ -23,17 +23,19 @@ use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, Span};
-use sluice_crds::snapshot::Protocol;
+use sluice_crds::snapshot::{CandidateConfig, Protocol, UpstreamConfig};
 
-use crate::attempt::TRACEPARENT;
-use crate::attempt::outcome::Outcome;
-use crate::config::Route;
-use crate::request::Endpoint;
+use crate::endpoint::Endpoint;
+use crate::outcome::Outcome;
 use crate::usage::Usage;
 
 pub mod export;
 
 pub use export::TraceArgs;
+
+/// The W3C trace-context header naming a span: read from the client, and sent upstream
+/// naming the attempt's span when tracing.
+pub const TRACEPARENT: &str = "traceparent";
 
 /// A gateway's tracer and the provider that exports its spans.
 pub struct Tracing {
@@ -127,7 +129,7 @@ impl RequestTrace {
         headers: &HeaderMap,
         endpoint: Endpoint,
         model: &str,
-        route: &Route,
+        route: &str,
         body: &[u8],
     ) -> Self {
         let Some(t) = tracing else { return Self::default() };
@@ -136,7 +138,7 @@ impl RequestTrace {
         attributes.extend([
             KeyValue::new("gen_ai.operation.name", op),
             KeyValue::new("gen_ai.request.model", model.to_owned()),
-            KeyValue::new("sluice.route", route.cfg.name.clone()),
+            KeyValue::new("sluice.route", route.to_owned()),
         ]);
         let builder = SpanBuilder {
             span_kind: Some(SpanKind::Server),
@@ -223,18 +225,19 @@ impl RequestTrace {
         }
     }
 
-    /// Records how the request ended; the span ends when this trace is dropped.
-    pub fn end(&self, route: &Route, status: u16, candidate: Option<usize>, usage: Option<&Usage>) {
+    /// Records how the request ended, and which candidate served it (its upstream and
+    /// price); the span ends when this trace is dropped.
+    pub fn end(&self, status: u16, served: Option<(&UpstreamConfig, &CandidateConfig)>, usage: Option<&Usage>) {
         let Some(r) = &self.0 else { return };
         let mut span = lock(&r.span);
         span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
-        if let Some(c) = candidate.and_then(|i| route.candidates.get(i)) {
-            span.set_attribute(KeyValue::new("gen_ai.provider.name", provider_name(c.upstream.cfg.protocol)));
-            span.set_attribute(KeyValue::new("sluice.upstream", c.upstream.cfg.name.clone()));
+        if let Some((upstream, candidate)) = served {
+            span.set_attribute(KeyValue::new("gen_ai.provider.name", provider_name(upstream.protocol)));
+            span.set_attribute(KeyValue::new("sluice.upstream", upstream.name.clone()));
             if let Some(u) = usage {
                 span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", saturating_i64(u.prompt_tokens)));
                 span.set_attribute(KeyValue::new("gen_ai.usage.output_tokens", saturating_i64(u.completion_tokens)));
-                let cost = c.cfg.price.map_or(0, |p| p.cost_of(&u.metered()));
+                let cost = candidate.price.map_or(0, |p| p.cost_of(&u.metered()));
                 span.set_attribute(KeyValue::new("sluice.cost.nanodollars", saturating_i64(cost)));
             }
         }

@@ -9,7 +9,7 @@
 //! failed request, whose send and answer instants bound when the gateway recorded the
 //! failure: the rules' lower bounds then hold on any machine, and the upper bounds
 //! leave a second of slack. The rules themselves are tested on injected time in the
-//! gateway's `route::health` tests.
+//! gateway's `health` tests.
 
 use std::time::{Duration, Instant};
 

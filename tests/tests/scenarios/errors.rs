@@ -72,7 +72,7 @@ async fn keys_are_required_with_auth_keys() -> anyhow::Result<()> {
     let docs = [only.doc(), route("chat", "chat-model", &[("only", 100)]).candidate(0, "price", price)];
     let opts = GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
-    let ledger = gw.state.ledger.clone().ok_or_else(|| anyhow::anyhow!("no ledger"))?;
+    let ledger = gw.state.billing.ledger.clone().ok_or_else(|| anyhow::anyhow!("no ledger"))?;
 
     let r = gw.client()?.chat("chat-model", json!({})).await?;
     assert_error(&r, 401, "authentication_error", "invalid_api_key");

@@ -23,7 +23,7 @@ async fn every_contract_metric_is_exposed_with_its_labels() -> anyhow::Result<()
     ];
     let opts = GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
-    let ledger = gw.state.ledger.clone().ok_or_else(|| anyhow::anyhow!("no ledger"))?;
+    let ledger = gw.state.billing.ledger.clone().ok_or_else(|| anyhow::anyhow!("no ledger"))?;
     ledger.create_account("acme", 100_000_000_000).await?;
     let key = ledger.create_key("acme").await?;
     let client = gw.client()?.with_key(&key);
@@ -103,7 +103,7 @@ async fn a_client_that_gives_up_leaves_no_reservation_open() -> anyhow::Result<(
     let docs = [hung.doc(), route("chat", "chat-model", &[("hung", 100)]).candidate(0, "price", PRICE())];
     let opts = GatewayOptions { auth: AuthMode::Keys, ..GatewayOptions::default() };
     let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
-    let ledger = gw.state.ledger.clone().ok_or_else(|| anyhow::anyhow!("no ledger"))?;
+    let ledger = gw.state.billing.ledger.clone().ok_or_else(|| anyhow::anyhow!("no ledger"))?;
     ledger.create_account("acme", 100_000_000_000).await?;
     let key = ledger.create_key("acme").await?;
 

@@ -1,6 +1,6 @@
 //! Outages, on the real clock but scaled down through config so that each takes
 //! seconds (the rules behind them are tested on injected time in the gateway's
-//! `route::health` tests; here they are seen end to end):
+//! `health` tests; here they are seen end to end):
 //!
 //! - A flapping primary (docs/design.md §4.1): the contract's scenario (503 for 60 s,
 //!   one request every 4 s, `openFor` 30 s) 7.5× faster: 503 for 8 s, one request every

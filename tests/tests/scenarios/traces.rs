@@ -225,7 +225,7 @@ async fn failover_trace(traces: TraceArgs, spans: &Seen<Span>) -> anyhow::Result
     assert_eq!(r.headers().get("x-sluice-failover").and_then(|v| v.to_str().ok()), Some("http_5xx"));
 
     // Batches leave every few seconds; a flush sends this one now.
-    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    gw.state.books.traces.as_ref().context("tracing is on")?.flush().await;
     assert!(
         eventually(Duration::from_secs(10), async || spans.all().len() >= 3).await,
         "spans received: {:?}",
@@ -303,7 +303,7 @@ async fn a_streamed_answer_records_the_finish_reason_the_client_saw_and_the_mode
         .await?;
     let s = gw.client()?.chat_stream("chat-model", json!({})).await?;
     assert!(s.events.last().is_some_and(|e| e.is_done()), "{}", s.body);
-    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    gw.state.books.traces.as_ref().context("tracing is on")?.flush().await;
     let server = async || spans.all().iter().any(|s| s.kind == SpanKind::Server as i32);
     assert!(eventually(Duration::from_secs(10), server).await, "no request span arrived");
     let all = spans.all();
@@ -360,7 +360,7 @@ async fn a_resumed_streams_continuation_is_an_attempt_like_any_other() -> anyhow
         assert_eq!(n, 1.0, "{upstream}'s first byte:\n{}", gw.metrics());
     }
     // And its span is an attempt under the request's, with its outcome, when the stream ends.
-    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    gw.state.books.traces.as_ref().context("tracing is on")?.flush().await;
     let three = async || spans.all().len() >= 3;
     assert!(eventually(Duration::from_secs(10), three).await, "spans: {:?}", spans.all().len());
     let all = spans.all();
@@ -382,7 +382,7 @@ async fn a_synthetic_check_is_traced_and_timed_like_a_client_request() -> anyhow
     assert!(eventually(Duration::from_secs(10), checked).await, "no check:\n{}", gw.metrics());
     assert!(gw.count("sluice_upstream_first_byte_seconds_count", &[("upstream", "only")]) >= 1.0, "{}", gw.metrics());
 
-    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    gw.state.books.traces.as_ref().context("tracing is on")?.flush().await;
     let two = async || spans.all().len() >= 2;
     assert!(eventually(Duration::from_secs(10), two).await, "spans: {:?}", spans.all().len());
     let all = spans.all();
@@ -404,7 +404,7 @@ async fn a_cache_lookup_is_a_span_under_the_request_with_its_result() -> anyhow:
     for _ in 0..2 {
         assert_eq!(client.chat("chat-model", json!({"temperature": 0})).await?.status, 200);
     }
-    gw.state.traces.as_ref().context("tracing is on")?.flush().await;
+    gw.state.books.traces.as_ref().context("tracing is on")?.flush().await;
     let lookups = async || spans.all().iter().filter(|s| s.name == "cache lookup").count() == 2;
     assert!(eventually(Duration::from_secs(10), lookups).await, "spans: {:?}", spans.all().len());
     let all = spans.all();

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::source::Source;
 use crate::server::Gateway;
-use crate::telemetry::sli;
 
 use super::ServeArgs;
 
@@ -32,7 +31,7 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
     let g = gw.clone();
     handles.push(tokio::spawn(async move {
         let Some(source) = g.source.clone() else { return };
-        let mut last = source.fingerprint(g.secrets.dir());
+        let mut last = source.fingerprint(g.books.secrets.dir());
         let mut tick = tokio::time::interval(reload_every);
         loop {
             tick.tick().await;
@@ -45,7 +44,7 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
             }
         }
     }));
-    if let Some(limiter) = gw.limiter.clone() {
+    if let Some(limiter) = gw.billing.limiter.clone() {
         // Limit leases (docs/design.md §5b): returned when a window ends or a key goes
         // idle, renewed before they run out.
         handles.push(tokio::spawn(async move {
@@ -65,14 +64,18 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
             loop {
                 tick.tick().await;
                 if let Some(c) = &g.cache {
-                    g.metrics.cache.bytes.set(i64::try_from(c.local_bytes()).unwrap_or(i64::MAX));
+                    g.books.metrics.cache.bytes.set(i64::try_from(c.local_bytes()).unwrap_or(i64::MAX));
                 }
             }
         }));
     }
-    handles.push(tokio::spawn(crate::checks::probe::run(gw.clone())));
-    handles.push(tokio::spawn(crate::checks::synthetic::run(gw.clone(), gateway_id.clone())));
-    if let Some(ledger) = gw.ledger.clone() {
+    let g = gw.clone();
+    handles.push(tokio::spawn(async move { crate::checks::probe::run(&g.current, &g.books).await }));
+    let (g, id) = (gw.clone(), gateway_id.clone());
+    handles.push(tokio::spawn(async move {
+        crate::checks::synthetic::run(&g.current, &g.books, g.billing.ledger.as_ref(), &id).await;
+    }));
+    if let Some(ledger) = gw.billing.ledger.clone() {
         let g = gw.clone();
         let every = args.flush_interval;
         handles.push(tokio::spawn(async move {
@@ -80,11 +83,11 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
             let mut pruned: Option<Instant> = None;
             loop {
                 tick.tick().await;
-                if let Err(e) = g.sli.flush(&ledger).await {
+                if let Err(e) = g.books.sli.flush(&ledger).await {
                     tracing::warn!(error = %e, "SLI flush failed; will retry");
                 }
                 if let Some(rt) = g.current.get() {
-                    let hb = sli::heartbeat(&gateway_id, &rt, &g.settings);
+                    let hb = rt.heartbeat(&gateway_id, &g.books.settings);
                     if let Err(e) = ledger.heartbeat(hb).await {
                         tracing::warn!(error = %e, "heartbeat failed");
                     }
@@ -116,9 +119,9 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
 fn reload_if_changed(g: &Gateway, source: &Source, last: u64) -> u64 {
     if let Some(rt) = g.current.get() {
         // Rotated keys are picked up even when the config did not change.
-        g.secrets.refresh(&rt.snapshot);
+        g.books.secrets.refresh(&rt.snapshot);
     }
-    let now = source.fingerprint(g.secrets.dir());
+    let now = source.fingerprint(g.books.secrets.dir());
     if now != last {
         match g.reload() {
             Ok(routes) => tracing::info!(routes, "configuration reloaded"),

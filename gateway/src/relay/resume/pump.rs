@@ -10,8 +10,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{Resumed, Resumer, Spliced, Transcript, add};
-use crate::attempt::outcome::Outcome;
 use crate::attempt::{BodyStream, Committed, StreamError};
+use crate::outcome::Outcome;
 use crate::relay::sse::{Event, FinishReason, Splitter, data_of};
 use crate::relay::{IdleWatch, StreamEnd, broken, next_chunk};
 use crate::telemetry::metrics::ResumeReason;
@@ -270,7 +270,7 @@ impl<T: Transcript> Relay<T> {
                 self.end.content_events = self.cur.content_events;
             }
             Some((candidate, attempt)) => {
-                attempt.finish(outcome, &self.resumer.gw.settings, &self.resumer.gw.sli);
+                attempt.finish(outcome, &self.resumer.books);
                 self.end.resumed.push(Resumed { candidate, usage: used });
             }
         }

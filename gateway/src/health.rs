@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::snapshot::{CircuitBreakerConfig, FirstByte};
 
-use crate::attempt::outcome::Outcome;
+use crate::outcome::Outcome;
 
 /// Process-wide health settings.
 #[derive(Clone, Copy, Debug)]
