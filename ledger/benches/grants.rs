@@ -156,7 +156,7 @@ async fn run(db: &BenchLedger, path: Path, tasks: usize, flows: usize) -> Result
         let biller = (!billers.is_empty()).then(|| billers[t % billers.len()].clone());
         handles.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(per_task);
-            let usage = || Usage { input_tokens: 100, output_tokens: 50, upstream: None };
+            let usage = || Usage { input_tokens: 100, output_tokens: 50, web_searches: 0, upstream: None };
             for i in 0..per_task {
                 let begin = Instant::now();
                 let id = format!("b-{t}-{i}");

@@ -70,7 +70,8 @@ async fn run(ledger: &Ledger, backend: &'static str, tasks: usize, flows: usize)
             for i in 0..per_task {
                 let begin = Instant::now();
                 let r = ledger.reserve(account.id, 1_000_000, Duration::from_secs(60), &format!("b-{t}-{i}")).await?;
-                r.settle(600_000, Usage { input_tokens: 100, output_tokens: 50, upstream: None }).await?;
+                r.settle(600_000, Usage { input_tokens: 100, output_tokens: 50, web_searches: 0, upstream: None })
+                    .await?;
                 latencies.push(begin.elapsed());
             }
             Ok::<_, BoxError>(latencies)

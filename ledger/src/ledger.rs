@@ -58,6 +58,7 @@ pub(crate) const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (5, "posting", include_str!("../migrations/sqlite/0005_posting.sql")),
     (6, "limits", include_str!("../migrations/sqlite/0006_limits.sql")),
     (7, "route api", include_str!("../migrations/sqlite/0007_route_api.sql")),
+    (8, "web searches", include_str!("../migrations/sqlite/0008_web_searches.sql")),
 ]);
 
 pub(crate) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
@@ -68,6 +69,7 @@ pub(crate) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (5, "posting", include_str!("../migrations/postgres/0005_posting.sql")),
     (6, "limits", include_str!("../migrations/postgres/0006_limits.sql")),
     (7, "route api", include_str!("../migrations/postgres/0007_route_api.sql")),
+    (8, "web searches", include_str!("../migrations/postgres/0008_web_searches.sql")),
 ]);
 
 /// Connections in the Postgres pool (shared by readers and writers).

@@ -46,6 +46,8 @@ pub struct Usage {
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Web searches the provider ran for the answer, billed per search (docs/design.md §5).
+    pub web_searches: u64,
     /// The Upstream that served the request, if any.
     pub upstream: Option<String>,
 }

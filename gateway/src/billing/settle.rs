@@ -24,16 +24,18 @@ pub async fn settle(route: &Route, charges: &[(usize, Usage)], reservation: Opti
         let cost = i64::try_from(cost).unwrap_or(i64::MAX);
         // The ledger names the upstream that served the start of the answer.
         let (total, usage) = charge.get_or_insert_with(|| {
-            (0, sluice_ledger::Usage { input_tokens: 0, output_tokens: 0, upstream: Some(c.upstream.cfg.key.clone()) })
+            let upstream = Some(c.upstream.cfg.key.clone());
+            (0, sluice_ledger::Usage { upstream, ..sluice_ledger::Usage::default() })
         });
         *total = total.saturating_add(cost);
         usage.input_tokens += u.prompt_tokens;
         usage.output_tokens += u.completion_tokens;
+        usage.web_searches += u.server_tool_use.web_search_requests;
     }
     if cached > 0 {
         let cost = i64::try_from(route.cache.price_nanos.saturating_mul(cached)).unwrap_or(i64::MAX);
         let (total, _) = charge.get_or_insert_with(|| {
-            (0, sluice_ledger::Usage { input_tokens: 0, output_tokens: 0, upstream: Some(CACHE_HIT.to_owned()) })
+            (0, sluice_ledger::Usage { upstream: Some(CACHE_HIT.to_owned()), ..sluice_ledger::Usage::default() })
         });
         *total = total.saturating_add(cost);
     }

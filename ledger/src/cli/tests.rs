@@ -260,9 +260,12 @@ async fn account_audit_adds_the_journal_up() {
     let account = ledger.create_account("team-c", 10 * crate::NANOS_PER_USD).await.unwrap();
     let biller = crate::Biller::start(ledger.clone(), crate::BillerConfig::new("gw-1"), None);
     let hold = biller.reserve(account.id, crate::NANOS_PER_USD, "r1").await.unwrap();
-    hold.settle(crate::NANOS_PER_USD / 4, crate::Usage { input_tokens: 1, output_tokens: 2, upstream: None })
-        .await
-        .unwrap();
+    hold.settle(
+        crate::NANOS_PER_USD / 4,
+        crate::Usage { input_tokens: 1, output_tokens: 2, web_searches: 0, upstream: None },
+    )
+    .await
+    .unwrap();
     let out = run(&ledger, &["account", "audit", "team-c"]).await.unwrap();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "ACCOUNT      team-c");

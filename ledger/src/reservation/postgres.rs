@@ -56,14 +56,14 @@ impl Ledger {
         Ok(id)
     }
 
-    /// Settles open reservation `id`; `None` when it is not open (settled, released or
-    /// expired already): nothing was written then.
+    /// Settles open reservation `id` with its usage (input tokens, output tokens, web
+    /// searches); `None` when it is not open (settled, released or expired already):
+    /// nothing was written then.
     pub(super) async fn settle_pg(
         &self,
         id: i64,
         charge: i64,
-        input_tokens: i64,
-        output_tokens: i64,
+        [input_tokens, output_tokens, web_searches]: [i64; 3],
         upstream: Option<&str>,
         now: i64,
     ) -> Result<Option<Settled>, LedgerError> {
@@ -72,7 +72,7 @@ impl Ledger {
                UPDATE reservations SET state = 'settled', \
                  charged_nanos = CASE WHEN $2 < amount_nanos THEN $2 ELSE amount_nanos END, \
                  uncollected_nanos = CASE WHEN $2 > amount_nanos THEN $2 - amount_nanos ELSE 0 END, \
-                 input_tokens = $3, output_tokens = $4, upstream = $5, closed_at_ms = $6 \
+                 input_tokens = $3, output_tokens = $4, upstream = $5, closed_at_ms = $6, web_searches = $7 \
                WHERE id = $1 AND state = 'open' \
                RETURNING account_id, amount_nanos, charged_nanos, uncollected_nanos, request_id), \
              a AS ( \
@@ -93,6 +93,7 @@ impl Ledger {
         .bind(output_tokens)
         .bind(upstream)
         .bind(now)
+        .bind(web_searches)
         .fetch_optional(&self.inner.writer)
         .await?;
         row.map(|r| Ok(Settled { amount: r.try_get(0)?, charged: r.try_get(1)?, uncollected: r.try_get(2)? }))

@@ -115,10 +115,11 @@ impl Ledger {
         non_negative("settlement charge", charge_nanos)?;
         let input_tokens = to_db("input tokens", usage.input_tokens)?;
         let output_tokens = to_db("output tokens", usage.output_tokens)?;
+        let web_searches = to_db("web searches", usage.web_searches)?;
         let now = unix_ms(SystemTime::now());
         if self.is_postgres() {
-            let upstream = usage.upstream.as_deref();
-            if let Some(s) = self.settle_pg(id, charge_nanos, input_tokens, output_tokens, upstream, now).await? {
+            let tokens = [input_tokens, output_tokens, web_searches];
+            if let Some(s) = self.settle_pg(id, charge_nanos, tokens, usage.upstream.as_deref(), now).await? {
                 return Ok(Settlement {
                     reservation_id: id,
                     outcome: SettleOutcome::Settled,
@@ -134,7 +135,7 @@ impl Ledger {
             "UPDATE reservations SET state = 'settled', \
              charged_nanos = CASE WHEN $2 < amount_nanos THEN $2 ELSE amount_nanos END, \
              uncollected_nanos = CASE WHEN $2 > amount_nanos THEN $2 - amount_nanos ELSE 0 END, \
-             input_tokens = $3, output_tokens = $4, upstream = $5, closed_at_ms = $6 \
+             input_tokens = $3, output_tokens = $4, upstream = $5, closed_at_ms = $6, web_searches = $7 \
              WHERE id = $1 AND state = 'open' \
              RETURNING account_id, amount_nanos, charged_nanos, uncollected_nanos, request_id",
         )
@@ -144,6 +145,7 @@ impl Ledger {
         .bind(output_tokens)
         .bind(usage.upstream.as_deref())
         .bind(now)
+        .bind(web_searches)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {

@@ -85,6 +85,8 @@ pub struct ReservationRow {
     pub input_tokens: Option<i64>,
     /// Completion tokens of the settlement.
     pub output_tokens: Option<i64>,
+    /// Web searches of the settlement.
+    pub web_searches: Option<i64>,
     /// The upstream key that served (`default/name`).
     pub upstream: Option<String>,
     /// Creation, unix ms.
@@ -114,6 +116,8 @@ pub struct JournalRow {
     pub input_tokens: Option<i64>,
     /// Completion tokens of a grant settlement.
     pub output_tokens: Option<i64>,
+    /// Web searches of a grant settlement.
+    pub web_searches: Option<i64>,
     /// The upstream that served a grant settlement.
     pub upstream: Option<String>,
 }
@@ -195,7 +199,7 @@ impl TestDb {
         let pool = self.pool().await?;
         let rows = sqlx::query(
             "SELECT id, request_id, state, amount_nanos, charged_nanos, input_tokens, output_tokens, upstream, \
-             created_at_ms, expires_at_ms, closed_at_ms FROM reservations ORDER BY id",
+             created_at_ms, expires_at_ms, closed_at_ms, web_searches FROM reservations ORDER BY id",
         )
         .fetch_all(&pool)
         .await;
@@ -213,6 +217,7 @@ impl TestDb {
                 created_at_ms: r.try_get(8)?,
                 expires_at_ms: r.try_get(9)?,
                 closed_at_ms: r.try_get(10)?,
+                web_searches: r.try_get(11)?,
             })
         };
         rows?.iter().map(read).collect()
@@ -226,7 +231,7 @@ impl TestDb {
     /// The whole journal, in order.
     pub async fn journal(&self) -> Result<Vec<JournalRow>, TestDbError> {
         let pool = self.pool().await?;
-        let rows = sqlx::query("SELECT kind, amount_nanos, balance_delta, reservation_id, request_id, grant_id, input_tokens, output_tokens, upstream FROM journal ORDER BY id")
+        let rows = sqlx::query("SELECT kind, amount_nanos, balance_delta, reservation_id, request_id, grant_id, input_tokens, output_tokens, upstream, web_searches FROM journal ORDER BY id")
             .fetch_all(&pool)
             .await;
         pool.close().await;
@@ -241,6 +246,7 @@ impl TestDb {
                 input_tokens: r.try_get(6)?,
                 output_tokens: r.try_get(7)?,
                 upstream: r.try_get(8)?,
+                web_searches: r.try_get(9)?,
             })
         };
         rows?.iter().map(read).collect()

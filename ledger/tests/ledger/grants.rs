@@ -19,7 +19,7 @@ fn config(holder: &str) -> BillerConfig {
 }
 
 fn usage() -> Usage {
-    Usage { input_tokens: 3, output_tokens: 4, upstream: Some("default/only".into()) }
+    Usage { input_tokens: 3, output_tokens: 4, web_searches: 2, upstream: Some("default/only".into()) }
 }
 
 async fn open_grants(db: &Db) -> u64 {
@@ -130,11 +130,8 @@ async fn one_journal_row_per_settlement(db: &Db) {
     let rows: Vec<_> = journal.iter().filter(|j| j.kind == "settle").collect();
     assert_eq!(rows.len(), 50);
     assert!(rows.iter().all(|j| j.grant_id.is_some() && j.reservation_id.is_none() && j.amount == ESTIMATE / 2));
-    assert!(
-        rows.iter()
-            .all(|j| (j.input_tokens, j.output_tokens, j.upstream.as_deref())
-                == (Some(3), Some(4), Some("default/only")))
-    );
+    assert!(rows.iter().all(|j| (j.input_tokens, j.output_tokens, j.web_searches, j.upstream.as_deref())
+        == (Some(3), Some(4), Some(2), Some("default/only"))));
     let mut ids: Vec<_> = rows.iter().filter_map(|j| j.request_id.clone()).collect();
     ids.sort();
     ids.dedup();

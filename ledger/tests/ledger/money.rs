@@ -12,7 +12,7 @@ const USD: i64 = 1_000_000_000;
 const TTL: Duration = Duration::from_secs(60);
 
 fn usage() -> Usage {
-    Usage { input_tokens: 10, output_tokens: 20, upstream: Some("default/up".into()) }
+    Usage { input_tokens: 10, output_tokens: 20, web_searches: 1, upstream: Some("default/up".into()) }
 }
 
 async fn assert_journal_ok(db: &Db, name: &str) {
@@ -65,6 +65,12 @@ async fn settlement_is_idempotent_and_capped(db: &Db) {
     let s = r.settle(400_000_000, usage()).await.unwrap();
     assert_eq!(s.outcome, SettleOutcome::Settled);
     assert_eq!((s.charged_nanos, s.released_nanos, s.uncollected_nanos), (400_000_000, 600_000_000, 0));
+    // What the answer used is kept with the settlement: tokens, web searches, upstream.
+    let row = db.reservations().await.into_iter().find(|r| r.id == id).expect("the reservation's row");
+    assert_eq!(
+        (row.input_tokens, row.output_tokens, row.web_searches, row.upstream.as_deref()),
+        (Some(10), Some(20), Some(1), Some("default/up"))
+    );
     // A second settle (e.g. a retried flush) charges nothing and reports the first.
     let again = l.settle_reservation(id, 900_000_000, &usage()).await.unwrap();
     assert_eq!(again.outcome, SettleOutcome::AlreadySettled);

@@ -3,7 +3,7 @@
 //! `sluice_ledger::testing::TestDb`.
 
 use sluice_ledger::Ledger;
-use sluice_ledger::testing::{GrantRow, JournalRow, TestDb};
+use sluice_ledger::testing::{GrantRow, JournalRow, ReservationRow, TestDb};
 
 /// Defines `mod $name { sqlite, postgres }`, each calling `$body(&Db)`.
 #[macro_export]
@@ -67,5 +67,10 @@ impl Db {
     /// Every grant, by id.
     pub async fn grants(&self) -> Vec<GrantRow> {
         self._db.grants().await.expect("read the grants")
+    }
+
+    /// Every reservation, by id.
+    pub async fn reservations(&self) -> Vec<ReservationRow> {
+        self._db.reservations().await.expect("read the reservations")
     }
 }

@@ -68,6 +68,7 @@ impl Ledger {
                     at_ms: j.at_ms,
                     input_tokens: to_db("input tokens", j.usage.input_tokens)?,
                     output_tokens: to_db("output tokens", j.usage.output_tokens)?,
+                    web_searches: to_db("web searches", j.usage.web_searches)?,
                     upstream: j.usage.upstream.as_deref(),
                 })
             })
@@ -138,6 +139,7 @@ struct PgRow<'a> {
     at_ms: i64,
     input_tokens: i64,
     output_tokens: i64,
+    web_searches: i64,
     upstream: Option<&'a str>,
 }
 
@@ -151,17 +153,18 @@ struct PgRow<'a> {
 const PG_BATCH: &str = "
 WITH v AS (SELECT * FROM json_to_recordset($1::json) AS x(ord bigint, account_id bigint, grant_id bigint,
         hold_id bigint, charged bigint, uncollected bigint, request_id text, at_ms bigint,
-        input_tokens bigint, output_tokens bigint, upstream text)),
+        input_tokens bigint, output_tokens bigint, web_searches bigint, upstream text)),
 g AS (SELECT id, account_id, state = 'open' AS open FROM grants
       WHERE id IN (SELECT grant_id FROM v) ORDER BY id FOR NO KEY UPDATE),
 r AS (SELECT f.*, g.id AS found, COALESCE(g.open, false) AS open
       FROM v f LEFT JOIN g ON g.id = f.grant_id AND g.account_id = f.account_id),
 ins AS (INSERT INTO journal (account_id, kind, amount_nanos, balance_delta, reserved_delta, uncollected_nanos,
-                             request_id, at_ms, grant_id, hold_id, input_tokens, output_tokens, upstream)
+                             request_id, at_ms, grant_id, hold_id, input_tokens, output_tokens, web_searches,
+                             upstream)
         SELECT account_id, CASE WHEN open THEN 'settle' ELSE 'late_settle' END,
                CASE WHEN open THEN charged ELSE 0 END, 0, 0,
                CASE WHEN open THEN uncollected ELSE charged + uncollected END,
-               request_id, at_ms, grant_id, hold_id, input_tokens, output_tokens, upstream
+               request_id, at_ms, grant_id, hold_id, input_tokens, output_tokens, web_searches, upstream
         FROM r WHERE found IS NOT NULL ORDER BY ord
         RETURNING grant_id, amount_nanos),
 ug AS (UPDATE grants SET amount_nanos = grants.amount_nanos - s.total,

@@ -93,7 +93,8 @@ async fn insert_rows(
                 .bind(r.job.hold_id)
                 .bind(to_db("input tokens", r.job.usage.input_tokens)?)
                 .bind(to_db("output tokens", r.job.usage.output_tokens)?)
-                .bind(r.job.usage.upstream.clone());
+                .bind(r.job.usage.upstream.clone())
+                .bind(to_db("web searches", r.job.usage.web_searches)?);
         }
         for row in q.fetch_all(&mut **tx).await? {
             inserted.insert((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?));
@@ -103,7 +104,7 @@ async fn insert_rows(
 }
 
 /// Values per settlement row of [`placeholders`].
-const SETTLE_COLUMNS: usize = 11;
+const SETTLE_COLUMNS: usize = 12;
 
 /// The INSERT of `n` settlement rows, [`SETTLE_COLUMNS`] values each, `RETURNING
 /// grant_id, hold_id`. The account row is not touched: the balance and reserved deltas
@@ -111,7 +112,7 @@ const SETTLE_COLUMNS: usize = 11;
 fn placeholders(n: usize) -> String {
     let mut sql = String::from(
         "INSERT INTO journal (account_id, kind, amount_nanos, uncollected_nanos, request_id, at_ms, grant_id, hold_id, \
-         input_tokens, output_tokens, upstream, balance_delta, reserved_delta) VALUES ",
+         input_tokens, output_tokens, upstream, web_searches, balance_delta, reserved_delta) VALUES ",
     );
     for i in 0..n {
         if i > 0 {

@@ -17,7 +17,7 @@ fn job(account_id: i64, grant_id: i64, hold_id: i64, charged: i64) -> Job {
         request_id: format!("r{hold_id}"),
         charged,
         uncollected: 0,
-        usage: Usage { input_tokens: 3, output_tokens: 4, upstream: Some("default/up".into()) },
+        usage: Usage { input_tokens: 3, output_tokens: 4, web_searches: 0, upstream: Some("default/up".into()) },
         at_ms: 1,
         reply: None,
     }
