@@ -232,6 +232,7 @@ pub fn answer(
         }
     };
     let usage = usage.or_else(|| (req.endpoint == Endpoint::Embeddings).then(Usage::default));
+    let usage = usage.map(|u| with_chat_search(u, req.chat_search, route, candidate));
     let latency_ms = started.elapsed().as_millis() as u64;
     let end = Ending {
         api: req.endpoint,
@@ -259,6 +260,22 @@ pub fn answer(
     }
 }
 
+/// What an answer used, with the one web search an `openai` or `azure-openai` candidate
+/// ran for a chat request's `web_search_options` ([`ClientRequest::chat_search`]) when
+/// its usage counts none: OpenAI's
+/// search models search once per such request and report no count (docs/design.md §5).
+fn with_chat_search(mut usage: Usage, chat_search: bool, route: &Route, candidate: usize) -> Usage {
+    use sluice_crds::snapshot::Protocol;
+    let openai = route
+        .candidates
+        .get(candidate)
+        .is_some_and(|c| matches!(c.upstream.cfg.protocol, Protocol::Openai | Protocol::AzureOpenai));
+    if chat_search && openai && usage.server_tool_use.web_search_requests == 0 {
+        usage.server_tool_use.web_search_requests = 1;
+    }
+    usage
+}
+
 /// A streamed answer: headers now, events as the relay forwards them; the attempt is
 /// finished and the request concluded when the stream ends.
 pub fn stream_answer(
@@ -277,7 +294,7 @@ pub fn stream_answer(
     let first_byte_ms = started.elapsed().as_millis() as u64;
     let status = s.status;
     let (books2, route2) = (books.clone(), route.clone());
-    let (input_bound, api) = (req.input_bound, req.endpoint);
+    let (input_bound, api, chat_search) = (req.input_bound, req.endpoint, req.chat_search);
     let format = relay::sse::Format::of(req.endpoint);
     // Mid-stream resume continues a stream in its own format (docs/design.md §4.5).
     let resumable = route.cfg.mid_stream == MidStreamAction::Resume;
@@ -295,10 +312,15 @@ pub fn stream_answer(
         // content event, never more than was reserved.
         let usage =
             end.usage.or_else(|| (end.content_events > 0).then_some(Usage::plain(input_bound, end.content_events)));
+        let usage = usage.map(|u| with_chat_search(u, chat_search, &route2, candidate));
         trace.stream_finished(end.finish_reason.map(|r| r.as_str()), end.model.as_deref());
         // A stream resumed to its end is a good answer, whatever broke on the way.
         let bad = outcome != Outcome::Ok && !end.healed;
-        let resumed = end.resumed.iter().map(|r| (r.candidate, r.usage)).collect();
+        let resumed = end
+            .resumed
+            .iter()
+            .map(|r| (r.candidate, with_chat_search(r.usage, chat_search, &route2, r.candidate)))
+            .collect();
         let end = Ending {
             api,
             status,

@@ -42,6 +42,10 @@ pub struct ClientRequest {
     /// `max_uses`, [`WEB_SEARCH_MAX_USES`] for one without (and for chat's
     /// `web_search_options`), billed per search (docs/design.md §5).
     pub web_searches: u64,
+    /// A chat request with OpenAI's hosted search (`web_search_options`): sent as it is
+    /// to `openai` and `azure-openai` candidates, whose search models search once per
+    /// request and whose usage does not say so (docs/design.md §5).
+    pub chat_search: bool,
     /// The body as the client sent it.
     raw: Bytes,
     /// Where the `model` value sits in `raw`.
@@ -255,8 +259,12 @@ fn stream_options(
 /// The most web searches the request lets a provider run (docs/design.md §5).
 fn web_searches(m: &members::Members<'_>) -> u64 {
     let tools = m.tools.unwrap_or_default().web_searches;
-    let options = m.web_search_options.is_some_and(|r| r.get() != "null");
-    tools.saturating_add(if options { WEB_SEARCH_MAX_USES } else { 0 })
+    tools.saturating_add(if chat_search(m) { WEB_SEARCH_MAX_USES } else { 0 })
+}
+
+/// Whether the request asks for chat's hosted search (`web_search_options`, not null).
+fn chat_search(m: &members::Members<'_>) -> bool {
+    m.web_search_options.is_some_and(|r| r.get() != "null")
 }
 
 /// Where `part` (a slice of `whole`) starts in `whole`.
@@ -303,6 +311,7 @@ impl ClientRequest {
             max_tokens,
             input_bound: body.len() as u64,
             web_searches: web_searches(&m),
+            chat_search: endpoint == Endpoint::Chat && chat_search(&m),
             raw: body.clone(),
             model_at,
             open: body.len() - body.trim_ascii_start().len() + 1,

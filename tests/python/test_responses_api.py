@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 
 import httpx
 import openai
@@ -313,6 +314,45 @@ def test_web_search_on_a_claude_candidate_is_anthropics_search_with_its_sources_
     (cite,) = chat.choices[0].message.annotations
     assert cite.url_citation.url == "https://example.org/chaos/search-result"
     assert (cite.url_citation.start_index, cite.url_citation.end_index) == (0, len(chat.choices[0].message.content))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_web_search_options_on_an_openai_candidate_is_billed_one_search(responses_gateway, primary, backup,
+                                                                              stream):
+    """OpenAI's search models search once per chat request with `web_search_options` and
+    say so nowhere in their usage: the answer of an `openai` candidate is billed one
+    search beside its tokens, whole or streamed; without the option, none."""
+    primary.script(chunks=3)
+    c = client(responses_gateway)
+    messages = [{"role": "user", "content": HELLO}]
+
+    def ask(**extra):
+        if not stream:
+            raw = c.chat.completions.with_raw_response.create(model=NATIVE, messages=messages, **extra)
+            assert raw.headers["x-sluice-upstream"] == "oai"
+            return raw.parse().usage
+        chunks = list(c.chat.completions.create(model=NATIVE, messages=messages, stream=True,
+                                                stream_options={"include_usage": True}, **extra))
+        return chunks[-1].usage
+
+    balance = settled(responses_gateway)["balance_nanodollars"]
+    usage = ask(web_search_options={"search_context_size": "low"})
+    assert usage.completion_tokens == 3 and usage.prompt_tokens > 0
+    balance -= usage.prompt_tokens * IN + usage.completion_tokens * OUT + SEARCH
+    assert settled(responses_gateway)["balance_nanodollars"] == balance
+    # The journal's settlement row says why: the tokens and the one search.
+    assert last_settlement(responses_gateway) == (usage.prompt_tokens, usage.completion_tokens, 1, "default/oai")
+    usage = ask()
+    balance -= usage.prompt_tokens * IN + usage.completion_tokens * OUT
+    assert settled(responses_gateway)["balance_nanodollars"] == balance
+    assert last_settlement(responses_gateway) == (usage.prompt_tokens, usage.completion_tokens, 0, "default/oai")
+
+
+def last_settlement(gw: Gateway) -> tuple:
+    """The journal's last settlement row: input tokens, output tokens, web searches, upstream."""
+    with sqlite3.connect(gw.ledger.removeprefix("sqlite://")) as db:
+        return db.execute("SELECT input_tokens, output_tokens, web_searches, upstream FROM journal "
+                          "WHERE kind = 'settle' ORDER BY id DESC LIMIT 1").fetchone()
 
 
 def test_a_route_that_omits_hosted_tools_leaves_them_out_only_where_there_is_no_equivalent(
