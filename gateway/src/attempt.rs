@@ -10,7 +10,8 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};

@@ -6,7 +6,8 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use sluice_crds::snapshot::{CircuitBreakerConfig, FirstByte};
 

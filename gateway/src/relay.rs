@@ -12,7 +12,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;

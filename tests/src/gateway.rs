@@ -48,6 +48,10 @@ pub struct GatewayOptions {
     pub traces: Option<TraceArgs>,
     /// `--cache-redis`: the shared cache tier.
     pub cache_redis: Option<String>,
+    /// Start `serve`'s background loops (reload, SLI flush, probes, checks). A test on
+    /// tokio's paused clock turns them off: they read files and the ledger off the
+    /// runtime, and while the runtime waits on them virtual time would jump on.
+    pub background: bool,
 }
 
 impl Default for GatewayOptions {
@@ -64,7 +68,18 @@ impl Default for GatewayOptions {
             secrets: Vec::new(),
             traces: None,
             cache_redis: None,
+            background: true,
         }
+    }
+}
+
+impl GatewayOptions {
+    /// The defaults for a test that pauses tokio's clock once the gateway is up
+    /// (`tokio::time::pause()`): no background loops. Requests are then served on virtual
+    /// time, which jumps to the next timer whenever every task waits: a 30 s idle
+    /// timeout or a 6 s breaker takes no real time, and a busy machine changes nothing.
+    pub fn paused() -> Self {
+        Self { background: false, ..Self::default() }
     }
 }
 
@@ -80,7 +95,7 @@ pub struct TestGateway {
     pub manifests: PathBuf,
     /// Holds manifests and ledger; removed on drop.
     pub dir: TempDir,
-    loops: Loops,
+    loops: Option<Loops>,
     server: JoinHandle<()>,
 }
 
@@ -111,7 +126,7 @@ impl TestGateway {
         }
         let listener = TcpListener::bind(args.listen).await.context("binding the gateway")?;
         let addr = listener.local_addr()?;
-        let loops = spawn_loops(state.clone(), &args, "sluice-tests".into());
+        let loops = opts.background.then(|| spawn_loops(state.clone(), &args, "sluice-tests".into()));
         let app = sluice_gateway::server::router(state.clone());
         let server = tokio::spawn(async move {
             sluice_gateway::server::serve_http(listener, app, futures::future::pending()).await;
@@ -217,7 +232,9 @@ fn serve_args(manifests: &Path, ledger: &str, opts: &GatewayOptions) -> anyhow::
 
 impl Drop for TestGateway {
     fn drop(&mut self) {
-        self.loops.abort();
+        if let Some(loops) = &self.loops {
+            loops.abort();
+        }
         self.server.abort();
     }
 }

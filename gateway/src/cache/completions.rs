@@ -12,7 +12,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};

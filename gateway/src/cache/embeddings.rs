@@ -5,7 +5,7 @@
 //! scope: an embedding is only ever served for the same model, options and tenant.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;

@@ -8,7 +8,8 @@
 //! trial requests of the dispatcher (docs/design.md §4.1).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http::HeaderValue;

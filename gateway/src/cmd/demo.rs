@@ -48,7 +48,7 @@ const BUDGETS: &str = include_str!("../../../examples/quickstart/budgets.yaml");
 /// The upstreams whose circuit breaker is not closed, e.g. `anthropic open`.
 fn breakers(gw: &crate::server::state::Gateway) -> String {
     let Some(runtime) = gw.current.get() else { return String::new() };
-    let now = Instant::now();
+    let now = tokio::time::Instant::now();
     CAST.iter()
         .filter_map(|m| {
             let state = match runtime.upstreams.get(&format!("default/{}", m.name))?.health.circuit(now) {

@@ -13,7 +13,7 @@
 //! [`super::StreamEnd::resumed`] lists the continuations with their usage.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use serde_json::Value;

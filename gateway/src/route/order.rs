@@ -3,7 +3,7 @@
 //! upstreams only when nothing else is left (fail open).
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use rand::Rng;
 use sluice_crds::model_route::Selection;

@@ -4,7 +4,8 @@
 //! run in milliseconds and a busy machine cannot change the answer.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::SmallRng;

@@ -3,7 +3,8 @@
 //! off with full jitter between walks, and hedges on a first-byte timeout if asked to.
 
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use futures::stream::FuturesUnordered;
 use futures::{Future, StreamExt};

@@ -10,7 +10,8 @@
 //! nor a request of the route's SLI.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;

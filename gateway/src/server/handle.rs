@@ -2,7 +2,7 @@
 //! the route's candidates, then answer (which counts the request and settles).
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use axum::response::Response;
 use bytes::Bytes;

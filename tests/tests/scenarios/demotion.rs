@@ -3,28 +3,29 @@
 //! a healthy backup by that arithmetic; a recovered one is found again by a trial after
 //! `circuitBreaker.openFor`, or once its failures age out of the window.
 //!
-//! The clock is shortened with the test-only `--health-window` (60 s → 3 s) and a short
-//! `openFor` (30 s → 6 s); requests during recovery come every 400 ms (the contract's
-//! "one request every 4 s", 10× faster). Recovery times are measured from the last
-//! failed request, whose send and answer instants bound when the gateway recorded the
-//! failure: the rules' lower bounds then hold on any machine, and the upper bounds
-//! leave a second of slack. The rules themselves are tested on injected time in the
-//! gateway's `health` tests.
+//! On tokio's paused clock (`GatewayOptions::paused`), with the contract's own times:
+//! a 60 s health window, `openFor` 30 s, and during recovery one request every 4 s. The
+//! waits are virtual, so the tests take milliseconds and a busy machine changes no
+//! bound. Recovery times are measured from the last failed request, whose send and
+//! answer instants bound when the gateway recorded the failure. The rules themselves
+//! are tested on injected time in the gateway's `health` tests.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use sluice_ledger::testing::eventually;
-use sluice_tests::{ChaosUpstream, Client, GatewayOptions, TestGateway, route, serial, yaml};
+use sluice_tests::{ChaosUpstream, Client, GatewayOptions, TestGateway, route, yaml};
+use tokio::time::Instant;
 
 const PRIMARY_WEIGHT: u32 = 100;
 const BACKUP_WEIGHT: u32 = 51;
 /// Successes of the primary before it starts failing.
 const HISTORY: u32 = 20;
-const OPEN_FOR: Duration = Duration::from_secs(6);
-const RECOVERY_GAP: Duration = Duration::from_millis(400);
-/// Slack on upper bounds, for a busy machine.
-const SLACK: Duration = Duration::from_secs(1);
+const OPEN_FOR: Duration = Duration::from_secs(30);
+const WINDOW: Duration = Duration::from_secs(60);
+const RECOVERY_GAP: Duration = Duration::from_secs(4);
+/// Slack on upper bounds: the requests' own (virtual) time.
+const SLACK: Duration = Duration::from_millis(50);
 
 /// The primary's last failure: sent at `.0`, answered at `.1`; the gateway recorded it
 /// in between.
@@ -46,8 +47,9 @@ async fn start(open_for: &str, window: Duration) -> anyhow::Result<(ChaosUpstrea
         backup.doc(),
         route("chat", "chat-model", &[("primary", PRIMARY_WEIGHT), ("backup", BACKUP_WEIGHT)]),
     ];
-    let opts = GatewayOptions { health_window: window, ..GatewayOptions::default() };
+    let opts = GatewayOptions { health_window: window, ..GatewayOptions::paused() };
     let gw = TestGateway::start_with(&yaml(&docs), opts).await?;
+    tokio::time::pause();
     Ok((primary, backup, gw))
 }
 
@@ -104,16 +106,14 @@ async fn primary_again(client: &Client, limit: Duration) -> anyhow::Result<Optio
 
 #[tokio::test]
 async fn a_failing_primary_falls_behind_then_a_trial_makes_it_primary_again() -> anyhow::Result<()> {
-    let _serial = serial().await;
-    let (primary, backup, gw) = start("6s", Duration::from_secs(60)).await?;
+    let (primary, backup, gw) = start("30s", WINDOW).await?;
     let client = gw.client()?;
     let expected = failures_to_fall_behind();
     assert_eq!(expected, 20, "100 × 20/(20+k) < 51 first holds at k = 20");
 
     let (tried_first, last_failure) = demote(&client, &primary, &backup).await?;
     // A demoted upstream gets its trial openFor/2 after its last failure: the requests
-    // that showed it no longer leads must all have come before (20 local requests in
-    // 3 s, true on any machine that runs these tests at all).
+    // that showed it no longer leads must all have come before.
     assert!(
         last_failure.0.elapsed() < OPEN_FOR / 2,
         "the demotion phase took {:?}, past the trial",
@@ -153,9 +153,8 @@ async fn a_failing_primary_falls_behind_then_a_trial_makes_it_primary_again() ->
 
 #[tokio::test]
 async fn old_failures_age_out_of_the_health_window() -> anyhow::Result<()> {
-    let _serial = serial().await;
     // No trial within the test (openFor 1h): only the window can bring it back.
-    let window = Duration::from_secs(3);
+    let window = WINDOW;
     let (primary, backup, gw) = start("1h", window).await?;
     let client = gw.client()?;
     let (tried_first, last_failure) = demote(&client, &primary, &backup).await?;
@@ -173,8 +172,7 @@ async fn old_failures_age_out_of_the_health_window() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_client_that_leaves_during_a_trial_does_not_block_recovery() -> anyhow::Result<()> {
-    let _serial = serial().await;
-    let (primary, backup, gw) = start("300ms", Duration::from_secs(60)).await?;
+    let (primary, backup, gw) = start("300ms", WINDOW).await?;
     let client = gw.client()?;
     primary.script(json!({"status": 503}))?;
     let r = client.chat("chat-model", json!({})).await?;

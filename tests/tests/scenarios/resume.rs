@@ -221,15 +221,18 @@ async fn at_most_two_resumes_per_request() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+/// On tokio's paused clock, with the quick start's 30 s idle timeout: the stream goes on
+/// exactly one idle timeout after it stalled.
 async fn a_stall_is_resumed_within_the_idle_bound() -> anyhow::Result<()> {
-    let _serial = serial().await;
+    const IDLE: Duration = Duration::from_secs(30);
     let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
     let docs = [
-        primary.native_doc("anthropic").with("spec.timeouts.idle", "1s"),
+        primary.native_doc("anthropic").with("spec.timeouts.idle", "30s"),
         backup.native_doc("anthropic"),
         route("chat", "chat-model", &[("primary", 100), ("backup", 50)]).with("spec.failover.midStream", "resume"),
     ];
-    let gw = TestGateway::start(&yaml(&docs)).await?;
+    let gw = TestGateway::start_with(&yaml(&docs), GatewayOptions::paused()).await?;
+    tokio::time::pause();
     let whole = unbroken(&gw, &primary).await?;
     primary.script(json!({"chunks": WORDS, "hang_after_chunks": 3}))?;
     backup.script(json!({"chunks": WORDS}))?;
@@ -239,8 +242,8 @@ async fn a_stall_is_resumed_within_the_idle_bound() -> anyhow::Result<()> {
     let at: Vec<Duration> = s.contents().iter().map(|e| e.at).collect();
     let stall = at.windows(2).map(|w| w[1].saturating_sub(w[0])).max().unwrap_or_default();
     assert!(
-        stall >= Duration::from_millis(950) && stall < Duration::from_millis(2500),
-        "resumed {stall:?} after the stall began (idle 1 s)"
+        stall >= IDLE && stall < IDLE + Duration::from_millis(50),
+        "resumed {stall:?} after the stall began (idle {IDLE:?})"
     );
     assert_eq!(gw.count("sluice_stream_resumes_total", &[("route", "chat"), ("reason", "idle_timeout")]), 1.0);
     assert!(
@@ -252,16 +255,17 @@ async fn a_stall_is_resumed_within_the_idle_bound() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn with_the_default_error_the_same_faults_end_with_the_error_event() -> anyhow::Result<()> {
-    let _serial = serial().await;
     for fault in [json!({"reset_after_chunks": 3}), json!({"error_after_chunks": 3}), json!({"hang_after_chunks": 3})] {
         // A fresh gateway each time: a broken primary is demoted behind the backup.
         let [primary, backup] = ChaosUpstream::start_all(["primary", "backup"]).await?;
         let docs = [
-            primary.native_doc("anthropic").with("spec.timeouts.idle", "1s"),
+            primary.native_doc("anthropic").with("spec.timeouts.idle", "30s"),
             backup.native_doc("anthropic"),
             route("chat", "chat-model", &[("primary", 100), ("backup", 50)]),
         ];
-        let gw = TestGateway::start(&yaml(&docs)).await?;
+        // On the paused clock: the hang ends at the 30 s idle timeout, in no real time.
+        let gw = TestGateway::start_with(&yaml(&docs), GatewayOptions::paused()).await?;
+        tokio::time::pause();
         let mut script = fault.clone();
         script["chunks"] = json!(WORDS);
         primary.script(script)?;
@@ -272,6 +276,7 @@ async fn with_the_default_error_the_same_faults_end_with_the_error_event() -> an
         assert_eq!(s.contents().len(), 3, "{fault}: {:?}", s.datas());
         assert_eq!(backup.requests(), 0, "{fault}: no resume with midStream: error");
         assert_eq!(gw.metric("sluice_stream_resumes_total", &[("route", "chat")]).unwrap_or(0.0), 0.0);
+        tokio::time::resume();
     }
     Ok(())
 }

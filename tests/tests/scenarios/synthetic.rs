@@ -101,7 +101,9 @@ async fn a_dead_candidate_is_demoted_by_checks_alone_and_still_checked_while_ope
     let opened = eventually(Duration::from_secs(8), async || {
         gw.count("sluice_upstream_attempts_total", &[("upstream", "dead"), ("outcome", "http_5xx")]) >= 2.0
             && gw.state.current.get().is_some_and(|rt| {
-                rt.upstreams.get("default/dead").is_some_and(|u| u.health.circuit(Instant::now()).gauge() == 2)
+                rt.upstreams
+                    .get("default/dead")
+                    .is_some_and(|u| u.health.circuit(tokio::time::Instant::now()).gauge() == 2)
             })
     })
     .await;
@@ -130,7 +132,7 @@ async fn a_dead_candidate_is_demoted_by_checks_alone_and_still_checked_while_ope
     dead.healthy();
     let closed = eventually(Duration::from_secs(5), async || {
         gw.state.current.get().is_some_and(|rt| {
-            rt.upstreams.get("default/dead").is_some_and(|u| u.health.circuit(Instant::now()).gauge() == 0)
+            rt.upstreams.get("default/dead").is_some_and(|u| u.health.circuit(tokio::time::Instant::now()).gauge() == 0)
         })
     })
     .await;

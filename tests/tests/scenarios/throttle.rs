@@ -1,25 +1,29 @@
 //! docs/design.md §4.2 backoff on throttling: when every candidate of a walk answered 429, the
 //! gateway waits (honouring `Retry-After`) and walks again, up to `maxAttempts` walks
 //! and `maxTotal` of waiting; then it answers 429 with `Retry-After`.
+//!
+//! On tokio's paused clock (`GatewayOptions::paused`): the waits are virtual, so a test
+//! of three 1 s waits takes milliseconds and a busy machine cannot stretch them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use sluice_ledger::testing::eventually;
-use sluice_tests::{ChaosUpstream, TestGateway, route, serial, yaml};
+use sluice_tests::{ChaosUpstream, GatewayOptions, TestGateway, route, yaml};
+use tokio::time::Instant;
 
 const THROTTLED: fn(u64) -> serde_json::Value = |secs| json!({"status": 429, "retry_after": secs});
 
 async fn start(backoff: serde_json::Value) -> anyhow::Result<(ChaosUpstream, ChaosUpstream, TestGateway)> {
     let [a, b] = ChaosUpstream::start_all(["a", "b"]).await?;
     let docs = [a.doc(), b.doc(), route("chat", "chat-model", &[("a", 100), ("b", 50)]).with("spec.backoff", backoff)];
-    let gw = TestGateway::start(&yaml(&docs)).await?;
+    let gw = TestGateway::start_with(&yaml(&docs), GatewayOptions::paused()).await?;
+    tokio::time::pause();
     Ok((a, b, gw))
 }
 
 #[tokio::test]
 async fn a_throttled_first_walk_waits_for_retry_after_and_walks_again() -> anyhow::Result<()> {
-    let _serial = serial().await;
     let (a, b, gw) = start(json!({"maxAttempts": 3, "base": "50ms", "maxTotal": "10s"})).await?;
     a.script(THROTTLED(1))?;
     b.script(THROTTLED(1))?;
@@ -48,7 +52,6 @@ async fn a_throttled_first_walk_waits_for_retry_after_and_walks_again() -> anyho
 
 #[tokio::test]
 async fn persistent_throttling_is_a_429_with_retry_after_within_max_attempts() -> anyhow::Result<()> {
-    let _serial = serial().await;
     // 3 walks, two 1 s waits (Retry-After beats the 50–100 ms jitter): ~2 s.
     let (a, b, gw) = start(json!({"maxAttempts": 3, "base": "50ms", "maxTotal": "5s"})).await?;
     a.script(THROTTLED(1))?;
@@ -67,7 +70,6 @@ async fn persistent_throttling_is_a_429_with_retry_after_within_max_attempts() -
 
 #[tokio::test]
 async fn max_total_bounds_the_waiting() -> anyhow::Result<()> {
-    let _serial = serial().await;
     // Up to 10 walks, but only 2.5 s of waiting: waits of 1 s, 1 s, then the third
     // would pass maxTotal, so 3 walks.
     let (a, b, gw) = start(json!({"maxAttempts": 10, "base": "50ms", "maxTotal": "2500ms"})).await?;

@@ -3,7 +3,7 @@
 //! next continuation, whose events are spliced in.
 
 use std::convert::Infallible;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use serde_json::Value;
