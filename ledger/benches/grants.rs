@@ -84,7 +84,7 @@ async fn main() -> Result<(), BoxError> {
     let flows = common::flows();
     let mut out = std::io::stdout().lock();
     let mut rows = Vec::new();
-    for db in common::ledgers("grants", &mut out).await? {
+    for db in common::ledgers(&mut out).await? {
         for tasks in CONCURRENCY {
             rows.push(run(&db, Path::PerRequest, tasks, flows).await?);
             rows.push(run(&db, Path::Grants(1), tasks, GRANT_FLOWS * flows).await?);

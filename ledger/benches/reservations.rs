@@ -27,7 +27,7 @@ async fn main() -> Result<(), BoxError> {
     let flows = common::flows();
     let mut out = std::io::stdout().lock();
     let mut rows = Vec::new();
-    for db in common::ledgers("reservations", &mut out).await? {
+    for db in common::ledgers(&mut out).await? {
         for tasks in CONCURRENCY {
             rows.push(run(&db.ledger, db.backend, tasks, flows).await?);
         }

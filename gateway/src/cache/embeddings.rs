@@ -87,8 +87,9 @@ struct Item<'a> {
     embedding: &'a RawValue,
 }
 
+/// An upstream's embeddings answer, as far as the cache reads it.
 #[derive(Deserialize)]
-struct Answer<'a> {
+struct EmbeddingList<'a> {
     #[serde(borrow)]
     data: Vec<Item<'a>>,
     #[serde(default)]
@@ -218,7 +219,7 @@ fn take_answer(
     ok: bool,
 ) -> Result<(), ApiError> {
     let hits = found.len() - missing.len();
-    let answer = if ok { serde_json::from_slice::<Answer<'_>>(first).ok() } else { None };
+    let answer = if ok { serde_json::from_slice::<EmbeddingList<'_>>(first).ok() } else { None };
     let Some(a) = answer.filter(|a| a.data.len() == missing.len()) else {
         if hits > 0 && ok {
             // The known inputs cannot be put together with an answer not read.

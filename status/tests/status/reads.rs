@@ -6,17 +6,16 @@ use std::time::{Duration, SystemTime};
 
 use sluice_crds::error_budget::BudgetMethod;
 use sluice_crds::snapshot::{BudgetConfig, LatencyConfig};
-use sluice_ledger::testing::{Backend, TestDb};
+use sluice_ledger::testing::{Backend, TestDb, eventually};
 use sluice_ledger::{RouteMinute, UpstreamMinute};
 use sluice_status::load::Cache;
 use sluice_status::{Catalog, RouteSpec};
 
-use crate::support::{add_check, ensure_checks_table};
+use crate::support::add_check;
 
 async fn reads_on(backend: Backend) {
     let Some(db) = TestDb::of(backend).await.unwrap() else { return };
     let ledger = db.connect().await.unwrap();
-    ensure_checks_table(&db).await;
     let day = 20_000;
     let mut a = RouteMinute::new("ns/a", "chat", day * 1440 + 5);
     a.record(false, 10);
@@ -74,7 +73,6 @@ fn minute_of(route: &str, minute: i64, good: u64, bad: u64, latency_ms: u64) -> 
 async fn budgets_stay_exact_across_refreshes(backend: Backend) {
     let Some(db) = TestDb::of(backend).await.unwrap() else { return };
     let ledger = db.connect().await.unwrap();
-    ensure_checks_table(&db).await;
     let route = |key: &str| RouteSpec {
         key: key.into(),
         model: key.into(),
@@ -169,17 +167,6 @@ impl sluice_status::Source for Later {
     }
 }
 
-/// Polls `done` every 50 ms for up to 10 s.
-async fn eventually(mut done: impl FnMut() -> bool) -> bool {
-    for _ in 0..200 {
-        if done() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
 /// The router reads the history as soon as it has a ledger, before anyone asks for the
 /// page, and stops once it has.
 #[tokio::test]
@@ -189,10 +176,13 @@ async fn the_router_reads_the_history_before_the_first_visitor() {
     let source = std::sync::Arc::new(Later { catalog, ledger: std::sync::Mutex::new(None), asked: Default::default() });
     let asked = || source.asked.load(std::sync::atomic::Ordering::SeqCst);
     let _app = sluice_status::router(source.clone(), sluice_status::Options::default());
-    assert!(eventually(|| asked() >= 2).await, "the router does not wait for a ledger");
+    assert!(eventually(Duration::from_secs(10), async || asked() >= 2).await, "the router does not wait for a ledger");
     *source.ledger.lock().unwrap() = Some(ledger);
     let before = asked();
-    assert!(eventually(|| asked() >= before + 2).await, "the router did not read the ledger");
+    assert!(
+        eventually(Duration::from_secs(10), async || asked() >= before + 2).await,
+        "the router did not read the ledger"
+    );
     // One more try would come within a second if the read had failed.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let after = asked();

@@ -28,23 +28,6 @@ impl Source for Fixed {
     }
 }
 
-/// Creates `synthetic_checks` as docs/design.md §10 states it, unless a migration did.
-pub async fn ensure_checks_table(db: &TestDb) {
-    use sqlx::Connection;
-    sqlx::any::install_default_drivers();
-    let mut conn = sqlx::AnyConnection::connect(&db.url).await.unwrap();
-    let id = if db.url.starts_with("sqlite") { "INTEGER PRIMARY KEY AUTOINCREMENT" } else { "BIGSERIAL PRIMARY KEY" };
-    sqlx::query(&format!(
-        "CREATE TABLE IF NOT EXISTS synthetic_checks (id {id}, route TEXT NOT NULL, \
-         upstream TEXT NOT NULL, gateway_id TEXT NOT NULL, at_ms BIGINT NOT NULL, \
-         outcome TEXT NOT NULL, first_byte_ms BIGINT, cost_nanos BIGINT NOT NULL DEFAULT 0)"
-    ))
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    conn.close().await.unwrap();
-}
-
 /// Stores one check.
 pub async fn add_check(db: &TestDb, route: &str, upstream: &str, at: SystemTime, outcome: &str) {
     use sqlx::Connection;
@@ -71,8 +54,8 @@ pub fn candidate(upstream: &str, provider: &str, region: Option<&str>) -> Candid
 /// Two routes with synthetic checks every 10 s: `gpt` (its primary failing its
 /// checks, clients served by the backup) and `claude` (healthy), one gateway heartbeat.
 pub async fn seeded(db: &TestDb) -> (Ledger, Catalog) {
+    // Connecting runs the migrations: `synthetic_checks` among the ledger's tables.
     let ledger = db.connect().await.unwrap();
-    ensure_checks_table(db).await;
     let catalog = Catalog {
         routes: vec![
             RouteSpec {
