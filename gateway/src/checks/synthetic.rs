@@ -204,26 +204,8 @@ async fn check(
         trial,
     };
     let spec = AttemptSpec::new(c, &route.cfg, &req, limits, &request_id, &trace);
-    let (outcome, first_byte, usage) = match attempt::run(up, spec, books).await {
-        Err(e) => {
-            tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = e.outcome.as_str(), detail = %e.detail, "synthetic check failed");
-            (e.outcome, None, None)
-        }
-        Ok(started) => {
-            let first_byte = started.attempt.first_byte();
-            let read = read_answer(up, Format::of(endpoint), &started.first, started.rest).await;
-            started.attempt.finish(read.outcome, books);
-            if read.outcome != Outcome::Ok {
-                tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = read.outcome.as_str(), "synthetic check broke after its first byte");
-            }
-            // Without reported usage, what is known: the body's size as the input bound
-            // and one token per content event (as a live stream is billed).
-            let usage = read
-                .usage
-                .or_else(|| (read.content_events > 0).then(|| Usage::plain(body.len() as u64, read.content_events)));
-            (read.outcome, Some(first_byte), usage)
-        }
-    };
+    let read_as = Format::of(endpoint);
+    let (outcome, first_byte, usage) = attempt_and_read(books, route, up, spec, read_as, body.len() as u64).await;
     // The gauges are otherwise set when a request orders the candidates: without client
     // traffic they would not show what the checks found.
     let now = Instant::now();
@@ -248,6 +230,39 @@ async fn check(
         cost_nanos: i64::try_from(cost).unwrap_or(i64::MAX),
     };
     store(ledger, row, &route.cfg.name, &up.cfg.name).await;
+}
+
+/// The check's attempt, and its answer read to the end in the format of the inbound API
+/// the check was written in (the attempt finished with how the answer ended): the
+/// outcome, the first-byte time of an attempt that answered, and what the answer used.
+async fn attempt_and_read(
+    books: &Books,
+    route: &Route,
+    up: &Arc<UpstreamHandle>,
+    spec: AttemptSpec<'_>,
+    format: Format,
+    input_bound: u64,
+) -> (Outcome, Option<Duration>, Option<Usage>) {
+    match attempt::run(up, spec, books).await {
+        Err(e) => {
+            tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = e.outcome.as_str(), detail = %e.detail, "synthetic check failed");
+            (e.outcome, None, None)
+        }
+        Ok(started) => {
+            let first_byte = started.attempt.first_byte();
+            let read = read_answer(up, format, &started.first, started.rest).await;
+            started.attempt.finish(read.outcome, books);
+            if read.outcome != Outcome::Ok {
+                tracing::warn!(route = %route.cfg.name, upstream = %up.cfg.name, reason = read.outcome.as_str(), "synthetic check broke after its first byte");
+            }
+            // Without reported usage, what is known: the body's size as the input bound
+            // and one token per content event (as a live stream is billed).
+            let usage = read
+                .usage
+                .or_else(|| (read.content_events > 0).then(|| Usage::plain(input_bound, read.content_events)));
+            (read.outcome, Some(first_byte), usage)
+        }
+    }
 }
 
 /// The status a client would have seen from a check's outcome: what its span says.

@@ -72,6 +72,7 @@ async fn serve(
     standings: &mut Vec<Standing>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    let books = &gw.books;
     let account = billing::authenticate(&gw.billing, headers).await?;
     if body.len() > gw.max_body {
         return Err(ApiError::RequestTooLarge(gw.max_body));
@@ -79,7 +80,7 @@ async fn serve(
     let req = ClientRequest::parse(endpoint, &body)?.with_headers(headers);
     let runtime = gw.current.get().ok_or_else(|| ApiError::NotReady("no configuration is loaded yet".into()))?;
     let route = runtime.routes.get(&req.model).cloned().ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?;
-    let trace = RequestTrace::start(gw.books.traces.as_ref(), headers, endpoint, &req.model, &route.cfg.name, &body);
+    let trace = RequestTrace::start(books.traces.as_ref(), headers, endpoint, &req.model, &route.cfg.name, &body);
     let scope = Scope::of(account.as_ref(), route.cache.shared);
     let plan = (gw.cache.as_ref())
         .filter(|_| endpoint == Endpoint::Embeddings && route.cache.embeddings)
@@ -92,7 +93,7 @@ async fn serve(
         Some(a) => match Box::pin(hold(&gw.billing, &route, &req, a, request_id, ask, standings)).await {
             Ok(held) => held,
             Err(e) => {
-                Box::pin(answer::conclude(&gw.books, &route, started, refused(endpoint, &e), None, trace)).await;
+                Box::pin(answer::conclude(books, &route, started, refused(endpoint, &e), None, trace)).await;
                 return Err(e);
             }
         },
@@ -101,46 +102,36 @@ async fn serve(
     if let Some(plan) = plan {
         let directive = cache::Directive::of(headers);
         return Box::pin(cache::embeddings::serve(
-            &gw.books, &route, &req, request_id, plan, directive, held, started, trace,
+            books, &route, &req, request_id, plan, directive, held, started, trace,
         ))
         .await;
     }
     if cached.is_on()
-        && let Some(hit) = Box::pin(cached.find(&gw.books.metrics, &route, &trace)).await
+        && let Some(hit) = Box::pin(cached.find(&books.metrics, &route, &trace)).await
     {
-        return Ok(Box::pin(cache::completions::answer(
-            &gw.books,
-            &route,
-            &req,
-            hit,
-            Served::Hit,
-            held,
-            started,
-            trace,
-        ))
-        .await);
+        let answer = cache::completions::answer(books, &route, &req, hit, Served::Hit, held, started, trace);
+        return Ok(Box::pin(answer).await);
     }
     let ctx = gw.dispatch_ctx(request_id, &trace);
     let dispatched = route::dispatch(&ctx, &route, &req).await;
     match dispatched {
         Ok(d) if req.stream => {
             let format = relay::sse::Format::of(endpoint);
-            let response = answer::stream_answer(&gw.books, route.clone(), &req, d, held, started, trace);
+            let response = answer::stream_answer(books, route.clone(), &req, d, held, started, trace);
             Ok(cached.keep_stream(&route, format, response))
         }
         Ok(d) => {
             let body = d.started.first.clone();
-            Ok(cached.keep_whole(&route, answer::answer(&gw.books, &route, &req, d, held, started, trace).await, body))
+            Ok(cached.keep_whole(&route, answer::answer(books, &route, &req, d, held, started, trace).await, body))
         }
         Err(f) => {
-            let stale = if cached.is_on() { Box::pin(cached.stale(&gw.books.metrics, &route, &f)).await } else { None };
+            let stale = if cached.is_on() { Box::pin(cached.stale(&books.metrics, &route, &f)).await } else { None };
             Ok(match stale {
                 Some(entry) => {
                     let served = Served::Stale { attempts: f.attempts };
-                    Box::pin(cache::completions::answer(&gw.books, &route, &req, entry, served, held, started, trace))
-                        .await
+                    Box::pin(cache::completions::answer(books, &route, &req, entry, served, held, started, trace)).await
                 }
-                None => Box::pin(answer::failure(&gw.books, &route, endpoint, f, held, started, trace)).await,
+                None => Box::pin(answer::failure(books, &route, endpoint, f, held, started, trace)).await,
             })
         }
     }
