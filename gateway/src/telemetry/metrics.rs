@@ -10,10 +10,16 @@ use prometheus_client::registry::Registry;
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
 
-use sluice_ledger::{BillerObserver, RenewalResult};
+use sluice_ledger::RenewalResult;
 
 use crate::endpoint::Endpoint;
 use crate::outcome::Outcome;
+
+mod billing;
+mod cache;
+
+pub use billing::{GrantMetrics, LimitLabel, LimitMetrics, LimitTakeLabel, Renewal, RenewalLabel};
+pub use cache::{CacheKind, CacheLabel, CacheMetrics, CacheResult, RouteCache};
 
 /// `{route, code}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -348,186 +354,6 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-/// `{result}` of a grant renewal.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RenewalLabel {
-    /// `ok`, `refused` or `failed`.
-    pub result: Renewal,
-}
-
-/// A [`RenewalResult`] as a label value.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct Renewal(pub RenewalResult);
-
-impl EncodeLabelValue for Renewal {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        std::fmt::Write::write_str(encoder, self.0.as_str())
-    }
-}
-
-/// The balance grant metrics, fed by the biller through [`BillerObserver`].
-#[derive(Clone, Debug)]
-pub struct GrantMetrics {
-    /// `sluice_grants_open`.
-    pub open: Gauge,
-    /// `sluice_grant_renewals_total{result}`.
-    pub renewals: Family<RenewalLabel, Counter>,
-    /// `sluice_settle_batch_size`.
-    pub batch: Histogram,
-    /// `sluice_settle_retries_total`.
-    pub retries: Counter,
-}
-
-impl Default for GrantMetrics {
-    fn default() -> Self {
-        Self {
-            open: Gauge::default(),
-            renewals: Family::default(),
-            batch: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
-            retries: Counter::default(),
-        }
-    }
-}
-
-impl BillerObserver for GrantMetrics {
-    fn renewal(&self, result: RenewalResult) {
-        self.renewals.get_or_create(&RenewalLabel { result: Renewal(result) }).inc();
-    }
-
-    fn grants_open(&self, delta: i64) {
-        self.open.inc_by(delta);
-    }
-
-    fn batch(&self, size: usize) {
-        self.batch.observe(size as f64);
-    }
-
-    fn settle_retry(&self) {
-        self.retries.inc();
-    }
-}
-
-/// `{route,kind,result}` of a cache lookup.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CacheLabel {
-    /// Route name.
-    pub route: String,
-    /// `embeddings` or `completions`.
-    pub kind: &'static str,
-    /// `hit`, `miss`, `bypass` or `stale`.
-    pub result: &'static str,
-}
-
-/// What a cache counter counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheKind {
-    /// `/v1/embeddings` inputs.
-    Embeddings,
-    /// Whole completions of the other APIs.
-    Completions,
-}
-
-impl CacheKind {
-    /// The `kind` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CacheKind::Embeddings => "embeddings",
-            CacheKind::Completions => "completions",
-        }
-    }
-}
-
-/// How a request met the cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheResult {
-    /// Answered from it, no upstream.
-    Hit,
-    /// Went upstream (an embeddings batch: for at least one input).
-    Miss,
-    /// Told to neither read nor store.
-    Bypass,
-    /// Answered from an entry past its `ttl` because every candidate failed.
-    Stale,
-}
-
-impl CacheResult {
-    const ALL: [CacheResult; 4] = [CacheResult::Hit, CacheResult::Miss, CacheResult::Bypass, CacheResult::Stale];
-
-    /// The `result` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CacheResult::Hit => "hit",
-            CacheResult::Miss => "miss",
-            CacheResult::Bypass => "bypass",
-            CacheResult::Stale => "stale",
-        }
-    }
-}
-
-/// The cache metrics.
-#[derive(Clone, Debug, Default)]
-pub struct CacheMetrics {
-    /// `sluice_cache_requests_total{route,kind,result}`.
-    pub requests: Family<CacheLabel, Counter>,
-    /// `sluice_cache_bytes`.
-    pub bytes: Gauge,
-    /// `sluice_cache_shared_errors_total`.
-    pub shared_errors: Counter,
-}
-
-/// A route's cache counter of one kind.
-pub struct RouteCache<'a> {
-    metrics: &'a Metrics,
-    route: &'a str,
-    kind: CacheKind,
-    counters: &'a [OnceLock<Counter>; CacheResult::ALL.len()],
-}
-
-impl RouteCache<'_> {
-    /// Counts one request (the series is resolved on its first count).
-    pub fn count(&self, result: CacheResult) {
-        let at = CacheResult::ALL.iter().position(|r| *r == result).unwrap_or(0);
-        let counter = self.counters[at].get_or_init(|| {
-            let label = CacheLabel { route: self.route.to_owned(), kind: self.kind.as_str(), result: result.as_str() };
-            self.metrics.cache.requests.get_or_create(&label).clone()
-        });
-        counter.inc();
-    }
-}
-
-/// `{limit,key_kind}` of a limit refusal.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LimitLabel {
-    /// `rpm`, `tpm`, `tpd`, `concurrency`, `daily_spend` or `monthly_spend`.
-    pub limit: &'static str,
-    /// `key` or `account`: whose limit.
-    pub key_kind: &'static str,
-}
-
-/// `{limit,result}` of a lease take.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LimitTakeLabel {
-    /// As in [`LimitLabel`].
-    pub limit: &'static str,
-    /// `ok`, `short` or `failed`.
-    pub result: &'static str,
-}
-
-/// The limit metrics; lease takes are fed by the limiter through [`LimiterObserver`].
-#[derive(Clone, Debug, Default)]
-pub struct LimitMetrics {
-    /// `sluice_limit_rejections_total{limit,key_kind}`.
-    pub rejections: Family<LimitLabel, Counter>,
-    /// `sluice_limit_lease_takes_total{limit,result}`.
-    pub takes: Family<LimitTakeLabel, Counter>,
-}
-
-impl sluice_ledger::limits::LimiterObserver for LimitMetrics {
-    fn take(&self, meter: sluice_ledger::Meter, result: &'static str) {
-        self.takes.get_or_create(&LimitTakeLabel { limit: meter.as_str(), result }).inc();
     }
 }
 
