@@ -93,31 +93,72 @@ const REMAINING_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-remain
 const RESET_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-reset-tokens");
 
 /// The OpenAI `x-ratelimit-*` headers of the tightest requests and tokens limits.
+///
+/// On every answer to a limited key, so written cheaply: the values' texts go into one
+/// buffer, integers without `fmt`, and each header value is a slice of it (one
+/// allocation, not one per value).
 pub fn headers(standings: &[Standing], headers: &mut HeaderMap) {
+    let mut text = String::with_capacity(96);
+    let mut values: [(Option<HeaderName>, usize, usize); 6] = Default::default();
+    let mut n = 0;
     for s in standings {
-        let [limit, remaining, reset] = match s.meter {
+        let names = match s.meter {
             Meter::Requests => [LIMIT_REQUESTS, REMAINING_REQUESTS, RESET_REQUESTS],
             Meter::Tokens => [LIMIT_TOKENS, REMAINING_TOKENS, RESET_TOKENS],
             _ => continue,
         };
-        headers.insert(limit, HeaderValue::from(s.limit));
-        headers.insert(remaining, HeaderValue::from(s.remaining));
-        if let Ok(v) = HeaderValue::from_str(&format_reset(s.reset)) {
-            headers.insert(reset, v);
+        for (i, name) in names.into_iter().enumerate() {
+            let Some(slot) = values.get_mut(n) else { break };
+            let start = text.len();
+            match i {
+                0 => text.push_str(itoa::Buffer::new().format(s.limit)),
+                1 => text.push_str(itoa::Buffer::new().format(s.remaining)),
+                _ => write_reset(&mut text, s.reset),
+            }
+            *slot = (Some(name), start, text.len());
+            n += 1;
+        }
+    }
+    let text = bytes::Bytes::from(text);
+    // Grown once, not rehashed on the way.
+    headers.reserve(n);
+    for (name, start, end) in values.into_iter().take(n) {
+        if let (Some(name), Ok(value)) = (name, HeaderValue::from_maybe_shared(text.slice(start..end))) {
+            headers.insert(name, value);
         }
     }
 }
 
 /// A duration as OpenAI writes its resets: `120ms`, `1.5s`, `6m0s`.
 pub fn format_reset(d: Duration) -> String {
-    let ms = d.as_millis();
+    let mut s = String::new();
+    write_reset(&mut s, d);
+    s
+}
+
+fn write_reset(out: &mut String, d: Duration) {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let mut digits = itoa::Buffer::new();
     if ms < 1000 {
-        return format!("{ms}ms");
+        out.push_str(digits.format(ms));
+        out.push_str("ms");
+        return;
     }
     let (minutes, rest) = (ms / 60_000, ms % 60_000);
-    let secs = format!("{}.{:03}", rest / 1000, rest % 1000);
-    let secs = secs.trim_end_matches('0').trim_end_matches('.');
-    if minutes > 0 { format!("{minutes}m{secs}s") } else { format!("{secs}s") }
+    if minutes > 0 {
+        out.push_str(digits.format(minutes));
+        out.push('m');
+    }
+    out.push_str(digits.format(rest / 1000));
+    // Milliseconds without trailing zeros: 1.5s, 1.25s, 1.125s.
+    let millis = rest % 1000;
+    if millis > 0 {
+        let frac = [millis / 100, millis / 10 % 10, millis % 10];
+        let len = frac.iter().rposition(|&d| d > 0).map_or(0, |i| i + 1);
+        out.push('.');
+        out.extend(frac[..len].iter().map(|&d| char::from_digit(u32::try_from(d).unwrap_or(0), 10).unwrap_or('0')));
+    }
+    out.push('s');
 }
 
 #[cfg(test)]
@@ -131,6 +172,9 @@ mod tests {
         assert_eq!(format_reset(Duration::from_secs(360)), "6m0s");
         assert_eq!(format_reset(Duration::from_millis(61_250)), "1m1.25s");
         assert_eq!(format_reset(Duration::ZERO), "0ms");
+        assert_eq!(format_reset(Duration::from_millis(2_005)), "2.005s");
+        assert_eq!(format_reset(Duration::from_millis(60_010)), "1m0.01s");
+        assert_eq!(format_reset(Duration::from_millis(3_000)), "3s");
     }
 
     fn standing(meter: Meter, limit: i64, remaining: i64) -> Standing {
@@ -178,5 +222,8 @@ mod tests {
         assert_eq!(h["x-ratelimit-remaining-requests"], "12");
         assert_eq!(h["x-ratelimit-reset-requests"], "30s");
         assert_eq!(h["x-ratelimit-remaining-tokens"], "5000");
+        assert_eq!(h["x-ratelimit-limit-tokens"], "60000");
+        assert_eq!(h["x-ratelimit-reset-tokens"], "30s");
+        assert_eq!(h.len(), 6);
     }
 }

@@ -155,7 +155,9 @@ pub struct Limiter {
 struct Shared {
     ledger: Ledger,
     config: LimiterConfig,
-    cells: Mutex<HashMap<(Subject, Meter), Arc<Cell>>>,
+    /// Looked up per meter of every limited request: hashed with foldhash, not SipHash
+    /// (the keys are the ledger's ids, not a client's text).
+    cells: Mutex<HashMap<(Subject, Meter), Arc<Cell>, foldhash::fast::RandomState>>,
     observer: Option<Arc<dyn LimiterObserver>>,
 }
 
@@ -292,7 +294,7 @@ fn ms(d: Duration) -> i64 {
 impl Limiter {
     /// A limiter of `ledger`'s limits, reporting to `observer`.
     pub fn new(ledger: Ledger, config: LimiterConfig, observer: Option<Arc<dyn LimiterObserver>>) -> Self {
-        Self { shared: Arc::new(Shared { ledger, config, cells: Mutex::new(HashMap::new()), observer }) }
+        Self { shared: Arc::new(Shared { ledger, config, cells: Mutex::new(HashMap::default()), observer }) }
     }
 
     /// Admits a request held to `limits` (each subject's, e.g. its key's and its

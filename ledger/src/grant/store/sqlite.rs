@@ -2,6 +2,7 @@
 //! transaction on the one writer connection, the rows in multi-row inserts.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
 use sqlx::{Any, Row, Transaction};
 
@@ -120,7 +121,8 @@ fn placeholders(n: usize) -> String {
         }
         sql.push('(');
         for c in 0..SETTLE_COLUMNS {
-            sql.push_str(&format!("${}, ", i * SETTLE_COLUMNS + c + 1));
+            // Writing to a `String` cannot fail.
+            let _ = write!(sql, "${}, ", i * SETTLE_COLUMNS + c + 1);
         }
         sql.push_str("0, 0)");
     }
