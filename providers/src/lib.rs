@@ -138,7 +138,12 @@ pub struct NativeRequest {
     /// Static where it names no model (`/messages`, `/chat/completions`).
     pub path: Cow<'static, str>,
     pub body: Bytes,
+    /// Headers of the envelope's own.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Whether the client's `anthropic-*` headers go too, as they came (a Messages
+    /// request to `anthropic`): sent from the client's list rather than copied here, on
+    /// the path of every such request.
+    pub client_headers: bool,
 }
 
 impl NativeRequest {
@@ -150,7 +155,19 @@ impl NativeRequest {
             // times slower. A `Value` always serialises.
             body: Bytes::from(serde_json::to_vec(body).unwrap_or_default()),
             headers: Vec::new(),
+            client_headers: false,
         }
+    }
+
+    /// Every header the request is sent with but the gateway's own (request id,
+    /// credentials): the client's `client` headers where [`Self::client_headers`] says
+    /// so, then the envelope's.
+    pub fn all_headers<'a>(
+        &'a self,
+        client: &'a [(HeaderName, HeaderValue)],
+    ) -> impl Iterator<Item = &'a (HeaderName, HeaderValue)> {
+        let client = if self.client_headers { client } else { &[] };
+        client.iter().chain(&self.headers)
     }
 }
 

@@ -36,7 +36,7 @@ pub(crate) fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Res
     // gateway strips the usage chunk when the client did not.
     req.stream_options = stream.then(|| json!({ "include_usage": true }));
     let body = serde_json::to_vec(&req).map_err(|e| TranslateError::invalid("messages", e.to_string()))?;
-    Ok(NativeRequest { path, body: Bytes::from(body), headers: Vec::new() })
+    Ok(NativeRequest { path, body: Bytes::from(body), headers: Vec::new(), client_headers: false })
 }
 
 pub(crate) fn parse(_target: &Target<'_>, body: &[u8], _opts: &AnswerOpts) -> Result<Completion, UpstreamError> {

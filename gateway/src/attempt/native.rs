@@ -301,7 +301,11 @@ async fn send(
         if spec.stream && target.protocol != Protocol::Bedrock {
             headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
         }
-        for (name, value) in &native.headers {
+        let client = match spec.via {
+            Some(super::Via::Native(h) | super::Via::CountTokens(h)) => h,
+            _ => &[],
+        };
+        for (name, value) in native.all_headers(client) {
             headers.insert(name.clone(), value.clone());
         }
         if let Some((name, value)) = secrets.header(&cfg.key) {

@@ -98,6 +98,9 @@ const RESET_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-reset-toke
 /// buffer, integers without `fmt`, and each header value is a slice of it (one
 /// allocation, not one per value).
 pub fn headers(standings: &[Standing], headers: &mut HeaderMap) {
+    if standings.is_empty() {
+        return;
+    }
     let mut text = String::with_capacity(96);
     let mut values: [(Option<HeaderName>, usize, usize); 6] = Default::default();
     let mut n = 0;

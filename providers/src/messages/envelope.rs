@@ -109,10 +109,11 @@ fn invalid_body(e: impl fmt::Display) -> TranslateError {
 /// `count-tokens:rawPredict` (the model in the body) or Bedrock's CountTokens (the
 /// InvokeModel body, base64, in its `input.invokeModel.body`), each answering
 /// `{"input_tokens": N}` but Bedrock (`{"inputTokens": N}`, see
-/// [`super::token_count_of_bedrock`]). `headers` are the client's `anthropic-*` headers,
-/// forwarded as they came (on Vertex: only the betas it accepts). For `anthropic` the
-/// body is sent as given: the caller has spliced the candidate's model into the
-/// client's bytes.
+/// [`super::token_count_of_bedrock`]). `headers` are the client's `anthropic-*` headers:
+/// to `anthropic` they go as they came ([`NativeRequest::client_headers`]; the envelope
+/// adds `anthropic-version` only when the client sent none), to Vertex only the betas it
+/// accepts. For `anthropic` the body is sent as given: the caller has spliced the
+/// candidate's model into the client's bytes.
 pub fn native(
     target: &Target<'_>,
     body: &Bytes,
@@ -122,17 +123,16 @@ pub fn native(
 ) -> Result<NativeRequest, TranslateError> {
     match target.protocol {
         Protocol::Anthropic => {
-            let mut out: Vec<(HeaderName, HeaderValue)> =
-                headers.iter().filter(|(n, _)| n.as_str() != "anthropic-version").cloned().collect();
-            let version = headers
-                .iter()
-                .find(|(n, _)| n.as_str() == "anthropic-version")
-                .map(|(_, v)| v.clone())
-                .or_else(|| target.anthropic_version.and_then(|v| HeaderValue::from_str(v).ok()))
-                .unwrap_or_else(|| HeaderValue::from_static(ANTHROPIC_VERSION));
-            out.push((HeaderName::from_static("anthropic-version"), version));
+            // The client's headers go as they came; the version only when it sent none.
+            const VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+            let own = if headers.iter().any(|(n, _)| *n == VERSION) {
+                Vec::new()
+            } else {
+                let version = target.anthropic_version.and_then(|v| HeaderValue::from_str(v).ok());
+                vec![(VERSION, version.unwrap_or_else(|| HeaderValue::from_static(ANTHROPIC_VERSION)))]
+            };
             let path = if count_tokens { "/messages/count_tokens" } else { "/messages" };
-            Ok(NativeRequest { path: path.into(), body: body.clone(), headers: out })
+            Ok(NativeRequest { path: path.into(), body: body.clone(), headers: own, client_headers: true })
         }
         Protocol::VertexAnthropic => vertex(target, body, headers, stream, count_tokens),
         Protocol::Bedrock => bedrock(target, body, headers, stream, count_tokens),
@@ -174,7 +174,7 @@ fn vertex(
     let model = if count_tokens { "count-tokens".to_owned() } else { model_segment(target.model) };
     let verb = if stream && !count_tokens { "streamRawPredict" } else { "rawPredict" };
     let path = format!("{}/publishers/anthropic/models/{model}:{verb}", vertex_prefix(target)?);
-    Ok(NativeRequest { path: path.into(), body: Bytes::from(body), headers: out })
+    Ok(NativeRequest { path: path.into(), body: Bytes::from(body), headers: out, client_headers: false })
 }
 
 /// Claude on Bedrock (InvokeModel): the model in the path, the operation naming the
@@ -207,11 +207,11 @@ fn bedrock(
         let path =
             format!("/model/{}/count-tokens", crate::encode_segment(super::bedrock::counted_model(target.model)));
         let body = super::bedrock::count_tokens_input(&body);
-        return Ok(NativeRequest { path: path.into(), body, headers: Vec::new() });
+        return Ok(NativeRequest { path: path.into(), body, headers: Vec::new(), client_headers: false });
     }
     let verb = if stream { "invoke-with-response-stream" } else { "invoke" };
     let path = format!("/model/{}/{verb}", crate::encode_segment(target.model));
-    Ok(NativeRequest { path: path.into(), body: Bytes::from(body), headers: Vec::new() })
+    Ok(NativeRequest { path: path.into(), body: Bytes::from(body), headers: Vec::new(), client_headers: false })
 }
 
 /// Refuses a body with a server tool (web search, web fetch, code execution) or a
