@@ -89,12 +89,19 @@ pub struct EndpointUrls {
     pub embeddings: Uri,
     /// Responses.
     pub responses: Uri,
+    /// The `Host` header of a plain `http://` upstream, made once: such a connection is
+    /// always HTTP/1 (no TLS, so no ALPN), where the client would otherwise format it per
+    /// request. `None` for `https://`, whose connections may be HTTP/2, where the
+    /// authority travels as `:authority` and the client adds `Host` on HTTP/1 only.
+    pub host: Option<http::HeaderValue>,
 }
 
 impl EndpointUrls {
     fn parse(base: &str) -> Result<Self, BuildError> {
+        let base_uri = uri(base)?;
         Ok(Self {
-            base: uri(base)?,
+            host: plain_http_host(&base_uri),
+            base: base_uri,
             chat: uri(&format!("{base}{}", Endpoint::Chat.upstream_path()))?,
             completions: uri(&format!("{base}{}", Endpoint::Completions.upstream_path()))?,
             embeddings: uri(&format!("{base}{}", Endpoint::Embeddings.upstream_path()))?,
@@ -111,6 +118,20 @@ impl EndpointUrls {
             Endpoint::Responses => &self.responses,
         }
     }
+}
+
+/// What `Host` a request to `base` carries on HTTP/1 when `base` is `http://`: its host,
+/// and its port unless the default, as the HTTP client writes it.
+fn plain_http_host(base: &Uri) -> Option<http::HeaderValue> {
+    if base.scheme() != Some(&http::uri::Scheme::HTTP) {
+        return None;
+    }
+    let host = base.host()?;
+    let value = match base.port_u16() {
+        Some(port) if port != 80 => http::HeaderValue::from_str(&format!("{host}:{port}")),
+        _ => http::HeaderValue::from_str(host),
+    };
+    value.ok()
 }
 
 /// The URIs a native upstream is called at (`{baseUrl}{path}`), each parsed on its first

@@ -12,6 +12,7 @@
 
 use std::error::Error as StdError;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
@@ -20,10 +21,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Uri;
 use http_body_util::Full;
+use hyper::rt::ReadBufCursor;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
@@ -84,8 +86,56 @@ pub enum Egress {
     Tunnel(Tunnel<HttpConnector>),
 }
 
+pin_project_lite::pin_project! {
+    /// A TCP connection to an upstream, direct or tunnelled. hyper-util's own attaches the
+    /// connection's addresses (`HttpInfo`) to every response it carries, which costs each
+    /// request an extensions map (about 1,000 instructions); nothing here reads them.
+    pub struct Stream {
+        #[pin]
+        io: TokioIo<TcpStream>,
+    }
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl hyper::rt::Read for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: ReadBufCursor<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.project().io.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.project().io.poll_write_vectored(cx, bufs)
+    }
+}
+
 impl Service<Uri> for Egress {
-    type Response = TokioIo<TcpStream>;
+    type Response = Stream;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -101,11 +151,11 @@ impl Service<Uri> for Egress {
         match self {
             Egress::Direct(c) => {
                 let connecting = c.call(dst);
-                Box::pin(async move { connecting.await.map_err(Into::into) })
+                Box::pin(async move { connecting.await.map(|io| Stream { io }).map_err(Into::into) })
             }
             Egress::Tunnel(t) => {
                 let connecting = t.call(dst);
-                Box::pin(async move { connecting.await.map_err(Into::into) })
+                Box::pin(async move { connecting.await.map(|io| Stream { io }).map_err(Into::into) })
             }
         }
     }
