@@ -266,10 +266,11 @@ impl Default for CachePolicy {
 pub struct Runtime {
     /// What it was built from.
     pub snapshot: Snapshot,
-    /// Routes by model name.
-    pub routes: HashMap<String, Arc<Route>>,
+    /// Routes by model name (looked up per request: hashed with foldhash; a lookup
+    /// inserts nothing, so a client's model names cannot crowd the map).
+    pub routes: HashMap<String, Arc<Route>, foldhash::fast::RandomState>,
     /// Upstreams by key.
-    pub upstreams: HashMap<String, Arc<UpstreamHandle>>,
+    pub upstreams: HashMap<String, Arc<UpstreamHandle>, foldhash::fast::RandomState>,
 }
 
 /// State that outlives config versions: health by upstream key, clients, in-flight
@@ -369,7 +370,7 @@ impl Carry {
 impl Runtime {
     /// Compiles a snapshot. Fails if an HTTP client cannot be built or a URL does not parse.
     pub fn build(snapshot: Snapshot, carry: &Carry, metrics: &Metrics) -> Result<Runtime, BuildError> {
-        let mut upstreams = HashMap::new();
+        let mut upstreams = HashMap::default();
         for (key, cfg) in &snapshot.upstreams {
             let urls = EndpointUrls::parse(&cfg.base_url)?;
             let handle = UpstreamHandle {
@@ -389,7 +390,7 @@ impl Runtime {
             };
             upstreams.insert(key.clone(), Arc::new(handle));
         }
-        let mut routes = HashMap::new();
+        let mut routes = HashMap::default();
         for r in &snapshot.routes {
             let candidates = r
                 .candidates

@@ -11,24 +11,28 @@ use sluice_ledger::{Ledger, LedgerError, RouteMinute, UpstreamMinute};
 use crate::endpoint::Endpoint;
 use crate::outcome::Outcome;
 
+/// The maps of every request's counts: hashed with foldhash, not SipHash (their keys
+/// are minutes and config names, not a client's text).
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Rollups not yet flushed, by minute and then by key (looked up by `&str`, so that
 /// counting a request allocates nothing once its row exists). A route key holds one row
 /// per inbound API it served in that minute, at most [`Endpoint::ALL`]'s five.
 #[derive(Default)]
 pub struct Sli {
-    routes: Mutex<HashMap<i64, HashMap<String, Vec<RouteMinute>>>>,
-    upstreams: Mutex<HashMap<i64, HashMap<String, UpstreamMinute>>>,
+    routes: Mutex<Map<i64, Map<String, Vec<RouteMinute>>>>,
+    upstreams: Mutex<Map<i64, Map<String, UpstreamMinute>>>,
 }
 
 /// Everything pending in `map`, which is left empty.
-fn take_all<R>(map: &Mutex<HashMap<i64, HashMap<String, R>>>) -> Vec<R> {
+fn take_all<R>(map: &Mutex<Map<i64, Map<String, R>>>) -> Vec<R> {
     let taken = std::mem::take(&mut *map.lock().unwrap_or_else(|e| e.into_inner()));
-    taken.into_values().flat_map(HashMap::into_values).collect()
+    taken.into_values().flat_map(Map::into_values).collect()
 }
 
 /// Applies `f` to the row of `key` in `minute`, made by `new` if missing.
 fn with_row<R>(
-    map: &Mutex<HashMap<i64, HashMap<String, R>>>,
+    map: &Mutex<Map<i64, Map<String, R>>>,
     minute: i64,
     key: &str,
     new: impl FnOnce() -> R,
