@@ -474,4 +474,17 @@ mod tests {
         assert_eq!(urls.chat, "https://api.openai.example/v1/chat/completions");
         assert_eq!(urls.of(Endpoint::Embeddings), "https://api.openai.example/v1/embeddings");
     }
+
+    #[test]
+    fn only_plain_http_upstreams_get_a_host_made_once() {
+        let host = |base: &str| EndpointUrls::parse(base).unwrap().host;
+        // As the client writes it: the port unless the scheme's default.
+        assert_eq!(host("http://vllm.models:8000/v1").unwrap(), "vllm.models:8000");
+        assert_eq!(host("http://vllm.models:80/v1").unwrap(), "vllm.models");
+        assert_eq!(host("http://[::1]:9000").unwrap(), "[::1]:9000");
+        assert_eq!(host("http://user:secret@10.0.0.7:8080/v1").unwrap(), "10.0.0.7:8080", "no credentials");
+        // https may be HTTP/2: the client adds Host on HTTP/1 connections only.
+        assert_eq!(host("https://api.openai.example/v1"), None);
+        assert_eq!(host("https://10.0.0.7:8443/v1"), None);
+    }
 }
