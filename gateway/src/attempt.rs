@@ -412,7 +412,7 @@ async fn refusal(response: UpstreamResponse, retry_on: &[u16]) -> AttemptError {
 
 /// Classifies an error of the client: no connection (refused, unreachable, connect
 /// timeout, TLS handshake) or a connection that broke.
-pub fn classify(e: &hyper_util::client::legacy::Error) -> AttemptError {
+pub fn classify(e: &egress::ClientError) -> AttemptError {
     let outcome = if e.is_connect() { Outcome::Connect } else { Outcome::Reset };
     AttemptError::transport(outcome, egress::describe(e))
 }

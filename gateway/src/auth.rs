@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 
-use crate::egress::{self, UpstreamClient};
+use crate::egress::{self, PooledClient};
 
 /// How long one call to a credential service (token endpoint, STS, metadata) may take.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -148,10 +148,10 @@ async fn fetch(
 }
 
 /// A client per egress route, shared by every credential fetch that takes it.
-fn client_for(uri: &Uri) -> Result<UpstreamClient, egress::EgressError> {
+fn client_for(uri: &Uri) -> Result<PooledClient, egress::EgressError> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
-    static CLIENTS: OnceLock<Mutex<HashMap<egress::Route, UpstreamClient>>> = OnceLock::new();
+    static CLIENTS: OnceLock<Mutex<HashMap<egress::Route, PooledClient>>> = OnceLock::new();
     let route = egress::route_for(uri);
     let mut clients = CLIENTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(c) = clients.get(&route) {

@@ -279,7 +279,9 @@ pub struct Runtime {
 pub struct Carry {
     health: Mutex<HashMap<String, Arc<Health>>>,
     in_flight: Mutex<HashMap<String, Arc<AtomicU32>>>,
-    clients: Mutex<HashMap<(u64, egress::Route), egress::UpstreamClient>>,
+    clients: Mutex<HashMap<(u64, egress::Route), egress::PooledClient>>,
+    /// The pools of plain-HTTP upstreams reached directly, by connect timeout and address.
+    plain: Mutex<HashMap<(u64, String), Arc<egress::Plain>>>,
     /// Credentials by upstream key, with the config they were made from.
     credentials: Mutex<HashMap<String, (String, Arc<Credentials>)>>,
     /// `--secrets-dir`, where credential Secrets are read.
@@ -351,19 +353,36 @@ impl Carry {
         map.entry(key.to_string()).or_default().clone()
     }
 
-    /// One client (and connection pool) per connect timeout and egress route.
+    /// The client of an upstream at `base`: one pooled client (and connection pool) per
+    /// connect timeout and egress route, and a pool of its own per connect timeout and
+    /// address for a plain-HTTP upstream reached directly.
     fn client(&self, connect_ms: u64, base: &Uri) -> Result<egress::UpstreamClient, egress::EgressError> {
         let route = egress::route_for(base);
+        let plain = match (&route, base.authority()) {
+            (egress::Route::Direct, Some(authority)) => {
+                let mut map = self.plain.lock().unwrap_or_else(|e| e.into_inner());
+                match map.get(&(connect_ms, authority.to_string())) {
+                    Some(pool) => Some(pool.clone()),
+                    None => egress::Plain::new(base, egress::tcp(Duration::from_millis(connect_ms))).inspect(|pool| {
+                        map.insert((connect_ms, authority.to_string()), pool.clone());
+                    }),
+                }
+            }
+            _ => None,
+        };
         let mut map = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = map.get(&(connect_ms, route.clone())) {
-            return Ok(c.clone());
-        }
-        if let egress::Route::Proxy { .. } = &route {
-            tracing::info!(%base, proxy = %route, "upstream connections go through the egress proxy");
-        }
-        let client = egress::client(Duration::from_millis(connect_ms), &route)?;
-        map.insert((connect_ms, route), client.clone());
-        Ok(client)
+        let pooled = match map.get(&(connect_ms, route.clone())) {
+            Some(c) => c.clone(),
+            None => {
+                if let egress::Route::Proxy { .. } = &route {
+                    tracing::info!(%base, proxy = %route, "upstream connections go through the egress proxy");
+                }
+                let client = egress::client(Duration::from_millis(connect_ms), &route)?;
+                map.insert((connect_ms, route), client.clone());
+                client
+            }
+        };
+        Ok(egress::UpstreamClient::new(pooled, plain))
     }
 }
 

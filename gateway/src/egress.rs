@@ -31,13 +31,71 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tower::Service;
 
-/// A client for one (connect timeout, proxy) pair, shared by the upstreams that use it.
-pub type UpstreamClient = Client<HttpsConnector<Egress>, Full<Bytes>>;
+mod plain;
+
+pub use plain::{Plain, UpstreamBody};
+
+/// hyper-util's pooled client for one (connect timeout, proxy) pair, shared by the
+/// upstreams that use it.
+pub type PooledClient = Client<HttpsConnector<Egress>, Full<Bytes>>;
 
 /// An upstream's answer, body still to read.
-pub type UpstreamResponse = http::Response<hyper::body::Incoming>;
+pub type UpstreamResponse = http::Response<UpstreamBody>;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// How an upstream is called: its own pool when it is a plain-HTTP address reached
+/// directly ([`Plain`]), the pooled client otherwise.
+#[derive(Clone)]
+pub struct UpstreamClient {
+    pooled: PooledClient,
+    plain: Option<Arc<Plain>>,
+}
+
+impl UpstreamClient {
+    /// A client calling through `pooled`, and `plain` for the requests it serves.
+    pub fn new(pooled: PooledClient, plain: Option<Arc<Plain>>) -> Self {
+        Self { pooled, plain }
+    }
+
+    /// Sends `req` (an absolute URI).
+    pub async fn request(&self, req: http::Request<Full<Bytes>>) -> Result<UpstreamResponse, ClientError> {
+        match &self.plain {
+            Some(plain) if plain.serves(req.uri()) => plain.request(req).await,
+            _ => match self.pooled.request(req).await {
+                Ok(response) => Ok(response.map(UpstreamBody::pooled)),
+                Err(e) => Err(ClientError::Pooled(e)),
+            },
+        }
+    }
+}
+
+/// Why a request to an upstream got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No connection could be made (a plain-HTTP upstream).
+    #[error("client error (Connect)")]
+    Connect(#[source] BoxError),
+    /// The connection failed while the request was sent or its answer read (a
+    /// plain-HTTP upstream).
+    #[error("client error (SendRequest)")]
+    Request(#[source] hyper::Error),
+    /// The pooled client's error.
+    #[error(transparent)]
+    Pooled(hyper_util::client::legacy::Error),
+}
+
+impl ClientError {
+    /// Whether no connection was made: refused, unreachable, timed out, or the TLS
+    /// handshake failed.
+    pub fn is_connect(&self) -> bool {
+        match self {
+            ClientError::Connect(_) => true,
+            ClientError::Request(_) => false,
+            ClientError::Pooled(e) => e.is_connect(),
+        }
+    }
+}
 
 /// Why a client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -182,11 +240,17 @@ pub fn route_for(base: &Uri) -> Route {
     }
 }
 
-/// Builds the client for upstreams with this connect timeout and egress route.
-pub fn client(connect_timeout: Duration, route: &Route) -> Result<UpstreamClient, EgressError> {
+/// The TCP connector of upstream connections: this connect timeout, `TCP_NODELAY`.
+pub fn tcp(connect_timeout: Duration) -> HttpConnector {
     let mut tcp = HttpConnector::new();
     tcp.set_connect_timeout(Some(connect_timeout));
     tcp.set_nodelay(true);
+    tcp
+}
+
+/// Builds the pooled client for upstreams with this connect timeout and egress route.
+pub fn client(connect_timeout: Duration, route: &Route) -> Result<PooledClient, EgressError> {
+    let mut tcp = tcp(connect_timeout);
     // TLS runs above this connector, so it must accept `https://` destinations.
     tcp.enforce_http(false);
     let egress = match route {
@@ -208,8 +272,8 @@ pub fn client(connect_timeout: Duration, route: &Route) -> Result<UpstreamClient
     Ok(Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(256)
+        .pool_idle_timeout(plain::IDLE_TIMEOUT)
+        .pool_max_idle_per_host(plain::MAX_IDLE)
         .build(https))
 }
 

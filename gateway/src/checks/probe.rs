@@ -66,7 +66,7 @@ async fn probe_once(secrets: &Secrets, up: &UpstreamHandle, path: &str) -> Resul
         let status = response.status();
         // Read the body so that the connection goes back to the pool.
         let _ = response.into_body().collect().await;
-        Ok::<_, hyper_util::client::legacy::Error>(status)
+        Ok::<_, crate::egress::ClientError>(status)
     };
     Ok(match tokio::time::timeout(limit, exchange).await {
         Ok(Ok(status)) if status.is_server_error() => Outcome::Http5xx,
