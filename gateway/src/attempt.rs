@@ -439,11 +439,6 @@ async fn openai_exchange(
         None => upstream.urls.of(spec.endpoint).clone(),
     };
     let headers = request.headers_mut();
-    // `Host` made once for a plain-HTTP upstream; otherwise the client adds it on HTTP/1
-    // connections only (on HTTP/2, with a hosted provider, the authority is :authority).
-    if let Some(host) = &upstream.urls.host {
-        headers.insert(header::HOST, host.clone());
-    }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(X_REQUEST_ID, spec.request_id.header());
     if let Some(tp) = traceparent {

@@ -89,18 +89,12 @@ pub struct EndpointUrls {
     pub embeddings: Uri,
     /// Responses.
     pub responses: Uri,
-    /// The `Host` header of a plain `http://` upstream, made once: such a connection is
-    /// always HTTP/1 (no TLS, so no ALPN), where the client would otherwise format it per
-    /// request. `None` for `https://`, whose connections may be HTTP/2, where the
-    /// authority travels as `:authority` and the client adds `Host` on HTTP/1 only.
-    pub host: Option<http::HeaderValue>,
 }
 
 impl EndpointUrls {
     fn parse(base: &str) -> Result<Self, BuildError> {
         let base_uri = uri(base)?;
         Ok(Self {
-            host: plain_http_host(&base_uri),
             base: base_uri,
             chat: uri(&format!("{base}{}", Endpoint::Chat.upstream_path()))?,
             completions: uri(&format!("{base}{}", Endpoint::Completions.upstream_path()))?,
@@ -118,20 +112,6 @@ impl EndpointUrls {
             Endpoint::Responses => &self.responses,
         }
     }
-}
-
-/// What `Host` a request to `base` carries on HTTP/1 when `base` is `http://`: its host,
-/// and its port unless the default, as the HTTP client writes it.
-fn plain_http_host(base: &Uri) -> Option<http::HeaderValue> {
-    if base.scheme() != Some(&http::uri::Scheme::HTTP) {
-        return None;
-    }
-    let host = base.host()?;
-    let value = match base.port_u16() {
-        Some(port) if port != 80 => http::HeaderValue::from_str(&format!("{host}:{port}")),
-        _ => http::HeaderValue::from_str(host),
-    };
-    value.ok()
 }
 
 /// The URIs a native upstream is called at (`{baseUrl}{path}`), each parsed on its first
@@ -492,18 +472,5 @@ mod tests {
         let urls = EndpointUrls::parse("https://api.openai.example/v1").unwrap();
         assert_eq!(urls.chat, "https://api.openai.example/v1/chat/completions");
         assert_eq!(urls.of(Endpoint::Embeddings), "https://api.openai.example/v1/embeddings");
-    }
-
-    #[test]
-    fn only_plain_http_upstreams_get_a_host_made_once() {
-        let host = |base: &str| EndpointUrls::parse(base).unwrap().host;
-        // As the client writes it: the port unless the scheme's default.
-        assert_eq!(host("http://vllm.models:8000/v1").unwrap(), "vllm.models:8000");
-        assert_eq!(host("http://vllm.models:80/v1").unwrap(), "vllm.models");
-        assert_eq!(host("http://[::1]:9000").unwrap(), "[::1]:9000");
-        assert_eq!(host("http://user:secret@10.0.0.7:8080/v1").unwrap(), "10.0.0.7:8080", "no credentials");
-        // https may be HTTP/2: the client adds Host on HTTP/1 connections only.
-        assert_eq!(host("https://api.openai.example/v1"), None);
-        assert_eq!(host("https://10.0.0.7:8443/v1"), None);
     }
 }

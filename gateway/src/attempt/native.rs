@@ -292,10 +292,6 @@ async fn send(
         *request.method_mut() = Method::POST;
         *request.uri_mut() = uri.clone();
         let headers = request.headers_mut();
-        // As in the OpenAI exchange: made once for a plain-HTTP upstream (the same base).
-        if let Some(host) = &upstream.urls.host {
-            headers.insert(header::HOST, host.clone());
-        }
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(X_REQUEST_ID, spec.request_id.header());
         // Before signing: SigV4 covers it like any other header.

@@ -45,7 +45,8 @@ pub struct Plain {
     /// `http://host:port`, where connections go.
     dst: Uri,
     authority: Authority,
-    /// `Host` for requests that carry none.
+    /// `Host`, made once: its host, and its port unless the default, as hyper-util's
+    /// client writes it (without the credentials a base URL may carry).
     host: HeaderValue,
     connector: HttpConnector,
     /// Idle connections, the most recently used last.
@@ -66,7 +67,11 @@ impl Plain {
         }
         let authority = base.authority()?.clone();
         let dst = Uri::builder().scheme("http").authority(authority.clone()).path_and_query("/").build().ok()?;
-        let host = HeaderValue::from_str(authority.as_str()).ok()?;
+        let host = match base.port_u16() {
+            Some(port) if port != 80 => HeaderValue::from_str(&format!("{}:{port}", authority.host())),
+            _ => HeaderValue::from_str(authority.host()),
+        }
+        .ok()?;
         Some(Arc::new(Plain { dst, authority, host, connector, idle: Mutex::new(VecDeque::new()) }))
     }
 
@@ -84,9 +89,7 @@ impl Plain {
         // The request line carries the path; the address is the connection's.
         let path = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         *req.uri_mut() = Uri::from(path);
-        if !req.headers().contains_key(header::HOST) {
-            req.headers_mut().insert(header::HOST, self.host.clone());
-        }
+        req.headers_mut().insert(header::HOST, self.host.clone());
         loop {
             let (mut sender, pooled) = match self.checkout() {
                 Some(sender) => (sender, true),
@@ -329,6 +332,19 @@ mod tests {
         let e = pool.request(get(&base, "/")).await.unwrap_err();
         assert!(e.is_connect(), "{e:?}");
         assert!(super::super::describe(&e).contains("client error (Connect)"), "{}", super::super::describe(&e));
+    }
+
+    #[test]
+    fn only_plain_http_upstreams_get_a_host_made_once() {
+        let host = |base: &str| Plain::new(&base.parse().unwrap(), HttpConnector::new()).map(|p| p.host.clone());
+        // As the client writes it: the port unless the scheme's default.
+        assert_eq!(host("http://vllm.models:8000/v1").unwrap(), "vllm.models:8000");
+        assert_eq!(host("http://vllm.models:80/v1").unwrap(), "vllm.models");
+        assert_eq!(host("http://[::1]:9000").unwrap(), "[::1]:9000");
+        assert_eq!(host("http://user:secret@10.0.0.7:8080/v1").unwrap(), "10.0.0.7:8080", "no credentials");
+        // https may be HTTP/2: the client adds Host on HTTP/1 connections only.
+        assert_eq!(host("https://api.openai.example/v1"), None);
+        assert_eq!(host("https://10.0.0.7:8443/v1"), None);
     }
 
     #[test]
