@@ -12,7 +12,7 @@ use std::borrow::Cow;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::de::{Deserialize, Deserializer, MapAccess};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::{says_context_length, says_expired};
 use crate::lenient::{self, Lenient, List, Str, U64, lenient_deserialize};
@@ -29,17 +29,15 @@ pub(crate) const VERTEX_VERSION: &str = "vertex-2023-10-16";
 
 pub(crate) fn build(target: &Target<'_>, req: &ChatRequest, stream: bool) -> Result<NativeRequest, TranslateError> {
     let mut body = request::body(target, req)?;
-    if stream {
-        body["stream"] = json!(true);
-    }
+    body.stream = stream.then_some(true);
     let (path, headers) = if target.protocol == Protocol::VertexAnthropic {
-        body["anthropic_version"] = json!(VERTEX_VERSION);
+        body.anthropic_version = Some(VERTEX_VERSION);
         let verb = if stream { "streamRawPredict" } else { "rawPredict" };
         let path =
             format!("{}/publishers/anthropic/models/{}:{verb}", vertex_prefix(target)?, model_segment(target.model));
         (Cow::Owned(path), Vec::new())
     } else {
-        body["model"] = json!(target.model);
+        body.model = Some(target.model);
         let version = target.anthropic_version.unwrap_or(DEFAULT_VERSION);
         let value = HeaderValue::from_str(version)
             .map_err(|_| TranslateError::invalid("anthropic.version", "not a valid header value"))?;

@@ -89,11 +89,12 @@ impl Answer {
             object: "chat.completion",
             usage: self.usage.openai(),
         };
-        Completion {
-            // Serialising these types cannot fail (no map has a non-string key).
-            body: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
-            usage: self.usage,
-        }
+        // Room for the text and the envelope around it (about 300 bytes) from the start,
+        // so that writing it does not grow the buffer twice.
+        let mut out = Vec::with_capacity(self.text.len() + 384);
+        // Serialising these types cannot fail (no map has a non-string key).
+        let _ = serde_json::to_writer(&mut out, &body);
+        Completion { body: Bytes::from(out), usage: self.usage }
     }
 }
 

@@ -148,11 +148,12 @@ pub struct NativeRequest {
 
 impl NativeRequest {
     /// A request whose body is `body` as JSON, without extra headers.
-    pub(crate) fn json(path: impl Into<Cow<'static, str>>, body: &serde_json::Value) -> Self {
+    pub(crate) fn json(path: impl Into<Cow<'static, str>>, body: &impl serde::Serialize) -> Self {
         Self {
             path: path.into(),
             // `to_vec`, not `to_string`: the latter writes through `fmt::Display`, a few
-            // times slower. A `Value` always serialises.
+            // times slower. A `Value` always serialises, and so do the bodies written
+            // without one (no map of theirs has a key that is not a string).
             body: Bytes::from(serde_json::to_vec(body).unwrap_or_default()),
             headers: Vec::new(),
             client_headers: false,

@@ -1,6 +1,8 @@
 //! The client's OpenAI chat request: typed where a translator reads it, the rest kept
 //! verbatim in `rest` so that nothing is dropped silently.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -103,15 +105,17 @@ pub enum Content {
 
 impl Content {
     /// The text of all text parts joined, for places that only take text (system
-    /// prompts, tool results); `None` if a part is not text.
-    pub fn text_only(&self) -> Option<String> {
+    /// prompts, tool results); `None` if a part is not text. Borrowed unless it joins
+    /// several parts.
+    pub fn text_only(&self) -> Option<Cow<'_, str>> {
         match self {
-            Self::Text(s) => Some(s.clone()),
+            Self::Text(s) => Some(Cow::Borrowed(s)),
             Self::Parts(parts) => {
-                let mut out = String::new();
+                let mut out = Cow::Borrowed("");
                 for p in parts {
                     match p {
-                        ContentPart::Text { text } => out.push_str(text),
+                        ContentPart::Text { text } if out.is_empty() => out = Cow::Borrowed(text),
+                        ContentPart::Text { text } => out.to_mut().push_str(text),
                         _ => return None,
                     }
                 }

@@ -1,5 +1,7 @@
 //! The Converse request body (the same for `converse` and `converse-stream`).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value, json};
 
 use crate::request::{
@@ -120,11 +122,13 @@ struct Converse;
 impl<'a> Dialect<'a> for Converse {
     const DROPS_EMPTY_TURNS: bool = false;
 
-    fn text(&self, text: &str) -> Value {
+    type Block = Value;
+
+    fn text(&self, text: Cow<'a, str>) -> Value {
         json!({ "text": text })
     }
 
-    fn image(&self, i: usize, j: usize, image: &ImageUrl) -> Result<Value, TranslateError> {
+    fn image(&self, i: usize, j: usize, image: &'a ImageUrl) -> Result<Value, TranslateError> {
         let field = || format!("messages[{i}].content[{j}].image_url");
         let (media_type, data) = image
             .data_url()

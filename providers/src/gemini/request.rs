@@ -1,5 +1,6 @@
 //! The `generateContent` request body.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
@@ -146,11 +147,13 @@ struct Contents<'a> {
 impl<'a> Dialect<'a> for Contents<'a> {
     const DROPS_EMPTY_TURNS: bool = true;
 
-    fn text(&self, text: &str) -> Value {
+    type Block = Value;
+
+    fn text(&self, text: Cow<'a, str>) -> Value {
         json!({ "text": text })
     }
 
-    fn image(&self, _i: usize, _j: usize, image: &ImageUrl) -> Result<Value, TranslateError> {
+    fn image(&self, _i: usize, _j: usize, image: &'a ImageUrl) -> Result<Value, TranslateError> {
         Ok(match image.data_url() {
             Some((mime, data)) => json!({ "inlineData": { "mimeType": mime, "data": data } }),
             None => {
