@@ -73,13 +73,36 @@ fn demoted_upstream_gets_a_trial_after_open_for() {
 }
 
 #[test]
-fn throttled_upstream_cools_down() {
+fn throttled_upstream_cools_down_then_gets_a_trial() {
     let h = Health::default();
     let s = HealthSettings::default();
     let t0 = Instant::now();
     h.record(Outcome::Http429, false, Some(Duration::from_secs(2)), &cb(), &s, t0);
     assert_eq!(h.availability(&cb(), &s, t0 + Duration::from_secs(1)), Availability::Skipped);
-    assert!(matches!(h.availability(&cb(), &s, t0 + Duration::from_secs(2)), Availability::Available(_)));
+    // Its one attempt failed (ratio 0), but it said when to come back: a trial then,
+    // not after half of openFor as for a 5xx.
+    let back = t0 + Duration::from_secs(2);
+    assert_eq!(h.availability(&cb(), &s, back), Availability::Trial);
+    assert_eq!(h.availability(&cb(), &s, back), Availability::Available(0.0), "one trial at a time");
+    h.record(Outcome::Ok, true, None, &cb(), &s, back);
+    assert_eq!(h.availability(&cb(), &s, back), Availability::Available(1.0));
+}
+
+#[test]
+fn a_throttled_trial_cools_down_again_and_a_later_5xx_waits_half_of_open_for() {
+    let h = Health::default();
+    let s = HealthSettings::default();
+    let t0 = Instant::now();
+    h.record(Outcome::Http429, false, None, &cb(), &s, t0);
+    let back = t0 + s.default_cooldown;
+    assert_eq!(h.availability(&cb(), &s, back), Availability::Trial);
+    h.record(Outcome::Http429, true, None, &cb(), &s, back);
+    assert_eq!(h.availability(&cb(), &s, back), Availability::Skipped, "cooling down again");
+    let again = back + s.default_cooldown;
+    assert_eq!(h.availability(&cb(), &s, again), Availability::Trial);
+    h.record(Outcome::Http5xx, true, None, &cb(), &s, again);
+    assert_eq!(h.availability(&cb(), &s, again + Duration::from_secs(14)), Availability::Available(0.0));
+    assert_eq!(h.availability(&cb(), &s, again + Duration::from_secs(15)), Availability::Trial);
 }
 
 #[test]
