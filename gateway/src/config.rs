@@ -341,10 +341,11 @@ impl Carry {
         let plain = match (&route, base.authority()) {
             (egress::Route::Direct, Some(authority)) => {
                 let mut map = self.plain.lock().unwrap_or_else(|e| e.into_inner());
-                match map.get(&(connect_ms, authority.to_string())) {
+                let key = (connect_ms, authority.to_string());
+                match map.get(&key) {
                     Some(pool) => Some(pool.clone()),
                     None => egress::Plain::new(base, egress::tcp(Duration::from_millis(connect_ms))).inspect(|pool| {
-                        map.insert((connect_ms, authority.to_string()), pool.clone());
+                        map.insert(key, pool.clone());
                     }),
                 }
             }

@@ -125,9 +125,7 @@ struct State {
     samples: Samples,
     circuit: CircuitState,
     cooldown_until: Option<Instant>,
-    last_attempt: Option<(Instant, bool)>,
-    /// The last failure was a 429: the upstream said when to come back.
-    throttled: bool,
+    last_attempt: Option<(Instant, Outcome)>,
     trials_in_flight: u32,
     first_byte_ms: Latest,
     gap_ms: Latest,
@@ -185,7 +183,6 @@ impl Health {
         // contract asks for, while an open circuit waits the whole openFor. One demoted
         // by a 429 is retried as soon as its cooldown (above) is over: it said when.
         let demoted_retry = Duration::from_millis(cb.open_for_ms / 2);
-        let throttled = s.throttled;
         let due_trial = match s.circuit {
             CircuitState::HalfOpen => s.trials_in_flight < cb.half_open_requests,
             // Demoted by a failure and not tried since: without a trial it could stay
@@ -193,8 +190,11 @@ impl Health {
             _ => {
                 s.trials_in_flight == 0
                     && s.ratio() < 1.0
-                    && s.last_attempt
-                        .is_some_and(|(at, ok)| !ok && (throttled || now.duration_since(at) >= demoted_retry))
+                    && s.last_attempt.is_some_and(|(at, outcome)| match outcome {
+                        Outcome::Ok => false,
+                        Outcome::Http429 => true,
+                        _ => now.duration_since(at) >= demoted_retry,
+                    })
             }
         };
         if due_trial {
@@ -253,8 +253,7 @@ impl Health {
         if outcome == Outcome::Http429 {
             s.cooldown_until = Some(now + retry_after.unwrap_or(settings.default_cooldown));
         }
-        s.last_attempt = Some((now, ok));
-        s.throttled = outcome == Outcome::Http429;
+        s.last_attempt = Some((now, outcome));
         if ok && (trial || matches!(s.circuit, CircuitState::HalfOpen)) {
             // A successful trial clears the failure history (docs/design.md §4.1).
             s.samples.clear();
