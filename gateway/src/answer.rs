@@ -26,6 +26,8 @@ use crate::route::{Dispatched, Failed};
 use crate::telemetry::traces::RequestTrace;
 use crate::usage::Usage;
 
+mod scan;
+
 /// How long an answer's last byte waits for its settlement to commit (docs/design.md
 /// §5a); then the answer ends with `ledger_unavailable` and the settlement stays queued.
 const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -116,10 +118,10 @@ fn dropped_header(headers: &mut HeaderMap, req: &ClientRequest, route: &Route, c
     }
 }
 
-/// What the gateway reads from a whole answer, in one pass: its usage and, for a traced
-/// request, the choices' finish reasons and the model the upstream says answered
-/// (docs/design.md §11). Anything unreadable reads
-/// as nothing; only `usage` is typed (given twice or of the wrong shape, there is none).
+/// What the gateway reads from a whole answer: its usage and, for a traced request, the
+/// choices' finish reasons and the model the upstream says answered (docs/design.md
+/// §11). Anything unreadable reads as nothing; only `usage` is typed (given twice or of
+/// the wrong shape, there is none).
 #[derive(Default)]
 struct Peek {
     usage: Option<Usage>,
@@ -128,10 +130,24 @@ struct Peek {
 }
 
 impl Peek {
-    /// `traced`: read what only the trace needs (finish reasons, model) too.
+    /// `traced`: read what only the trace needs (finish reasons, model) too. `usage` is
+    /// found without parsing the rest of the body (a scalar malformed elsewhere does not
+    /// hide it, traced or not); the full parse runs for the trace, or when the walk
+    /// cannot decide.
     fn of(body: &[u8], traced: bool) -> Self {
+        let usage = match scan::member(body, "usage") {
+            scan::Member::Found(raw) => {
+                Some(std::str::from_utf8(raw).ok().and_then(|t| serde_json::from_str(t).ok()).flatten())
+            }
+            scan::Member::Absent => Some(None),
+            scan::Member::Unsure => None,
+        };
+        if let (Some(usage), false) = (usage, traced) {
+            return Self { usage, ..Self::default() };
+        }
         let mut de = serde_json::Deserializer::from_slice(body);
-        PeekSeed { traced }.deserialize(&mut de).and_then(|p| de.end().map(|()| p)).unwrap_or_default()
+        let peek = PeekSeed { traced }.deserialize(&mut de).and_then(|p| de.end().map(|()| p)).unwrap_or_default();
+        Self { usage: usage.unwrap_or(peek.usage), ..peek }
     }
 }
 

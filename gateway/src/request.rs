@@ -275,8 +275,11 @@ fn offset(whole: &[u8], part: &str) -> usize {
 impl ClientRequest {
     /// Parses and validates a body.
     pub fn parse(endpoint: Endpoint, body: &Bytes) -> Result<Self, ApiError> {
+        // Checked as UTF-8 once, whole: the parse then reads its strings without
+        // checking each again.
+        let text = std::str::from_utf8(body).map_err(|e| invalid(format!("request body is not valid JSON: {e}")))?;
         let parsed: Body<'_> =
-            serde_json::from_slice(body).map_err(|e| invalid(format!("request body is not valid JSON: {e}")))?;
+            serde_json::from_str(text).map_err(|e| invalid(format!("request body is not valid JSON: {e}")))?;
         let Body::Object(m) = parsed else {
             return Err(invalid("request body must be a JSON object"));
         };
