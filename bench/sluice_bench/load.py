@@ -222,6 +222,63 @@ def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns:
     return res
 
 
+#: The two halves of a run at once send at rates this much apart (a share of their
+#: rate): two open-loop schedules at the same rate keep one phase for a whole run, so
+#: one half's requests would always arrive just behind the other's; apart by 0.8 % at
+#: 2.5k req/s, they slide past each other 20 times a second.
+AT_ONCE_SKEW = 0.004
+
+
+def run_at_once(a: System, b: System, rate: int, duration: int, workdir: Path, conns: int = 64,
+                a_faster: bool = False) -> dict:
+    """`a` and `b` loaded at the same time, each at about half of `rate` (see
+    AT_ONCE_SKEW; `a_faster` says which half is the faster) on half of the connections,
+    into the same gateway: both see the same queue, the same other work and the same
+    moment, so the difference of their p50s is what `a`'s requests cost over `b`'s,
+    where runs one after another differ by tens of µs between rounds. Returns each
+    one's percentiles (ms), answers and achieved rate, and the other work's CPU during
+    the run (a Postgres ledger's CPU is the systems', not other work)."""
+    check_alive()
+    parts = {"a": a, "b": b}
+    skew = {"a": AT_ONCE_SKEW if a_faster else -AT_ONCE_SKEW, "b": -AT_ONCE_SKEW if a_faster else AT_ONCE_SKEW}
+    cmds = {k: oha_cmd(s, s.port, rate / 2 * (1 + skew[k]), duration, max(1, conns // 2)) for k, s in parts.items()}
+    paths = {k: workdir / f"oha-pair-{k}.json" for k in parts}
+    pg = postgres_pids() if a.ledger_cpu or b.ledger_cpu else []
+    pg0 = cpu_seconds(pg)
+    busy0, ours0, t0 = total_busy_seconds(), ours_seconds(), time.time()
+    procs, oha_cpu = {}, 0.0
+    try:
+        for k, cmd in cmds.items():
+            with open(paths[k], "wb") as out:
+                procs[k] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        for p in procs.values():
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            oha_cpu += usage.ru_utime + usage.ru_stime
+    except BaseException:
+        for p in procs.values():
+            p.kill()
+        raise
+    wall = time.time() - t0
+    foreign = (total_busy_seconds() - busy0) - (ours_seconds() - ours0) - oha_cpu - (cpu_seconds(pg) - pg0)
+    out: dict = {"rate": rate, "duration": duration, "foreign_cpu_pct": max(0.0, 100 * foreign / wall)}
+    for k, p in procs.items():
+        if p.returncode != 0:
+            err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+            raise RuntimeError(f"oha failed ({p.returncode}): {err[-2000:]}")
+        raw = json.loads(paths[k].read_text())
+        codes = {str(c): int(v) for c, v in (raw.get("statusCodeDistribution") or {}).items()}
+        pct = raw.get("latencyPercentiles") or {}
+        ok = sum(v for c, v in codes.items() if c.startswith("2"))
+        sent = sum(codes.values()) + sum(int(v) for e, v in (raw.get("errorDistribution") or {}).items()
+                                         if "deadline" not in e)
+        out[k] = {"system": parts[k].key, "ok": ok, "sent": sent, "achieved_rps": sum(codes.values()) / duration,
+                  "offered_rps": rate / 2 * (1 + skew[k]),
+                  "lat_ms": {q: (pct.get(q) * 1000 if pct.get(q) is not None else None) for q in PERCENTILES}}
+    check_alive()
+    return out
+
+
 def sustained(r: dict) -> bool:
     p99 = r["lat_ms"].get("p99")
     # A handful of requests cut by oha's deadline at the end of a run are an artefact;

@@ -20,11 +20,12 @@ from pathlib import Path
 from . import report
 from .host import machine, scan_logs, versions
 from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
-from .phases import callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
+from .phases import at_once_phase, callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
-from .settings import (ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, CACHE_BODY, FULL, LOAD_CPU, MESSAGES_BODY, MESSAGES_HEADERS,
-                       MESSAGES_PATH, QUICK, ROOT, SCALING_CONNS, free_port, log)
+from .settings import (ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, CACHE_BODY, CACHE_TWIN_BODY, FULL, LOAD_CPU,
+                       MESSAGES_BODY, MESSAGES_HEADERS, MESSAGES_PATH, QUICK, ROOT, SCALING_CONNS, free_port, log)
 from .stats import answered_in_full
+from .targets import AT_ONCE_PAIRS
 from .systems import (
     LIMIT_FLAGS,
     billing_key,
@@ -247,6 +248,16 @@ def main() -> int:
         # ---- tracing: the same sluice exporting a span tree per request, vs without
         if not args.no_tracing:
             results["tracing"] = tracing_phase(mode, work, man, systems[0], next(s for s in systems if s.key == "sluice"))
+
+        # ---- what a limited key and a cache miss cost, each loaded at once with its
+        # twin into the same gateway, and each gateway against itself (the controls)
+        # The cache miss's twin: the same request and headers to the same route without
+        # `cache` (only here: the rate matrix's baseline is the `sluice` row).
+        twin = System("sluice-cache-twin", "sluice, billing off, the cached route without cache", p_off,
+                      headers={"cache-control": "no-cache"}, services=[s_off], body=CACHE_TWIN_BODY)
+        by_key = {s.key: s for s in systems + [twin]}
+        at_once = [(name, by_key[a], by_key[b]) for name, a, b in AT_ONCE_PAIRS if a in by_key and b in by_key]
+        results["at_once"] = at_once_phase(mode, work, at_once)
 
         # ---- failover cost for sluice (forced: every request tries the failing primary;
         # learned: default health window, the primary is demoted after its first failure)

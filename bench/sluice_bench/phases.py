@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .clients import failover_series, pct, stream_once
-from .load import System, describe, run_oha
+from .load import System, describe, run_at_once, run_oha
 from .procs import Service
 from .settings import (ANTHROPIC_BODY, BIN, BODY, CACHE_BODY, MESSAGES_BODY, MESSAGES_HEADERS, MESSAGES_PATH, OHA, STREAM_BODY,
                        Mode, free_port, log)
@@ -249,3 +249,33 @@ def tracing_phase(mode: Mode, work: Path, manifests: Path, direct: System, untra
         svc.stop()
         sink.stop()
 
+
+
+#: The rate of the runs with two systems at once (each at half of it): the rate of the
+#: limits and cache targets.
+AT_ONCE_RATE = 5000
+
+
+def at_once_phase(mode: Mode, work: Path, pairs: list[tuple[str, System, System]]) -> dict:
+    """Each (name, a, b) loaded at once into its gateway, each at half of AT_ONCE_RATE,
+    for two rounds more than the rate matrix's (a round's difference still moves by
+    10-20 µs), the pairs rotated per round. Among the pairs are controls, a system
+    against itself: how far apart two identical halves land is what this method
+    resolves."""
+    for s in {s.key: s for _, a, b in pairs for s in (a, b)}.values():
+        status, _, body = post_json(s.port, s.path, json.loads(s.body or BODY), s.headers)
+        if status != 200:
+            raise RuntimeError(f"{s.key} answered {status}: {body[:300]!r}")
+        run_oha(s, 1000, mode.warmup, work, retry=False)
+    runs: list[dict] = []
+    rounds = mode.rounds + 2
+    for rnd in range(rounds):
+        for name, a, b in pairs[rnd % len(pairs):] + pairs[:rnd % len(pairs)]:
+            time.sleep(0.5)
+            r = run_at_once(a, b, AT_ONCE_RATE, mode.duration, work, a_faster=rnd % 2 == 1)
+            r.update({"pair": name, "round": rnd})
+            runs.append(r)
+            a50, b50 = r["a"]["lat_ms"]["p50"], r["b"]["lat_ms"]["p50"]
+            log(f"at once {name:>14} round {rnd}: p50 {a50:.3f} vs {b50:.3f} ms ({(a50 - b50) * 1000:+.0f} µs), "
+                f"{r['a']['achieved_rps']:.0f} + {r['b']['achieved_rps']:.0f} req/s, other {r['foreign_cpu_pct']:.0f}%")
+    return {"rate": AT_ONCE_RATE, "rounds": rounds, "runs": runs}

@@ -66,6 +66,11 @@ CACHE_BODY = json.dumps(
     },
     separators=(",", ":"),
 )
+# The cache miss's twin (the runs at once, bench/sluice_bench/phases.py): the same request
+# and headers to a route that is the cached one without `cache`, under a model name of
+# the same length, so that the two differ by the cache alone.
+CACHE_TWIN_MODEL = "bench-uncach"
+CACHE_TWIN_BODY = CACHE_BODY.replace(f'"model":"{CACHE_MODEL}"', f'"model":"{CACHE_TWIN_MODEL}"')
 P99_BOUND_MS = 5.0
 # Connections of the one-vs-two-gateways runs. With billing on, every answer waits for
 # its settlement's batch commit (a few ms), so 64 connections would cap any system at

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .procs import Service
-from .settings import ANTHROPIC_MODEL, BIN, CACHE_MODEL, MODEL, PG_ADMIN_URL, PG_DB, SUT_CPU, log
+from .settings import ANTHROPIC_MODEL, BIN, CACHE_MODEL, CACHE_TWIN_MODEL, MODEL, PG_ADMIN_URL, PG_DB, SUT_CPU, log
 
 
 def wait_http(port: int, path: str, timeout: float = 90, method: str = "GET") -> None:
@@ -176,6 +176,19 @@ spec:
   model: {CACHE_MODEL}
   deadline: 30s
   cache: {{completions: deterministic}}
+  candidates:
+  - upstream: mock
+    model: {MODEL}
+    price: {{input: "1.00", output: "2.00"}}
+---
+# The cached route, caching nothing: what a cache miss is compared with.
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata:
+  name: bench-uncached
+spec:
+  model: {CACHE_TWIN_MODEL}
+  deadline: 30s
   candidates:
   - upstream: mock
     model: {MODEL}

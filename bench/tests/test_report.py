@@ -206,6 +206,19 @@ class Configuration(unittest.TestCase):
         # the other routes cache no completion
         self.assertEqual(man.count("cache:"), 1)
 
+    def test_the_cache_twin_differs_by_the_cache_alone(self):
+        man = systems.sluice_manifests(12345)
+        docs = man.split("\n---\n")
+        cached = next(d for d in docs if f"model: {settings.CACHE_MODEL}\n" in d)
+        twin = next(d for d in docs if f"model: {settings.CACHE_TWIN_MODEL}\n" in d)
+        spec = lambda d: d[d.index("spec:"):].strip()  # noqa: E731
+        self.assertEqual(spec(twin), spec(cached).replace("  cache: {completions: deterministic}\n", "")
+                         .replace(settings.CACHE_MODEL, settings.CACHE_TWIN_MODEL))
+        self.assertEqual(len(settings.CACHE_TWIN_MODEL), len(settings.CACHE_MODEL))
+        self.assertEqual(settings.CACHE_TWIN_BODY.replace(settings.CACHE_TWIN_MODEL, settings.CACHE_MODEL),
+                         settings.CACHE_BODY)
+        self.assertIn(("cache-miss", "sluice-cache-miss", "sluice-cache-twin"), targets.AT_ONCE_PAIRS)
+
     def test_bodies(self):
         import json
 
@@ -384,3 +397,81 @@ class MessagesConfiguration(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def pair_run(pair: str, first: str, second: str, rnd: int, a50: float, b50: float, **over) -> dict:
+    """One run of two systems at once, as load.run_at_once records it (5k req/s, halves
+    answered in full on a quiet machine)."""
+    def half(system: str, p50: float) -> dict:
+        return {"system": system, "ok": 20000, "sent": 20000, "achieved_rps": 2500.0,
+                "lat_ms": {"p50": p50, "p90": p50 * 2, "p99": p50 * 3, "p99.9": p50 * 6}}
+    r = {"pair": pair, "round": rnd, "rate": 5000, "duration": 8, "foreign_cpu_pct": 2.0,
+         "a": half(first, a50), "b": half(second, b50)}
+    r.update(over)
+    return r
+
+
+def at_once_results(miss_us: float = 4.0, control_us: float = 1.0, **over) -> dict:
+    """The cache results above plus the miss and its control at once: per round the miss
+    `miss_us` above its twin and the control `control_us` apart, over a round shift that
+    both halves share."""
+    res = results()
+    runs = []
+    for rnd, shift in enumerate(SHIFT_MS):
+        base = 0.300 + shift
+        runs.append(pair_run("cache-miss", "sluice-cache-miss", "sluice", rnd, base + miss_us / 1000, base,
+                             **over.get("cache-miss", {})))
+        runs.append(pair_run("control-off", "sluice", "sluice", rnd, base + control_us / 1000, base,
+                             **over.get("control-off", {})))
+    res["at_once"] = {"rate": 5000, "runs": runs}
+    return res
+
+
+class AtOnce(unittest.TestCase):
+    def rows(self, res: dict) -> list[tuple[str, str, bool | None]]:
+        return [r for r in targets.cache_targets(res) if "cache miss" in r[0]]
+
+    def test_the_pair_at_once_is_the_target_and_the_runs_apart_context(self):
+        rows = self.rows(at_once_results())
+        self.assertEqual(len(rows), 2)
+        (name, measured, ok), (ctx, _, ctx_ok) = rows
+        self.assertIn("(billing off; both loaded at once, 2.5k req/s each: see [At once](#at-once))", name)
+        self.assertIn("≤ 10 µs p50 over the uncached route (`sluice`) at 5k req/s", name)
+        self.assertTrue(ok, measured)
+        self.assertIn("+4 µs (median of rounds +4, +4, +4); the same gateway against itself +1 µs", measured)
+        self.assertTrue(ctx.startswith("(context: runs one after another) cache miss"), ctx)
+        self.assertIsNone(ctx_ok)
+
+    def test_over_the_bound_fails(self):
+        (_, measured, ok), _ = self.rows(at_once_results(miss_us=12.0))
+        self.assertFalse(ok)
+        self.assertIn("+12 µs", measured)
+
+    def test_a_control_that_does_not_resolve_the_bound_fails(self):
+        (_, measured, ok), _ = self.rows(at_once_results(miss_us=3.0, control_us=-15.0))
+        self.assertFalse(ok)
+        self.assertIn("-15 µs, which does not resolve 10 µs", measured)
+
+    def test_a_half_that_fell_behind_or_other_work_is_not_comparable(self):
+        slow = {"a": {"system": "sluice-cache-miss", "ok": 15000, "sent": 20000, "achieved_rps": 1875.0,
+                      "lat_ms": {"p50": 0.3, "p90": 0.6, "p99": 0.9, "p99.9": 1.8}}}
+        (_, measured, ok), _ = self.rows(at_once_results(**{"cache-miss": slow}))
+        self.assertFalse(ok)
+        self.assertIn("not comparable: round 0: sluice-cache-miss answered 15,000 of 20,000 at 1875 req/s", measured)
+        (_, measured, ok), _ = self.rows(at_once_results(**{"control-off": {"foreign_cpu_pct": 40.0}}))
+        self.assertFalse(ok)
+        self.assertIn("other work used 40 % of a core", measured)
+
+    def test_without_runs_at_once_the_old_target_stands(self):
+        rows = self.rows(results())
+        self.assertEqual(len(rows), 1)
+        self.assertTrue(rows[0][0].startswith("cache miss (no-cache: upstream, stored) adds ≤ 10 µs p50"))
+        self.assertIsNotNone(rows[0][2])
+
+    def test_section(self):
+        md = render(at_once_results())
+        sec = section(md, "At once")
+        self.assertIn("| cache-miss | sluice-cache-miss | sluice | 0.304 / 0.300 |", sec)
+        self.assertIn("| control-off | sluice | sluice |", sec)
+        self.assertIn("| +4, +4, +4 | +4 |", sec)
+        self.assertIn("see [At once](#at-once))", md)
