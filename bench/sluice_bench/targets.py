@@ -298,7 +298,8 @@ def cache_targets(results: dict) -> list[tuple[str, str, bool | None]]:
         if t is None:
             continue
         rate, note, extra, c, b, behind = t["rate"], t["note"], t["extra"], t["system"], t["base"], t["behind"]
-        pair = at_once_row(results, "cache-miss", what, against, "billing off", most) \
+        pair = at_once_row(results, "cache-miss", what, "over its twin (the cached route's request to the same route "
+                           "without `cache`)", "billing off", most) \
             if key == "sluice-cache-miss" else None
         if pair:
             rows.append(pair)

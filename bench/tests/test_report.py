@@ -436,7 +436,7 @@ class AtOnce(unittest.TestCase):
         self.assertEqual(len(rows), 2)
         (name, measured, ok), (ctx, _, ctx_ok) = rows
         self.assertIn("(billing off; both loaded at once, 2.5k req/s each: see [At once](#at-once))", name)
-        self.assertIn("≤ 10 µs p50 over the uncached route (`sluice`) at 5k req/s", name)
+        self.assertIn("≤ 10 µs p50 over its twin (the cached route's request to the same route without `cache`) at 5k req/s", name)
         self.assertTrue(ok, measured)
         self.assertIn("+4 µs (median of rounds +4, +4, +4); the same gateway against itself +1 µs", measured)
         self.assertTrue(ctx.startswith("(context: runs one after another) cache miss"), ctx)
