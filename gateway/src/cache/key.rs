@@ -53,13 +53,184 @@ pub struct Facts {
 /// building a tree: members sorted by their JSON text, recursively; numbers and strings
 /// as JSON writes them; no whitespace; `skip` members of the top level left out. `None`
 /// when `text` is not a JSON object.
+///
+/// Most requests are written in the subset [`Plain`] copies as it is (strings without
+/// escapes, integers, literals); the others are parsed, so that each value is written
+/// the one way JSON writes it.
 pub fn canonical_text(text: &[u8], skip: &[&str]) -> Option<(Vec<u8>, Facts)> {
+    Plain::canonical(text, skip).or_else(|| parsed_canonical_text(text, skip))
+}
+
+/// The canonical form by a parse of the text: every value decoded and written again.
+fn parsed_canonical_text(text: &[u8], skip: &[&str]) -> Option<(Vec<u8>, Facts)> {
     let mut out = Vec::with_capacity(text.len());
     let mut facts = Facts::default();
     let mut de = serde_json::Deserializer::from_slice(text);
     de.deserialize_map(Top { out: &mut out, skip, facts: &mut facts }).ok()?;
     de.end().ok()?;
     Some((out, facts))
+}
+
+/// The canonical form copied from the text, for the values JSON writes only one way:
+/// strings without escapes or control characters, integers of up to 18 digits without a
+/// leading zero (and not `-0`, which JSON reads as a float), `true`, `false`, `null`, and
+/// objects and arrays of them nested up to [`Plain::MAX_DEPTH`]. Anything else stops
+/// the copy (`None`), and the text is parsed instead.
+struct Plain<'t> {
+    text: &'t [u8],
+    at: usize,
+    out: Vec<u8>,
+}
+
+impl<'t> Plain<'t> {
+    const MAX_DEPTH: u32 = 64;
+
+    fn canonical(text: &'t [u8], skip: &[&str]) -> Option<(Vec<u8>, Facts)> {
+        std::str::from_utf8(text).ok()?;
+        let mut plain = Plain { text, at: 0, out: Vec::with_capacity(text.len()) };
+        let mut facts = Facts::default();
+        plain.space();
+        (text.get(plain.at) == Some(&b'{')).then_some(())?;
+        plain.object(Some((skip, &mut facts)), 1)?;
+        plain.space();
+        (plain.at == text.len()).then_some((plain.out, facts))
+    }
+
+    fn space(&mut self) {
+        while matches!(self.text.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    fn value(&mut self, depth: u32) -> Option<()> {
+        match *self.text.get(self.at)? {
+            b'{' => self.object(None, depth + 1),
+            b'[' => self.array(depth + 1),
+            b'"' => {
+                let s = self.string()?;
+                self.out.extend_from_slice(s);
+                Some(())
+            }
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.integer(),
+        }
+    }
+
+    /// The string at `at` with its quotes, if it has no escape or control character.
+    fn string(&mut self) -> Option<&'t [u8]> {
+        let start = self.at;
+        let len = self.text.get(start + 1..)?.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+        let end = start + 1 + len;
+        (self.text[end] == b'"').then_some(())?;
+        self.at = end + 1;
+        Some(&self.text[start..=end])
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.text[self.at..].starts_with(word).then_some(())?;
+        self.at += word.len();
+        self.out.extend_from_slice(word);
+        Some(())
+    }
+
+    fn integer(&mut self) -> Option<()> {
+        let start = self.at;
+        let digits = start + usize::from(self.text[start] == b'-');
+        let n = self.text.get(digits..)?.iter().take_while(|c| c.is_ascii_digit()).count();
+        let end = digits + n;
+        let one_form = (1..=18).contains(&n) && (self.text[digits] != b'0' || (n == 1 && digits == start));
+        (one_form && !matches!(self.text.get(end), Some(b'.' | b'e' | b'E'))).then_some(())?;
+        self.out.extend_from_slice(&self.text[start..end]);
+        self.at = end;
+        Some(())
+    }
+
+    fn array(&mut self, depth: u32) -> Option<()> {
+        (depth <= Self::MAX_DEPTH).then_some(())?;
+        self.at += 1;
+        self.out.push(b'[');
+        self.space();
+        if self.text.get(self.at) != Some(&b']') {
+            loop {
+                self.value(depth)?;
+                self.space();
+                match *self.text.get(self.at)? {
+                    b',' => {
+                        self.at += 1;
+                        self.out.push(b',');
+                        self.space();
+                    }
+                    b']' => break,
+                    _ => return None,
+                }
+            }
+        }
+        self.at += 1;
+        self.out.push(b']');
+        Some(())
+    }
+
+    /// An object, its members sorted as [`sorted`] sorts them; at the top (`top`), its
+    /// `skip` members left out and its facts noted, as [`Top`] does.
+    fn object(&mut self, mut top: Option<(&[&str], &mut Facts)>, depth: u32) -> Option<()> {
+        (depth <= Self::MAX_DEPTH).then_some(())?;
+        self.at += 1;
+        self.space();
+        let start = self.out.len();
+        let mut members = Vec::new();
+        if self.text.get(self.at) != Some(&b'}') {
+            loop {
+                (self.text.get(self.at) == Some(&b'"')).then_some(())?;
+                let name = self.string()?;
+                let at = self.out.len();
+                self.out.extend_from_slice(name);
+                let name_end = self.out.len();
+                self.space();
+                (self.text.get(self.at) == Some(&b':')).then_some(())?;
+                self.at += 1;
+                self.out.push(b':');
+                self.space();
+                let value_at = self.out.len();
+                self.value(depth)?;
+                let name = &name[1..name.len() - 1];
+                match &mut top {
+                    Some((skip, _)) if skip.iter().any(|s| s.as_bytes() == name) => self.out.truncate(at),
+                    Some((_, facts)) => {
+                        facts.note(name, &self.out[value_at..]);
+                        members.push((at, name_end, self.out.len()));
+                    }
+                    None => members.push((at, name_end, self.out.len())),
+                }
+                self.space();
+                match *self.text.get(self.at)? {
+                    b',' => {
+                        self.at += 1;
+                        self.space();
+                    }
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        self.at += 1;
+        sorted(&mut self.out, start, &mut members);
+        Some(())
+    }
+}
+
+impl Facts {
+    /// Notes what a top-level member `name` with the canonical `value` says.
+    fn note(&mut self, name: &[u8], value: &[u8]) {
+        match name {
+            b"temperature" => {
+                self.cold = std::str::from_utf8(value).ok().and_then(|v| v.parse::<f64>().ok()) == Some(0.0)
+            }
+            b"seed" => self.seeded = value != b"null",
+            _ => {}
+        }
+    }
 }
 
 /// The top-level object: its members are filtered and its facts noted.
@@ -88,14 +259,7 @@ impl<'de> Visitor<'de> for Top<'_> {
                 self.out.truncate(at);
                 continue;
             }
-            let value = &self.out[value_at..];
-            match name {
-                b"temperature" => {
-                    self.facts.cold = std::str::from_utf8(value).ok().and_then(|v| v.parse::<f64>().ok()) == Some(0.0);
-                }
-                b"seed" => self.facts.seeded = value != b"null",
-                _ => {}
-            }
+            self.facts.note(name, &self.out[value_at..]);
             members.push((at, name_end, self.out.len()));
         }
         sorted(&mut *self.out, start, &mut members);
@@ -269,6 +433,7 @@ fn write(v: &Value, skip: &[&str], out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
@@ -320,6 +485,94 @@ mod tests {
         assert_eq!(text(r#""a""#, &[]), None);
         assert_eq!(text(r#"{"a": 1} trailing"#, &[]), None);
         assert_eq!(text(r#"{"a": 1"#, &[]), None);
+    }
+
+    /// A JSON value; `plain`: only of the subset [`Plain`] copies.
+    fn json(plain: bool) -> BoxedStrategy<Value> {
+        let string = if plain { "[a-z \u{e9}\u{1f600}/]{0,8}" } else { "[a-z\"\\\\\n\t\u{1}\u{e9}\u{1f600}/]{0,8}" };
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            (-100_000_000_000_000_000i64..100_000_000_000_000_000).prop_map(Value::from),
+            string.prop_map(Value::from),
+        ];
+        let leaf = if plain {
+            leaf.boxed()
+        } else {
+            prop_oneof![
+                4 => leaf,
+                1 => any::<i64>().prop_map(Value::from),
+                1 => any::<u64>().prop_map(Value::from),
+                1 => any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            ]
+            .boxed()
+        };
+        leaf.prop_recursive(4, 24, 5, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((string, inner), 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+        .boxed()
+    }
+
+    /// An object's text with its members in the order (and repeats) given, compact or
+    /// pretty.
+    fn object_text(members: &[(String, Value)], pretty: bool) -> String {
+        let write = |v: &Value| if pretty { serde_json::to_string_pretty(v) } else { serde_json::to_string(v) };
+        let members: Vec<String> = members
+            .iter()
+            .map(|(k, v)| format!("{}:{}", serde_json::to_string(k).unwrap(), write(v).unwrap()))
+            .collect();
+        if pretty { format!("{{\n  {}\n}}\n", members.join(",\n  ")) } else { format!("{{{}}}", members.join(",")) }
+    }
+
+    fn top(plain: bool) -> impl Strategy<Value = Vec<(String, Value)>> {
+        let names =
+            if plain { "(temperature|seed|user|[a-z]{1,4})" } else { "(temperature|seed|user|[a-z\"\\\\]{1,4})" };
+        prop::collection::vec((names, json(plain)), 0..6)
+    }
+
+    proptest::proptest! {
+        /// Copied or parsed, the canonical form and the facts are the parse's.
+        #[test]
+        fn the_copy_writes_what_the_parse_writes(members in top(false), pretty in any::<bool>()) {
+            let text = object_text(&members, pretty);
+            proptest::prop_assert_eq!(canonical_text(text.as_bytes(), INERT), parsed_canonical_text(text.as_bytes(), INERT));
+        }
+
+        /// Requests in the plain subset are copied, not parsed.
+        #[test]
+        fn plain_requests_are_copied(members in top(true), pretty in any::<bool>()) {
+            let text = object_text(&members, pretty);
+            let copied = Plain::canonical(text.as_bytes(), INERT);
+            proptest::prop_assert!(copied.is_some(), "{}", text);
+            proptest::prop_assert_eq!(copied, parsed_canonical_text(text.as_bytes(), INERT));
+        }
+    }
+
+    #[test]
+    fn the_copy_leaves_to_the_parse_what_json_writes_another_way() {
+        for body in [
+            r#"{"a": 1.0}"#,
+            r#"{"a": 1e2}"#,
+            r#"{"a": -0}"#,
+            r#"{"a": 007}"#,
+            r#"{"a": 1234567890123456789}"#,
+            r#"{"a": "\u0041"}"#,
+            r#"{"\u0061": 1}"#,
+            r#"{"a": [1,]}"#,
+            r#"{"a": 1,}"#,
+            "{\"a\": \"tab\tin\"}",
+        ] {
+            assert_eq!(Plain::canonical(body.as_bytes(), INERT), None, "{body}");
+            assert_eq!(canonical_text(body.as_bytes(), INERT), parsed_canonical_text(body.as_bytes(), INERT), "{body}");
+        }
+        assert_eq!(text(r#"{"a": -0}"#, &[]).unwrap(), br#"{"a":-0.0}"#.to_vec());
+        assert_eq!(text(r#"{"a": "\u0041", "b": 1.50}"#, &[]).unwrap(), br#"{"a":"A","b":1.5}"#.to_vec());
+        let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(70), "]".repeat(70));
+        assert_eq!(Plain::canonical(deep.as_bytes(), &[]), None);
+        assert_eq!(text(&deep, &[]).map(|t| t.len()), Some(deep.len()));
     }
 
     #[test]
