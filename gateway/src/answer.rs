@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use sluice_crds::model_route::MidStreamAction;
 use sluice_providers::lenient;
+use sluice_providers::member::{self, Member};
 
 use crate::attempt::Books;
 use crate::billing::{Held, settle};
@@ -25,8 +26,6 @@ use crate::request::ClientRequest;
 use crate::route::{Dispatched, Failed};
 use crate::telemetry::traces::RequestTrace;
 use crate::usage::Usage;
-
-mod scan;
 
 /// How long an answer's last byte waits for its settlement to commit (docs/design.md
 /// §5a); then the answer ends with `ledger_unavailable` and the settlement stays queued.
@@ -135,12 +134,12 @@ impl Peek {
     /// hide it, traced or not); the full parse runs for the trace, or when the walk
     /// cannot decide.
     fn of(body: &[u8], traced: bool) -> Self {
-        let usage = match scan::member(body, "usage") {
-            scan::Member::Found(raw) => {
+        let usage = match member::member(body, "usage") {
+            Member::Found(raw) => {
                 Some(std::str::from_utf8(raw).ok().and_then(|t| serde_json::from_str(t).ok()).flatten())
             }
-            scan::Member::Absent => Some(None),
-            scan::Member::Unsure => None,
+            Member::Absent => Some(None),
+            Member::Unsure => None,
         };
         if let (Some(usage), false) = (usage, traced) {
             return Self { usage, ..Self::default() };

@@ -35,6 +35,7 @@ pub mod eventstream;
 mod gemini;
 mod google;
 pub mod lenient;
+pub mod member;
 pub mod messages;
 mod openai;
 mod request;

@@ -53,8 +53,18 @@ pub fn error_body(kind: &str, message: &str) -> Value {
 }
 
 /// The usage of a whole Messages answer (`usage` at its top level), in OpenAI's
-/// accounting; `None` when the body has none.
+/// accounting; `None` when the body has none. The member is found without parsing the
+/// rest of the body ([`member`](crate::member)), which is parsed only when the walk
+/// cannot decide.
 pub fn usage_of_message(body: &[u8]) -> Option<Usage> {
+    match crate::member::member(body, "usage") {
+        crate::member::Member::Found(raw) => {
+            let usage: crate::anthropic::UsageIn = serde_json::from_slice(raw).ok()?;
+            return Some(usage.to_usage(&mut Usage::default()));
+        }
+        crate::member::Member::Absent => return None,
+        crate::member::Member::Unsure => {}
+    }
     #[derive(Default)]
     struct Top(Option<crate::anthropic::UsageIn>);
     impl<'de> Lenient<'de> for Top {
