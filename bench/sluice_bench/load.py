@@ -133,6 +133,37 @@ def merge_oha(raws: list[dict]) -> dict:
     return out
 
 
+def run_together(cmds: list[list[str]], out_paths: list[Path]) -> tuple[list[subprocess.Popen], float]:
+    """Starts the oha commands together, each writing to its path, and waits for all:
+    the processes (ended) and the CPU time they used; all are killed if one wait fails."""
+    outs = [open(path, "wb") for path in out_paths]
+    procs: list[subprocess.Popen] = []
+    oha_cpu = 0.0
+    try:
+        for cmd, out in zip(cmds, outs):
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL))
+        for p in procs:
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            oha_cpu += usage.ru_utime + usage.ru_stime
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    finally:
+        for out in outs:
+            out.close()
+    return procs, oha_cpu
+
+
+def check_exits(procs: list[subprocess.Popen]) -> None:
+    """Raises with its last error lines if an oha process failed."""
+    for p in procs:
+        err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+        if p.returncode != 0:
+            raise RuntimeError(f"oha failed ({p.returncode}): {err[-2000:]}")
+
+
 def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns: int = 64) -> dict:
     ports = [system.port] + system.more_ports
     cmds = [oha_cmd(system, port, rate / len(ports), duration, max(1, conns // len(ports))) for port in ports]
@@ -152,23 +183,7 @@ def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns:
     busy0, ours0 = total_busy_seconds(), ours_seconds()
     sampler.start()
     out_paths = [workdir / f"oha-{i}.json" if i else workdir / "oha.json" for i in range(len(cmds))]
-    outs = [open(path, "wb") for path in out_paths]
-    procs: list[subprocess.Popen] = []
-    oha_cpu = 0.0
-    try:
-        for cmd, out in zip(cmds, outs):
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL))
-        for p in procs:
-            _, status, usage = os.wait4(p.pid, 0)
-            p.returncode = os.waitstatus_to_exitcode(status)
-            oha_cpu += usage.ru_utime + usage.ru_stime
-    except BaseException:
-        for p in procs:
-            p.kill()
-        raise
-    finally:
-        for out in outs:
-            out.close()
+    procs, oha_cpu = run_together(cmds, out_paths)
     wall = time.time() - t0
     cpu1, pg1 = cpu_seconds(pids), cpu_seconds(pg)
     busy1, ours1 = total_busy_seconds(), ours_seconds()
@@ -180,10 +195,7 @@ def run_oha_once(system: System, rate: int, duration: int, workdir: Path, conns:
     if takes0 is not None:
         time.sleep(LEASE_IDLE_S)
         takes = lease_takes(system.port) - takes0
-    for p in procs:
-        err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-        if p.returncode != 0:
-            raise RuntimeError(f"oha failed ({p.returncode}): {err[-2000:]}")
+    check_exits(procs)
     raw = merge_oha([json.loads(path.read_text()) for path in out_paths])
     codes = {str(k): int(v) for k, v in (raw.get("statusCodeDistribution") or {}).items()}
     errors = {str(k): int(v) for k, v in (raw.get("errorDistribution") or {}).items()}
@@ -241,31 +253,17 @@ def run_at_once(a: System, b: System, rate: int, duration: int, workdir: Path, c
     check_alive()
     parts = {"a": a, "b": b}
     skew = {"a": AT_ONCE_SKEW if a_faster else -AT_ONCE_SKEW, "b": -AT_ONCE_SKEW if a_faster else AT_ONCE_SKEW}
-    cmds = {k: oha_cmd(s, s.port, rate / 2 * (1 + skew[k]), duration, max(1, conns // 2)) for k, s in parts.items()}
+    cmds = [oha_cmd(s, s.port, rate / 2 * (1 + skew[k]), duration, max(1, conns // 2)) for k, s in parts.items()]
     paths = {k: workdir / f"oha-pair-{k}.json" for k in parts}
     pg = postgres_pids() if a.ledger_cpu or b.ledger_cpu else []
     pg0 = cpu_seconds(pg)
     busy0, ours0, t0 = total_busy_seconds(), ours_seconds(), time.time()
-    procs, oha_cpu = {}, 0.0
-    try:
-        for k, cmd in cmds.items():
-            with open(paths[k], "wb") as out:
-                procs[k] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        for p in procs.values():
-            _, status, usage = os.wait4(p.pid, 0)
-            p.returncode = os.waitstatus_to_exitcode(status)
-            oha_cpu += usage.ru_utime + usage.ru_stime
-    except BaseException:
-        for p in procs.values():
-            p.kill()
-        raise
+    procs, oha_cpu = run_together(cmds, list(paths.values()))
     wall = time.time() - t0
     foreign = (total_busy_seconds() - busy0) - (ours_seconds() - ours0) - oha_cpu - (cpu_seconds(pg) - pg0)
+    check_exits(procs)
     out: dict = {"rate": rate, "duration": duration, "foreign_cpu_pct": max(0.0, 100 * foreign / wall)}
-    for k, p in procs.items():
-        if p.returncode != 0:
-            err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-            raise RuntimeError(f"oha failed ({p.returncode}): {err[-2000:]}")
+    for k in parts:
         raw = json.loads(paths[k].read_text())
         codes = {str(c): int(v) for c, v in (raw.get("statusCodeDistribution") or {}).items()}
         pct = raw.get("latencyPercentiles") or {}

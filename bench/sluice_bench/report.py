@@ -9,7 +9,7 @@ from pathlib import Path
 from .plot import plot
 from .settings import ROOT
 from .stats import added_by_round, answered_in_full, by, capacity, ceiling, combine, f, litellm_ceiling, ratio, us
-from .targets import CACHE_HIT_ADDED_P50_US, CACHE_MISS_EXTRA_P50_US, CACHE_RATE, LIMITED_TWINS, targets
+from .targets import CACHE_HIT_ADDED_P50_US, CACHE_MISS_EXTRA_P50_US, CACHE_RATE, LIMITED_TWINS, at_once, targets
 
 # Why the Postgres billing rows are slow: one hot account row per request until balance
 # grants land (docs/design.md §5a); the tables link each of them there.
@@ -224,11 +224,10 @@ def render(results: dict, out_dir: Path) -> Path:
                 v = [r[k]["lat_ms"][q] for r in rs if r[k]["lat_ms"][q] is not None]
                 return statistics.median(v) if v else None
 
-            d = [(r["a"]["lat_ms"]["p50"] - r["b"]["lat_ms"]["p50"]) * 1000 for r in rs
-                 if r["a"]["lat_ms"]["p50"] is not None and r["b"]["lat_ms"]["p50"] is not None]
+            t = at_once(results, name)
             w(f"| {name} | {rs[0]['a']['system']} | {rs[0]['b']['system']} | {f(med('a', 'p50'))} / {f(med('b', 'p50'))} | "
-              f"{f(med('a', 'p99'))} / {f(med('b', 'p99'))} | {', '.join(us(x) for x in d)} | "
-              f"{us(statistics.median(d)) if d else '–'} |")
+              f"{f(med('a', 'p99'))} / {f(med('b', 'p99'))} | {', '.join(us(x) for x in t['rounds']) if t else '–'} | "
+              f"{us(t['extra']) if t else '–'} |")
         w("")
 
     # ---------------- ceiling
