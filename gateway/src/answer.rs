@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use sluice_crds::model_route::MidStreamAction;
 use sluice_providers::lenient;
-use sluice_providers::member::{self, Member};
+use sluice_providers::member;
 
 use crate::attempt::Books;
 use crate::billing::{Held, settle};
@@ -134,13 +134,7 @@ impl Peek {
     /// hide it, traced or not); the full parse runs for the trace, or when the walk
     /// cannot decide.
     fn of(body: &[u8], traced: bool) -> Self {
-        let usage = match member::member(body, "usage") {
-            Member::Found(raw) => {
-                Some(std::str::from_utf8(raw).ok().and_then(|t| serde_json::from_str(t).ok()).flatten())
-            }
-            Member::Absent => Some(None),
-            Member::Unsure => None,
-        };
+        let usage = member::read::<Option<Usage>>(body, "usage").map(Option::flatten);
         if let (Some(usage), false) = (usage, traced) {
             return Self { usage, ..Self::default() };
         }

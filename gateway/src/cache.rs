@@ -72,6 +72,7 @@ impl Key {
     /// The key of `parts`, each length-prefixed so no two lists of parts collide: their
     /// SHA-256, by `ring`'s assembly, which is twice as fast as a portable version where
     /// the CPU has no SHA instructions (bench/PROFILE.md).
+    ///
     /// The parts are laid out in one buffer and hashed in one call: fed part by part,
     /// the digest's bookkeeping per call cost as much as hashing a request's bytes.
     pub fn of(parts: &[&[u8]]) -> Key {

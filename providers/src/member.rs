@@ -20,6 +20,18 @@ pub fn member<'a>(body: &'a [u8], name: &str) -> Member<'a> {
     walk(body, name.as_bytes()).unwrap_or(Member::Unsure)
 }
 
+/// `name`'s value in the top-level object `body`, read as a `T`: `Some(None)` when the
+/// object has no such member or its value is not a `T`, `None` when the walk cannot
+/// decide (the caller parses the whole body instead).
+pub fn read<'a, T: serde::Deserialize<'a>>(body: &'a [u8], name: &str) -> Option<Option<T>> {
+    match member(body, name) {
+        // The value's text is checked as UTF-8 once, not string by string.
+        Member::Found(raw) => Some(std::str::from_utf8(raw).ok().and_then(|t| serde_json::from_str(t).ok())),
+        Member::Absent => Some(None),
+        Member::Unsure => None,
+    }
+}
+
 fn walk<'a>(body: &'a [u8], name: &[u8]) -> Option<Member<'a>> {
     let mut at = skip_space(body, 0);
     (body.get(at) == Some(&b'{')).then_some(())?;

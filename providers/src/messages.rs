@@ -57,13 +57,8 @@ pub fn error_body(kind: &str, message: &str) -> Value {
 /// rest of the body ([`member`](crate::member)), which is parsed only when the walk
 /// cannot decide.
 pub fn usage_of_message(body: &[u8]) -> Option<Usage> {
-    match crate::member::member(body, "usage") {
-        crate::member::Member::Found(raw) => {
-            let usage: crate::anthropic::UsageIn = serde_json::from_slice(raw).ok()?;
-            return Some(usage.to_usage(&mut Usage::default()));
-        }
-        crate::member::Member::Absent => return None,
-        crate::member::Member::Unsure => {}
+    if let Some(usage) = crate::member::read::<crate::anthropic::UsageIn>(body, "usage") {
+        return usage.map(|u| u.to_usage(&mut Usage::default()));
     }
     #[derive(Default)]
     struct Top(Option<crate::anthropic::UsageIn>);
