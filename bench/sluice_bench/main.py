@@ -23,9 +23,10 @@ from .load import FOREIGN_LIMIT_PCT, RETRY_BUDGET, System, describe, run_oha
 from .phases import at_once_phase, callgrind_phase, failover_phase, litellm_phase, streaming_phase, tracing_phase
 from .procs import Service
 from .settings import (ANTHROPIC_BODY, ANTHROPIC_DIRECT_BODY, BODY, CACHE_BODY, CACHE_TWIN_BODY, FULL, LOAD_CPU,
-                       MESSAGES_BODY, MESSAGES_HEADERS, MESSAGES_PATH, QUICK, ROOT, SCALING_CONNS, free_port, log)
+                       MESSAGES_BODY, MESSAGES_HEADERS, MESSAGES_PATH, QUICK, ROOT, SCALING_CONNS, UNPRICED_BODY, free_port,
+                       log)
 from .stats import answered_in_full
-from .targets import AT_ONCE_PAIRS
+from .targets import AT_ONCE_PAIRS, UNPRICED_TWINS
 from .systems import (
     LIMIT_FLAGS,
     billing_key,
@@ -255,7 +256,12 @@ def main() -> int:
         # `cache` (only here: the rate matrix's baseline is the `sluice` row).
         twin = System("sluice-cache-twin", "sluice, billing off, the cached route without cache", p_off,
                       headers={"cache-control": "no-cache"}, services=[s_off], body=CACHE_TWIN_BODY)
-        by_key = {s.key: s for s in systems + [twin]}
+        # The limited key and its unlimited twin on the route without prices (only
+        # here: see UNPRICED_BODY), each billing gateway's two keys.
+        unpriced = [System(f"{s.key}-unpriced", f"{s.label}, route without prices", s.port, headers=s.headers,
+                           services=s.services, body=UNPRICED_BODY, limited=s.limited, ledger_cpu=s.ledger_cpu)
+                    for s in systems if s.key in UNPRICED_TWINS]
+        by_key = {s.key: s for s in systems + [twin] + unpriced}
         at_once = [(name, by_key[a], by_key[b]) for name, a, b in AT_ONCE_PAIRS if a in by_key and b in by_key]
         results["at_once"] = at_once_phase(mode, work, at_once)
 

@@ -263,9 +263,12 @@ def at_once_phase(mode: Mode, work: Path, pairs: list[tuple[str, System, System]
     against itself: how far apart two identical halves land is what this method
     resolves."""
     for s in {s.key: s for _, a, b in pairs for s in (a, b)}.values():
-        status, _, body = post_json(s.port, s.path, json.loads(s.body or BODY), s.headers)
+        status, hdrs, body = post_json(s.port, s.path, json.loads(s.body or BODY), s.headers)
         if status != 200:
             raise RuntimeError(f"{s.key} answered {status}: {body[:300]!r}")
+        # As in the rate matrix: a limited key's answers say where it stands.
+        if s.limited and "x-ratelimit-limit-requests" not in {k.lower() for k in hdrs}:
+            raise RuntimeError(f"{s.key} answered without x-ratelimit-* headers: its key's limits are not in force")
         run_oha(s, 1000, mode.warmup, work, retry=False)
     runs: list[dict] = []
     rounds = mode.rounds + 2

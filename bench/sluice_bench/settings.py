@@ -71,6 +71,14 @@ CACHE_BODY = json.dumps(
 # the same length, so that the two differ by the cache alone.
 CACHE_TWIN_MODEL = "bench-uncach"
 CACHE_TWIN_BODY = CACHE_BODY.replace(f'"model":"{CACHE_MODEL}"', f'"model":"{CACHE_TWIN_MODEL}"')
+# The limits' runs at once (bench/sluice_bench/phases.py): the same request to a route
+# without prices. A priced request's answer waits for its settlement's batch commit
+# (`--settle-window`), and where it falls in its batch moves a half's p50 by tens of µs
+# per round; unpriced, neither key reserves or settles money, and what differs between
+# the two halves is the limits alone (admitted from leases, settled with the real usage,
+# the `x-ratelimit-*` headers written).
+UNPRICED_MODEL = "bench-unpriced"
+UNPRICED_BODY = BODY.replace(f'"model":"{MODEL}"', f'"model":"{UNPRICED_MODEL}"')
 P99_BOUND_MS = 5.0
 # Connections of the one-vs-two-gateways runs. With billing on, every answer waits for
 # its settlement's batch commit (a few ms), so 64 connections would cap any system at

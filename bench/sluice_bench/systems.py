@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from .procs import Service
-from .settings import ANTHROPIC_MODEL, BIN, CACHE_MODEL, CACHE_TWIN_MODEL, MODEL, PG_ADMIN_URL, PG_DB, SUT_CPU, log
+from .settings import (ANTHROPIC_MODEL, BIN, CACHE_MODEL, CACHE_TWIN_MODEL, MODEL, PG_ADMIN_URL, PG_DB, SUT_CPU,
+                       UNPRICED_MODEL, log)
 
 
 def wait_http(port: int, path: str, timeout: float = 90, method: str = "GET") -> None:
@@ -180,6 +181,19 @@ spec:
   - upstream: mock
     model: {MODEL}
     price: {{input: "1.00", output: "2.00"}}
+---
+# The benchmark route without prices: what a limited key is compared on (a request
+# reserves and settles no money, so its p50 is not its settlement batch's).
+apiVersion: sluice.dev/v1alpha1
+kind: ModelRoute
+metadata:
+  name: bench-unpriced
+spec:
+  model: {UNPRICED_MODEL}
+  deadline: 30s
+  candidates:
+  - upstream: mock
+    model: {MODEL}
 ---
 # The cached route, caching nothing: what a cache miss is compared with.
 apiVersion: sluice.dev/v1alpha1

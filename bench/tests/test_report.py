@@ -219,6 +219,24 @@ class Configuration(unittest.TestCase):
                          settings.CACHE_BODY)
         self.assertIn(("cache-miss", "sluice-cache-miss", "sluice-cache-twin"), targets.AT_ONCE_PAIRS)
 
+    def test_the_limits_are_compared_on_the_benchmark_route_without_prices(self):
+        man = systems.sluice_manifests(12345)
+        docs = man.split("\n---\n")
+        priced = next(d for d in docs if f"model: {settings.MODEL}\n  deadline" in d)
+        unpriced = next(d for d in docs if f"model: {settings.UNPRICED_MODEL}\n" in d)
+        spec = lambda d: d[d.index("spec:"):].strip()  # noqa: E731
+        self.assertEqual(spec(unpriced), spec(priced).replace('\n    price: {input: "1.00", output: "2.00"}', "")
+                         .replace(f"  model: {settings.MODEL}\n  deadline", f"  model: {settings.UNPRICED_MODEL}\n  deadline"))
+        self.assertEqual(settings.UNPRICED_BODY.replace(settings.UNPRICED_MODEL, settings.MODEL), settings.BODY)
+        # Each limits pair and its control on that route, the limited key against its
+        # unlimited twin on the same gateway.
+        pairs = {name: (a, b) for name, a, b in targets.AT_ONCE_PAIRS}
+        for ledger in ("pg", "sqlite"):
+            self.assertEqual(pairs[f"limits-{ledger}"],
+                             (f"sluice-{ledger}-limited-unpriced", f"sluice-{ledger}-unpriced"))
+            self.assertEqual(pairs[f"control-{ledger}"], (f"sluice-{ledger}-unpriced",) * 2)
+            self.assertIn(f"sluice-{ledger}-limited", targets.UNPRICED_TWINS)
+
     def test_bodies(self):
         import json
 
