@@ -134,9 +134,6 @@ LIMIT_RATE = 5000
 LIMIT_TAKES_PER_1K = 10.0
 #: The limited systems and their unlimited twins: the same gateway process and account.
 LIMITED_TWINS = (("sluice-pg-limited", "sluice-pg", "Postgres"), ("sluice-sqlite-limited", "sluice-sqlite", "SQLite"))
-#: The billing systems that also run at once on the route without prices
-#: (settings.UNPRICED_BODY), as `<key>-unpriced`.
-UNPRICED_TWINS = ("sluice-pg", "sluice-pg-limited", "sluice-sqlite", "sluice-sqlite-limited")
 #: The systems loaded at once with their twins (bench/sluice_bench/phases.py,
 #: `at_once_phase`): (name, system, twin). A `control-` pair is a gateway against
 #: itself: the spread of two identical halves, what the method resolves. The limited key
@@ -152,6 +149,10 @@ AT_ONCE_PAIRS = (
     ("cache-miss", "sluice-cache-miss", "sluice-cache-twin"),
     ("control-off", "sluice", "sluice"),
 )
+#: The billing systems the pairs above name as `<key>-unpriced`: each also runs at once
+#: on the route without prices (settings.UNPRICED_BODY).
+UNPRICED_TWINS = tuple(sorted({k.removesuffix("-unpriced") for _, a, b in AT_ONCE_PAIRS for k in (a, b)
+                               if k.endswith("-unpriced")}))
 #: The control of each pair: the same gateway against itself.
 AT_ONCE_CONTROLS = {"limits-pg": "control-pg", "limits-sqlite": "control-sqlite", "cache-miss": "control-off"}
 

@@ -196,6 +196,12 @@ class LimitTargetsUnchanged(unittest.TestCase):
         self.assertIs(rows[0][2], False)
 
 
+def route_spec(marker: str) -> str:
+    """The `spec:` of the bench manifests' document that contains `marker`."""
+    doc = next(d for d in systems.sluice_manifests(12345).split("\n---\n") if marker in d)
+    return doc[doc.index("spec:"):].strip()
+
+
 class Configuration(unittest.TestCase):
     def test_cached_route_in_the_manifests(self):
         man = systems.sluice_manifests(12345)
@@ -207,12 +213,8 @@ class Configuration(unittest.TestCase):
         self.assertEqual(man.count("cache:"), 1)
 
     def test_the_cache_twin_differs_by_the_cache_alone(self):
-        man = systems.sluice_manifests(12345)
-        docs = man.split("\n---\n")
-        cached = next(d for d in docs if f"model: {settings.CACHE_MODEL}\n" in d)
-        twin = next(d for d in docs if f"model: {settings.CACHE_TWIN_MODEL}\n" in d)
-        spec = lambda d: d[d.index("spec:"):].strip()  # noqa: E731
-        self.assertEqual(spec(twin), spec(cached).replace("  cache: {completions: deterministic}\n", "")
+        cached, twin = route_spec(f"model: {settings.CACHE_MODEL}\n"), route_spec(f"model: {settings.CACHE_TWIN_MODEL}\n")
+        self.assertEqual(twin, cached.replace("  cache: {completions: deterministic}\n", "")
                          .replace(settings.CACHE_MODEL, settings.CACHE_TWIN_MODEL))
         self.assertEqual(len(settings.CACHE_TWIN_MODEL), len(settings.CACHE_MODEL))
         self.assertEqual(settings.CACHE_TWIN_BODY.replace(settings.CACHE_TWIN_MODEL, settings.CACHE_MODEL),
@@ -220,12 +222,9 @@ class Configuration(unittest.TestCase):
         self.assertIn(("cache-miss", "sluice-cache-miss", "sluice-cache-twin"), targets.AT_ONCE_PAIRS)
 
     def test_the_limits_are_compared_on_the_benchmark_route_without_prices(self):
-        man = systems.sluice_manifests(12345)
-        docs = man.split("\n---\n")
-        priced = next(d for d in docs if f"model: {settings.MODEL}\n  deadline" in d)
-        unpriced = next(d for d in docs if f"model: {settings.UNPRICED_MODEL}\n" in d)
-        spec = lambda d: d[d.index("spec:"):].strip()  # noqa: E731
-        self.assertEqual(spec(unpriced), spec(priced).replace('\n    price: {input: "1.00", output: "2.00"}', "")
+        priced = route_spec(f"model: {settings.MODEL}\n  deadline")
+        unpriced = route_spec(f"model: {settings.UNPRICED_MODEL}\n")
+        self.assertEqual(unpriced, priced.replace('\n    price: {input: "1.00", output: "2.00"}', "")
                          .replace(f"  model: {settings.MODEL}\n  deadline", f"  model: {settings.UNPRICED_MODEL}\n  deadline"))
         self.assertEqual(settings.UNPRICED_BODY.replace(settings.UNPRICED_MODEL, settings.MODEL), settings.BODY)
         # Each limits pair and its control on that route, the limited key against its

@@ -83,7 +83,7 @@ struct Plain<'t> {
     /// The members of the objects being copied, innermost last: each object's are those
     /// from where it started (one list for all, not one per object).
     members: Vec<(usize, usize, usize)>,
-    /// Where [`sorted`] puts an object's members while it writes them back in order.
+    /// Where [`sorted`] keeps an object's members while it writes them back in order.
     scratch: Vec<u8>,
 }
 
@@ -226,10 +226,7 @@ impl<'t> Plain<'t> {
             }
         }
         self.at += 1;
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&self.out[start..]);
-        self.out.truncate(start);
-        write_sorted(&mut self.out, &self.scratch, start, &mut self.members[first..]);
+        sorted(&mut self.out, &mut self.scratch, start, &mut self.members[first..]);
         self.members.truncate(first);
         Some(())
     }
@@ -277,7 +274,7 @@ impl<'de> Visitor<'de> for Top<'_> {
             self.facts.note(name, &self.out[value_at..]);
             members.push((at, name_end, self.out.len()));
         }
-        sorted(&mut *self.out, start, &mut members);
+        sorted(&mut *self.out, &mut Vec::new(), start, &mut members);
         Ok(())
     }
 }
@@ -336,7 +333,7 @@ impl<'de> Visitor<'de> for Canon<'_> {
             map.next_value_seed(Canon { out: &mut *self.out })?;
             members.push((at, name_end, self.out.len()));
         }
-        sorted(&mut *self.out, start, &mut members);
+        sorted(&mut *self.out, &mut Vec::new(), start, &mut members);
         Ok(())
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
@@ -390,16 +387,13 @@ fn string(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Rewrites the members written back to back from `start` (each `name:value`, its
-/// name's text at `.0..name_end`, ending at `.2`) as one object, sorted by name text.
-fn sorted(out: &mut Vec<u8>, start: usize, members: &mut [(usize, usize, usize)]) {
-    let written = out.split_off(start);
-    write_sorted(out, &written, start, members);
-}
-
-/// [`sorted`]'s second half: the members, written back to back in `written` (which
-/// was `out` from `start`), appended to `out` as one object, sorted by name text.
-fn write_sorted(out: &mut Vec<u8>, written: &[u8], start: usize, members: &mut [(usize, usize, usize)]) {
-    let text = |at: usize, end: usize| &written[at - start..end - start];
+/// name's text at `.0..name_end`, ending at `.2`) as one object, sorted by name text;
+/// `scratch` holds them meanwhile (one buffer for every object of a request).
+fn sorted(out: &mut Vec<u8>, scratch: &mut Vec<u8>, start: usize, members: &mut [(usize, usize, usize)]) {
+    scratch.clear();
+    scratch.extend_from_slice(&out[start..]);
+    out.truncate(start);
+    let text = |at: usize, end: usize| &scratch[at - start..end - start];
     members.sort_by(|a, b| text(a.0, a.1).cmp(text(b.0, b.1)));
     out.push(b'{');
     for (i, (at, _, end)) in members.iter().enumerate() {
