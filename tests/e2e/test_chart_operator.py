@@ -105,7 +105,13 @@ def test_the_chart_operator_pod_runs_with_exactly_the_rendered_args_and_env(inst
             lease = fake.get_json("lease", "sluice-operator", "-n", ns)
             return lease and lease["spec"].get("holderIdentity") == pod.name and lease
         wait_for("the operator pod to hold the Lease", leading, timeout=30)
-    assert re.search(r"controllers started", pod.log_text()), pod.log_text()[-2000:]
+    # The pod is ready (its /healthz answers) before its controllers start: after the
+    # ledger's migrations and, with election on, the Lease. Wait for the line.
+    try:
+        wait_for("the operator to log that its controllers started",
+                 lambda: re.search(r"controllers started", pod.log_text()), timeout=30)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{pod.log_text()[-2000:]}") from None
 
 
 def test_the_chart_operator_reconciles_the_quickstart_into_a_serving_gateway(install):
