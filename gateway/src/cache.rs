@@ -1,5 +1,5 @@
 //! The response and embedding cache (docs/design.md §13): exact-match answers kept in
-//! two tiers, an in-process one bounded by bytes ([`moka`]) in front of a shared one
+//! two tiers, an in-process one bounded by bytes (`quick_cache`) in front of a shared one
 //! every gateway reads (Redis, optional, [`shared`]). A key is a SHA-256 of what can
 //! change the answer and of a scope (the account, unless the route shares its cache),
 //! so one tenant never reads another's answer.
@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::HeaderMap;
 use http::header::CACHE_CONTROL;
+use http::{HeaderMap, HeaderName};
 
 pub mod completions;
 pub mod embeddings;
@@ -25,14 +25,14 @@ pub mod shared;
 
 /// `x-sluice-cache` on answers: `hit`, `stale`, `miss` or `bypass`; on requests:
 /// `refresh` or `bypass` (see [`Directive`]).
-pub const X_SLUICE_CACHE: &str = "x-sluice-cache";
+pub const X_SLUICE_CACHE: HeaderName = HeaderName::from_static("x-sluice-cache");
 /// `x-sluice-cache-hits`: of an embeddings batch, the inputs answered from the cache,
 /// `HITS/INPUTS`.
-pub const X_SLUICE_CACHE_HITS: &str = "x-sluice-cache-hits";
+pub const X_SLUICE_CACHE_HITS: HeaderName = HeaderName::from_static("x-sluice-cache-hits");
 
 /// What the in-process tier holds at most by default (`--cache-max-bytes`).
 pub const DEFAULT_MAX_BYTES: u64 = 128 * 1024 * 1024;
-/// Bytes counted per entry beyond its key and value (moka's own bookkeeping, roughly).
+/// Bytes counted per entry beyond its key and value (the tier's own bookkeeping, roughly).
 const OVERHEAD: u32 = 96;
 
 /// A cache key: SHA-256 of what can change the answer, and of its scope.
@@ -195,26 +195,44 @@ impl Directive {
 
 /// The process's cache: the in-process tier and, when configured, the shared one.
 pub struct Cache {
-    local: moka::sync::Cache<Key, Arc<Entry>, BuildHasherDefault<Digested>>,
+    local: quick_cache::sync::Cache<Key, Arc<Entry>, Weight, BuildHasherDefault<Digested>>,
     shared: Option<shared::Shared>,
 }
 
-struct PerEntry;
+/// An in-process entry weighs its bytes (see [`Entry::weight`]).
+#[derive(Clone)]
+struct Weight;
 
-impl moka::Expiry<Key, Arc<Entry>> for PerEntry {
-    fn expire_after_create(&self, _: &Key, e: &Arc<Entry>, _: std::time::Instant) -> Option<Duration> {
-        Some(e.ttl.saturating_sub(e.age(now_ms())))
+impl quick_cache::Weighter<Key, Arc<Entry>> for Weight {
+    fn weight(&self, _: &Key, e: &Arc<Entry>) -> u64 {
+        u64::from(e.weight())
     }
 }
 
 impl Cache {
     /// A cache of at most `max_bytes` in process, reading `shared` behind it.
+    ///
+    /// The in-process tier is `quick_cache`: a lookup takes a shard's read lock and an
+    /// insert its write lock, with nothing deferred to a collector (a miss stores its
+    /// answer on the request's path; bench/PROFILE.md). Entries past their lifetime
+    /// are not served ([`get_many`](Self::get_many)) and are swept by [`sweep`](Self::sweep).
     pub fn new(max_bytes: u64, shared: Option<shared::Shared>) -> Self {
-        let local = moka::sync::Cache::builder()
-            .max_capacity(max_bytes)
-            .weigher(|_: &Key, e: &Arc<Entry>| e.weight())
-            .expire_after(PerEntry)
-            .build_with_hasher(BuildHasherDefault::default());
+        // Each shard holds its share of the bytes: enough shards that writers rarely
+        // meet, few enough that the largest answer stored still fits in one.
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let fit = usize::try_from(max_bytes / (2 * completions::MAX_ENTRY_BYTES as u64)).unwrap_or(usize::MAX);
+        let items = usize::try_from(max_bytes / 1024).unwrap_or(usize::MAX).max(64);
+        let options = quick_cache::OptionsBuilder::new()
+            .shards(fit.clamp(1, cores * 4))
+            .estimated_items_capacity(items)
+            .weight_capacity(max_bytes)
+            .build();
+        let hasher = BuildHasherDefault::default();
+        let local = match options {
+            Ok(o) => quick_cache::sync::Cache::with_options(o, Weight, hasher, Default::default()),
+            // Only refused when a capacity is unset; both are set above.
+            Err(_) => quick_cache::sync::Cache::with(items, max_bytes, Weight, hasher, Default::default()),
+        };
         Self { local, shared }
     }
 
@@ -257,10 +275,13 @@ impl Cache {
         }
     }
 
-    /// Bytes the in-process tier holds (for `sluice_cache_bytes`).
-    pub fn local_bytes(&self) -> u64 {
-        self.local.run_pending_tasks();
-        self.local.weighted_size()
+    /// Lets go of the in-process entries past their lifetime (`ttl` plus
+    /// `staleIfError`), and says how many bytes the tier then holds (for
+    /// `sluice_cache_bytes`).
+    pub fn sweep(&self) -> u64 {
+        let now = now_ms();
+        self.local.retain(|_, e| !e.expired(now));
+        self.local.weight()
     }
 }
 
@@ -323,9 +344,26 @@ mod tests {
         for i in 0..50 {
             cache.put_many(vec![(key(i), Entry::new("m", big.clone(), Duration::from_secs(60)))]);
         }
-        assert!(cache.local_bytes() <= 10_000, "{}", cache.local_bytes());
+        assert!(cache.sweep() <= 10_000, "{}", cache.sweep());
         let old = Entry { stored_at_ms: now_ms() - 61_000, ..Entry::new("m", big, Duration::from_secs(60)) };
-        cache.put_many(vec![(key(99), old)]);
+        cache.put_many(vec![(key(99), old.clone())]);
         assert_eq!(cache.get_many(&[key(99)]).await, vec![None]);
+        // Past its lifetime an entry is let go at the next sweep.
+        let cache = Cache::new(10_000, None);
+        cache.put_many(vec![(key(99), old)]);
+        assert_eq!(cache.local.len(), 1);
+        assert_eq!(cache.sweep(), 0);
+        assert!(cache.local.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_largest_answer_stored_fits_in_a_small_tier_on_any_machine() {
+        // Split by cores alone (8 on 2 cores), 12 MiB would give shards too small for it.
+        let cache = Cache::new(3 * completions::MAX_ENTRY_BYTES as u64, None);
+        let body = Bytes::from(vec![b'x'; completions::MAX_ENTRY_BYTES]);
+        let k = Key::of(&[b"large"]);
+        cache.put_many(vec![(k, Entry::new("m", body.clone(), Duration::from_secs(60)))]);
+        let found = cache.get_many(&[k]).await.pop().flatten();
+        assert_eq!(found.map(|e| e.body.len()), Some(body.len()));
     }
 }

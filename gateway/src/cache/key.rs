@@ -92,8 +92,13 @@ impl<'t> Plain<'t> {
 
     fn canonical(text: &'t [u8], skip: &[&str]) -> Option<(Vec<u8>, Facts)> {
         std::str::from_utf8(text).ok()?;
-        let mut plain =
-            Plain { text, at: 0, out: Vec::with_capacity(text.len()), members: Vec::new(), scratch: Vec::new() };
+        let mut plain = Plain {
+            text,
+            at: 0,
+            out: Vec::with_capacity(text.len()),
+            members: Vec::with_capacity(16),
+            scratch: Vec::with_capacity(text.len()),
+        };
         let mut facts = Facts::default();
         plain.space();
         (text.get(plain.at) == Some(&b'{')).then_some(())?;

@@ -64,7 +64,7 @@ pub fn spawn_loops(gw: Arc<Gateway>, args: &ServeArgs, gateway_id: String) -> Lo
             loop {
                 tick.tick().await;
                 if let Some(c) = &g.cache {
-                    g.books.metrics.cache.bytes.set(i64::try_from(c.local_bytes()).unwrap_or(i64::MAX));
+                    g.books.metrics.cache.bytes.set(i64::try_from(c.sweep()).unwrap_or(i64::MAX));
                 }
             }
         }));
